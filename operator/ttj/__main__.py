@@ -1,0 +1,5 @@
+import sys
+
+from ttj.cli import main
+
+sys.exit(main())
