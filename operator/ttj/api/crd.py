@@ -41,6 +41,11 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         del out["default"]  # Optional → omitted, never null
     if "enum" in out and "type" not in out:
         out["type"] = "string"
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        # OpenAPI v3.0 (what Kubernetes speaks) has boolean exclusive bounds beside the bound.
+        if isinstance(out.get(exclusive), int | float) and not isinstance(out[exclusive], bool):
+            out[bound] = out[exclusive]
+            out[exclusive] = True
     if "const" in out:  # Literal with one value
         out["enum"] = [out.pop("const")]
         out.setdefault("type", "string")

@@ -167,6 +167,14 @@ class CheckpointSpec(_Model):
         "Whichever interval comes first triggers a checkpoint.",
     )
 
+    @model_validator(mode="after")
+    def _claim_needs_a_path(self) -> CheckpointSpec:
+        if self.volume_claim_name is not None and not self.uri.startswith("/"):
+            raise ValueError(
+                "checkpoint.volumeClaimName needs checkpoint.uri to be an absolute path (the mount point)"
+            )
+        return self
+
 
 class ParameterServerSpec(_Model):
     """The parameter servers: a Deployment on on-demand nodes, never on spot or preemptible ones."""

@@ -1,0 +1,68 @@
+# ttj — run `make help` for the targets. Every target that needs Python builds .venv/ first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+IMAGE_REPO ?= ghcr.io/transient-training
+VERSION ?= 0.1.0
+CRD_FILE := crds/transient.training_transienttrainingjobs.yaml
+PYTEST_ARGS ?=
+
+.PHONY: help setup test test-all lint fmt crds verify demo e2e image bench clean
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): operator/pyproject.toml trainer-image/pyproject.toml requirements-dev.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install --quiet --disable-pip-version-check -e 'operator[viz]' -e 'trainer-image[cpu]' -r requirements-dev.txt
+	@touch $@
+
+setup: $(STAMP) ## Create the development virtualenv (.venv) with both packages
+	@echo "virtualenv ready: $(VENV)"
+
+test: $(STAMP) ## Run the test suite (all but the slow tests), with lint and CRD drift checks
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory verify
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(STAMP) ## Run every test, the slow ones included
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff, mypy --strict on the operator, import layering
+	$(BIN)/ruff check operator trainer-image tests bench
+	$(BIN)/ruff format --check operator trainer-image tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+fmt: $(STAMP) ## Format and fix what ruff can
+	$(BIN)/ruff format operator trainer-image tests bench
+	$(BIN)/ruff check --fix operator trainer-image tests bench
+
+crds: $(STAMP) ## Regenerate crds/ from the pydantic models
+	$(BIN)/ttj crd -o $(CRD_FILE)
+
+verify: $(STAMP) ## Fail when crds/ differs from what the models generate
+	@$(BIN)/ttj crd | diff -u $(CRD_FILE) - \
+	  || { echo "crds/ is out of date: run 'make crds' and commit the result" >&2; exit 1; }
+
+demo: $(STAMP) ## Train on the embedded local cluster through injected preemptions
+	$(BIN)/python -m ttj.demo $(DEMO_ARGS)
+
+e2e: $(STAMP) ## End-to-end suite against the cluster in KUBECONFIG (skipped when none is set)
+	@if [ -z "$$KUBECONFIG" ]; then echo "KUBECONFIG is not set: skipping the end-to-end suite (make test runs it on the local cluster)"; exit 0; fi; \
+	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+image: ## Build the operator and trainer images (needs a Docker engine)
+	docker build -t $(IMAGE_REPO)/ttj-operator:$(VERSION) -f Dockerfile .
+	docker build -t $(IMAGE_REPO)/ttj-trainer:$(VERSION) -f trainer-image/Dockerfile trainer-image
+
+bench: $(STAMP) ## Run the benchmarks under bench/ (not tests; results go to docs/benchmarks.md)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,158 @@
+"""The CRD: generated from the models, structural, in sync with crds/, accepting the examples."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from ttj.api import crd as crd_module
+from ttj.api.models import TransientTrainingJob
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "transient.training_transienttrainingjobs.yaml"
+EXAMPLES = sorted((ROOT / "examples").rglob("*.yaml"))
+
+
+def schema_nodes(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node under ``node`` with a readable path."""
+    if not isinstance(node, dict):
+        return
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from schema_nodes(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from schema_nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from schema_nodes(node["additionalProperties"], f"{path}{{}}")
+
+
+def open_api_schema() -> dict[str, Any]:
+    return crd_module.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+def test_committed_crd_matches_the_models() -> None:
+    assert CRD_FILE.read_text() == crd_module.crd_yaml(), "crds/ is out of date: run `make crds`"
+
+
+def test_schema_is_structural() -> None:
+    for path, node in schema_nodes(open_api_schema()):
+        for forbidden in ("$ref", "$defs", "anyOf", "allOf", "oneOf", "title", "const"):
+            assert forbidden not in node, f"{path or '<root>'} has {forbidden}"
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
+        assert not ("properties" in node and "additionalProperties" in node), f"{path} has both"
+        assert node.get("default", 0) is not None, f"{path} defaults to null"
+        for exclusive in ("exclusiveMinimum", "exclusiveMaximum"):
+            assert isinstance(node.get(exclusive, True), bool), f"{path}: {exclusive} must be boolean"
+
+
+def test_every_spec_and_status_field_is_described() -> None:
+    schema = open_api_schema()
+    for top in ("spec", "status"):
+        for path, node in schema_nodes(schema["properties"][top], top):
+            if path.endswith("{}"):
+                continue  # map values are described by their map
+            assert node.get("description"), f"{path} has no description (kubectl explain shows it)"
+
+
+def test_contract_names_subresources_and_columns() -> None:
+    generated = crd_module.crd()
+    spec = generated["spec"]
+    assert generated["metadata"]["name"] == "transienttrainingjobs.transient.training"
+    assert spec["names"]["shortNames"] == ["ttj"]
+    assert spec["scope"] == "Namespaced"
+    version = spec["versions"][0]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"]["status"] == {}
+    scale = version["subresources"]["scale"]
+    assert scale["specReplicasPath"] == ".spec.workers.replicas"
+    assert scale["statusReplicasPath"] == ".status.workers.active"
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Phase",
+        "Workers",
+        "Chief",
+        "Step",
+        "Cost",
+        "Age",
+    ]
+
+
+def test_cross_field_rules_are_cel_with_the_models_messages() -> None:
+    workers = open_api_schema()["properties"]["spec"]["properties"]["workers"]
+    rules = {r["rule"]: r["message"] for r in workers["x-kubernetes-validations"]}
+    assert rules["self.minReplicas <= self.replicas"] == "workers.minReplicas must not exceed workers.replicas"
+    assert "!has(self.maxReplicas) || self.replicas <= self.maxReplicas" in rules
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_examples_are_valid(example: Path) -> None:
+    documents = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    assert documents, f"{example} is empty"
+    for document in documents:
+        assert document["kind"] == "TransientTrainingJob"
+        # Kubernetes' schema is OpenAPI v3.0, whose keywords are JSON Schema draft 4's.
+        jsonschema.Draft4Validator(open_api_schema()).validate(document)
+        TransientTrainingJob.model_validate(document)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("spec", "trainSteps"), -1),
+        (("spec", "workers", "provisioning"), "reserved"),
+        (("spec", "checkpoint", "uri"), "relative/dir"),
+        (("spec", "budget", "maxCostUSD"), 0),
+        (("spec", "workers", "gpusPerWorker"), "one"),
+    ],
+)
+def test_schema_refuses_what_users_get_wrong(path: tuple[str, ...], value: Any) -> None:
+    document = yaml.safe_load((ROOT / "examples" / "full.yaml").read_text())
+    node = document
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft4Validator(open_api_schema()).validate(document)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@pytest.mark.parametrize("target", ["crds", "manifests/base", "manifests/overlays/gke", "manifests/overlays/dev"])
+def test_kustomize_builds(target: str) -> None:
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / target)], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert built.returncode == 0, built.stderr
+    kinds = {doc["kind"] for doc in yaml.safe_load_all(built.stdout) if doc}
+    assert "CustomResourceDefinition" in kinds
+    if target != "crds":
+        assert {"Deployment", "ClusterRole", "ServiceAccount", "Service", "Namespace"} <= kinds
+
+
+def test_operator_deployment_is_locked_down() -> None:
+    deployment = yaml.safe_load((ROOT / "manifests" / "base" / "deployment.yaml").read_text())
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_every_rbac_rule_says_why() -> None:
+    lines = (ROOT / "manifests" / "base" / "clusterrole.yaml").read_text().splitlines()
+    for number, line in enumerate(lines):
+        if line.strip().startswith("- apiGroups:"):
+            before = lines[number - 1].strip()
+            assert before.startswith("#") or lines[number - 1].strip().startswith("verbs:"), (
+                f"rule at line {number + 1} has no comment"
+            )

@@ -1,0 +1,120 @@
+"""The API a user writes: defaults, accepted specs, and the messages refused ones get."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from ttj.api.models import TransientTrainingJob, TransientTrainingJobSpec
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    """A minimal valid spec with some fields replaced (nested dicts merge one level)."""
+    base: dict[str, Any] = {"trainSteps": 1000, "checkpoint": {"uri": "gs://bucket/run"}}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base
+
+
+def errors(raw: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as info:
+        TransientTrainingJobSpec.model_validate(raw)
+    return str(info.value)
+
+
+def test_minimal_spec_gets_the_contract_defaults() -> None:
+    parsed = TransientTrainingJobSpec.model_validate(spec())
+    assert parsed.model == "resnet32"
+    assert parsed.dataset == "cifar10"
+    assert parsed.learning_rate_scaling == "activeWorkers"
+    assert parsed.parameter_servers.replicas == 1
+    assert parsed.workers.provisioning == "spot"
+    assert parsed.workers.accelerator_type == "nvidia-tesla-t4"
+    assert parsed.workers.gpus_per_worker == 1
+    assert parsed.backoff_limit == 3
+    assert parsed.clean_pod_policy == "Running"
+    # With no maxReplicas, the slot count is the desired count.
+    assert parsed.workers.slots == parsed.workers.replicas
+
+
+def test_round_trip_uses_camel_case_aliases() -> None:
+    parsed = TransientTrainingJobSpec.model_validate(spec(budget={"maxCostUSD": 12.5}))
+    dumped = parsed.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["trainSteps"] == 1000
+    assert dumped["budget"] == {"maxCostUSD": 12.5}
+    assert dumped["workers"]["minReplicas"] == 1
+
+
+@pytest.mark.parametrize(
+    ("workers", "message"),
+    [
+        ({"replicas": 2, "minReplicas": 3}, "workers.minReplicas (3) must not exceed workers.replicas (2)"),
+        ({"replicas": 5, "maxReplicas": 4}, "workers.replicas (5) must not exceed workers.maxReplicas (4)"),
+        ({"replicas": 0}, "greater than or equal to 1"),
+        ({"provisioning": "reserved"}, "'spot', 'preemptible' or 'on-demand'"),
+        ({"gpusPerWorker": -1}, "greater than or equal to 0"),
+        ({"surprise": True}, "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_worker_specs_are_refused_with_a_clear_message(workers: dict[str, Any], message: str) -> None:
+    assert message in errors(spec(workers=workers))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"trainSteps": -5}, "greater than or equal to 1"),
+        ({"trainSteps": 0}, "greater than or equal to 1"),
+        ({"checkpoint": {"uri": "relative/path"}}, "should match pattern"),
+        ({"checkpoint": {"uri": "s3://bucket/x"}}, "should match pattern"),
+        ({"checkpoint": {"uri": "/ckpt", "intervalSteps": -1}}, "greater than or equal to 0"),
+        ({"model": "resnet50"}, "'resnet32' or 'small-cnn'"),
+        ({"dataset": "imagenet"}, "'cifar10' or 'synthetic'"),
+        ({"learningRate": 0}, "greater than 0"),
+        ({"learningRateScaling": "sqrt"}, "'none' or 'activeWorkers'"),
+        ({"cleanPodPolicy": "Some"}, "'All', 'Running' or 'None'"),
+        ({"budget": {"maxCostUSD": 0}}, "greater than 0"),
+        ({"backoffLimit": -1}, "greater than or equal to 0"),
+    ],
+)
+def test_bad_specs_are_refused(overrides: dict[str, Any], message: str) -> None:
+    assert message in errors(spec(**overrides))
+
+
+def test_missing_required_fields_are_named() -> None:
+    text = errors({})
+    assert "trainSteps" in text
+    assert "checkpoint" in text
+
+
+@pytest.mark.parametrize("uri", ["gs://bucket/a/b", "gs://my-bucket", "/mnt/checkpoints", "/"])
+def test_checkpoint_uris_accepted(uri: str) -> None:
+    TransientTrainingJobSpec.model_validate(spec(checkpoint={"uri": uri}))
+
+
+def test_volume_claim_needs_an_absolute_path() -> None:
+    mounted = TransientTrainingJobSpec.model_validate(spec(checkpoint={"uri": "/ckpt", "volumeClaimName": "pvc"}))
+    assert mounted.checkpoint.volume_claim_name == "pvc"
+    text = errors(spec(checkpoint={"uri": "gs://bucket/x", "volumeClaimName": "pvc"}))
+    assert "checkpoint.volumeClaimName needs checkpoint.uri to be an absolute path" in text
+
+
+def test_whole_object_ignores_server_fields_but_keeps_spec() -> None:
+    job = TransientTrainingJob.model_validate(
+        {
+            "apiVersion": "transient.training/v1alpha1",
+            "kind": "TransientTrainingJob",
+            "metadata": {"name": "a", "resourceVersion": "7"},
+            "spec": spec(),
+            "status": {"phase": "Running", "chief": {"pod": "a-worker-0", "epoch": 2}},
+        }
+    )
+    assert job.spec.train_steps == 1000
+    assert job.status is not None
+    assert job.status.chief is not None
+    assert job.status.chief.epoch == 2
