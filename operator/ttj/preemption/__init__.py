@@ -1,0 +1,1 @@
+"""Preemption models shared by the local cluster and the what-if simulator (pure, no Kubernetes)."""
