@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from ttj.api import models
 
@@ -83,7 +84,7 @@ def _tidy(node: Any) -> Any:
     return {k: out[k] for k in first + sorted(k for k in out if k not in _KEY_ORDER)}
 
 
-def structural(model: type[models.BaseModel]) -> dict[str, Any]:
+def structural(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of a pydantic model, by alias."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
@@ -110,7 +111,12 @@ def open_api_schema() -> dict[str, Any]:
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Lifecycle phase."},
-    {"name": "Workers", "type": "string", "jsonPath": ".status.workers.summary", "description": "Active/desired workers."},
+    {
+        "name": "Workers",
+        "type": "string",
+        "jsonPath": ".status.workers.summary",
+        "description": "Active/desired workers.",
+    },
     {"name": "Chief", "type": "string", "jsonPath": ".status.chief.pod", "description": "Current chief pod."},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.globalStep", "description": "Global step."},
     {"name": "Cost", "type": "number", "jsonPath": ".status.cost.usd", "description": "Cost so far, USD."},

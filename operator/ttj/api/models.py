@@ -8,7 +8,7 @@ and model validators here, so the operator refuses them too when a cluster let t
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -51,7 +51,7 @@ class _Model(BaseModel):
     )
 
 
-class Provisioning(str, Enum):
+class Provisioning(StrEnum):
     """How worker nodes are bought."""
 
     SPOT = "spot"
@@ -59,14 +59,14 @@ class Provisioning(str, Enum):
     ON_DEMAND = "on-demand"
 
 
-class LearningRateScaling(str, Enum):
+class LearningRateScaling(StrEnum):
     """How the learning rate follows the worker count."""
 
     NONE = "none"
     ACTIVE_WORKERS = "activeWorkers"
 
 
-class CleanPodPolicy(str, Enum):
+class CleanPodPolicy(StrEnum):
     """Which pods are deleted when the job finishes."""
 
     ALL = "All"
@@ -74,7 +74,7 @@ class CleanPodPolicy(str, Enum):
     NONE = "None"
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """The job's lifecycle phase."""
 
     PENDING = "Pending"
@@ -84,7 +84,7 @@ class Phase(str, Enum):
     FAILED = "Failed"
 
 
-class ConditionType(str, Enum):
+class ConditionType(StrEnum):
     """Condition types the operator sets; ``Invalid`` marks a spec the schema could not refuse."""
 
     CREATED = "Created"
@@ -170,9 +170,7 @@ class CheckpointSpec(_Model):
     @model_validator(mode="after")
     def _claim_needs_a_path(self) -> CheckpointSpec:
         if self.volume_claim_name is not None and not self.uri.startswith("/"):
-            raise ValueError(
-                "checkpoint.volumeClaimName needs checkpoint.uri to be an absolute path (the mount point)"
-            )
+            raise ValueError("checkpoint.volumeClaimName needs checkpoint.uri to be an absolute path (the mount point)")
         return self
 
 
@@ -378,11 +376,11 @@ class ProgressStatus(_Model):
     global_step: int = Field(default=0, ge=0, description="Global step on the parameter servers.")
     checkpoint_step: int | None = Field(default=None, ge=0, description="Global step of the latest checkpoint.")
     checkpoint_time: str | None = Field(
-        default=None, description="When the latest checkpoint was written (RFC 3339).", json_schema_extra={"format": "date-time"}
+        default=None,
+        description="When the latest checkpoint was written (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
     )
-    checkpoint_path: str | None = Field(
-        default=None, description="TensorFlow path prefix of the latest checkpoint."
-    )
+    checkpoint_path: str | None = Field(default=None, description="TensorFlow path prefix of the latest checkpoint.")
 
 
 class CostStatus(_Model):
@@ -428,8 +426,8 @@ class TransientTrainingJob(_Model):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal["transient.training/v1alpha1"] = Field(default=API_VERSION)
-    kind: Literal["TransientTrainingJob"] = Field(default=KIND)
+    api_version: Literal["transient.training/v1alpha1"] = "transient.training/v1alpha1"
+    kind: Literal["TransientTrainingJob"] = "TransientTrainingJob"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TransientTrainingJobSpec
     status: TransientTrainingJobStatus | None = None
