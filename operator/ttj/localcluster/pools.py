@@ -1,0 +1,286 @@
+"""Node pools of the local cluster, configured as on GKE, and the Node objects they produce (pure).
+
+A pool is given on the command line (``--pool name=gpu,nodes=4,accelerator=nvidia-tesla-t4,...``)
+or in a YAML file (``--pools FILE`` with ``pools: [{name: gpu, nodes: 4, ...}]``); keys are the same
+(``-`` or ``_``). Nodes are labelled and tainted the way GKE does it, so manifests written for GKE
+select them unchanged.
+"""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PROVISIONINGS = ("on-demand", "spot", "preemptible")
+PREEMPTION_MODELS = ("none", "scripted", "lifetime")
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT: dict[str, str] = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+#: GKE taints a node that has received its termination notice so nothing new lands on it.
+IMPENDING_TERMINATION_TAINT: dict[str, str] = {
+    "key": "cloud.google.com/impending-node-termination",
+    "value": "",
+    "effect": "NoSchedule",
+}
+CLUSTER_NAME = "ttj-local"
+NODE_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """One GKE node pool. Times are real (wall-clock) seconds unless named ``*_simulated``."""
+
+    name: str
+    nodes: int = 1
+    provisioning: str = "on-demand"
+    accelerator: str | None = None
+    gpus: int = 0
+    cpu: str = "4"
+    memory: str = "15Gi"
+    machine_type: str = "n1-standard-4"
+    zone: str = "us-central1-a"
+    max_pods: int = 110
+    #: none: only injected preemptions; scripted: at the times in preempt_at; lifetime: drawn per node
+    preemption: str = "none"
+    preempt_at: tuple[float, ...] = ()
+    seed: int = 0
+    #: simulated seconds per real second for drawn lifetimes (3600: an hour of GCE in a second)
+    time_scale: float = 1.0
+    #: GKE gives non-system pods 15 s of the node's shutdown to terminate
+    grace: float = 15.0
+    #: seconds until the pool replaces a preempted node (new name); None: never
+    restore_after: float | None = 10.0
+    lifetimes_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not all(c.isalnum() or c == "-" for c in self.name) or not self.name[0].isalpha():
+            raise ValueError(f"pool name {self.name!r}: use letters, digits and '-', starting with a letter")
+        if self.nodes < 0:
+            raise ValueError(f"pool {self.name}: nodes must be >= 0")
+        if self.provisioning not in PROVISIONINGS:
+            raise ValueError(f"pool {self.name}: provisioning must be one of {', '.join(PROVISIONINGS)}")
+        if self.preemption not in PREEMPTION_MODELS:
+            raise ValueError(f"pool {self.name}: preemption must be one of {', '.join(PREEMPTION_MODELS)}")
+        if self.preemption == "lifetime" and self.provisioning == "on-demand":
+            raise ValueError(f"pool {self.name}: on-demand nodes are not preempted; use provisioning=spot")
+        if self.preemption == "scripted" and not self.preempt_at:
+            raise ValueError(f"pool {self.name}: preemption=scripted needs preempt-at=SECONDS[:SECONDS...]")
+        if self.gpus < 0 or (self.gpus > 0 and not self.accelerator):
+            raise ValueError(f"pool {self.name}: gpus needs an accelerator (e.g. accelerator=nvidia-tesla-t4)")
+        if self.time_scale <= 0 or self.grace < 0:
+            raise ValueError(f"pool {self.name}: time-scale must be > 0 and grace >= 0")
+
+    @property
+    def region(self) -> str:
+        return self.zone.rsplit("-", 1)[0]
+
+    @property
+    def preemptible(self) -> bool:
+        return self.provisioning in ("spot", "preemptible")
+
+
+def default_pools() -> list[NodePool]:
+    """The contract's default: an on-demand CPU pool and a spot T4 pool, enough for the examples."""
+    return [
+        NodePool(name="cpu-pool", nodes=2, cpu="4", memory="15Gi", machine_type="n1-standard-4"),
+        NodePool(
+            name="gpu-pool",
+            nodes=8,
+            provisioning="spot",
+            accelerator="nvidia-tesla-t4",
+            gpus=1,
+            cpu="8",
+            memory="30Gi",
+            machine_type="n1-standard-8",
+        ),
+    ]
+
+
+_FIELD_TYPES = {f.name: f.type for f in fields(NodePool)}
+
+
+def _convert(pool_name: str, key: str, value: Any) -> Any:
+    kind = str(_FIELD_TYPES[key])
+    try:
+        if key == "preempt_at":
+            if isinstance(value, list | tuple):
+                return tuple(float(v) for v in value)
+            return tuple(float(v) for v in str(value).split(":") if v.strip())
+        if key == "restore_after":
+            return None if str(value).strip().lower() in ("never", "none", "") else float(value)
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "str | None":
+            return None if value in (None, "", "none") else str(value)
+    except ValueError as exc:
+        raise ValueError(f"pool {pool_name}: bad value {value!r} for {key.replace('_', '-')}") from exc
+    return str(value)
+
+
+def pool_from_mapping(values: Mapping[str, Any]) -> NodePool:
+    normalised = {str(k).strip().replace("-", "_"): v for k, v in values.items()}
+    name = str(normalised.get("name") or "")
+    unknown = sorted(set(normalised) - set(_FIELD_TYPES))
+    if unknown:
+        known = ", ".join(sorted(k.replace("_", "-") for k in _FIELD_TYPES))
+        raise ValueError(f"pool {name or '?'}: unknown option(s) {', '.join(unknown)}; known: {known}")
+    if "accelerator" in normalised and normalised["accelerator"] and "gpus" not in normalised:
+        normalised["gpus"] = 1
+    converted = {k: _convert(name, k, v) for k, v in normalised.items()}
+    return NodePool(**converted)
+
+
+def parse_pool_option(text: str) -> NodePool:
+    """``name=gpu,nodes=4,accelerator=nvidia-tesla-t4,provisioning=spot`` → NodePool."""
+    values: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"--pool {text!r}: expected key=value pairs separated by ',' (got {part!r})")
+        values[key.strip()] = value.strip()
+    if "name" not in values:
+        raise ValueError(f"--pool {text!r}: name=... is required")
+    return pool_from_mapping(values)
+
+
+def load_pools_file(path: str | Path) -> list[NodePool]:
+    import yaml
+
+    document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    entries = document.get("pools") if isinstance(document, dict) else document
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{path}: expected 'pools:' with a list of pool mappings")
+    return [pool_from_mapping(e) for e in entries]
+
+
+def check_pools(pools: Sequence[NodePool]) -> list[NodePool]:
+    names = [p.name for p in pools]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"pool names must be unique: {', '.join(duplicates)}")
+    return list(pools)
+
+
+def new_node_name(pool: NodePool, suffix: str | None = None) -> str:
+    """GKE's shape: ``gke-CLUSTER-POOL-<8 hex of the pool's instance group>-<4 chars>``."""
+    group = f"{zlib.crc32(f'{CLUSTER_NAME}/{pool.name}'.encode()):08x}"
+    if suffix is None:
+        suffix = "".join(secrets.choice(NODE_SUFFIX_ALPHABET) for _ in range(4))
+    return f"gke-{CLUSTER_NAME}-{pool.name}-{group}-{suffix}"
+
+
+def node_labels(pool: NodePool, node_name: str) -> dict[str, str]:
+    labels = {
+        "kubernetes.io/hostname": node_name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": pool.machine_type,
+        "beta.kubernetes.io/instance-type": pool.machine_type,
+        "topology.kubernetes.io/region": pool.region,
+        "topology.kubernetes.io/zone": pool.zone,
+        "failure-domain.beta.kubernetes.io/region": pool.region,
+        "failure-domain.beta.kubernetes.io/zone": pool.zone,
+        "cloud.google.com/gke-nodepool": pool.name,
+        "cloud.google.com/gke-os-distribution": "cos",
+        "cloud.google.com/machine-family": pool.machine_type.split("-", 1)[0],
+        "cloud.google.com/gke-provisioning": {"on-demand": "standard"}.get(pool.provisioning, pool.provisioning),
+        "ttj.local/simulated": "true",
+    }
+    if pool.provisioning == "spot":
+        labels["cloud.google.com/gke-spot"] = "true"
+    if pool.provisioning == "preemptible":
+        labels["cloud.google.com/gke-preemptible"] = "true"
+    if pool.accelerator:
+        labels["cloud.google.com/gke-accelerator"] = pool.accelerator
+        labels["cloud.google.com/gke-gpu"] = "true"
+    return labels
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready_condition(ready: bool, reason: str, message: str, now: str) -> dict[str, str]:
+    return {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+def node_object(pool: NodePool, node_name: str, internal_ip: str, now: str | None = None) -> dict[str, Any]:
+    """The Node a pool's VM registers (metadata, spec with taints, status with capacity and Ready)."""
+    stamp = now or now_rfc3339()
+    capacity: dict[str, str] = {
+        "cpu": pool.cpu,
+        "memory": pool.memory,
+        "pods": str(pool.max_pods),
+        "ephemeral-storage": "100Gi",
+    }
+    if pool.gpus:
+        capacity[GPU_RESOURCE] = str(pool.gpus)
+    taints = [dict(GPU_TAINT)] if pool.gpus else []
+    conditions = [
+        {
+            "type": t,
+            "status": "False",
+            "reason": r,
+            "message": m,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        for t, r, m in (
+            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        )
+    ]
+    conditions.append(ready_condition(True, "KubeletReady", "kubelet is posting ready status", stamp))
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node_name,
+            "labels": node_labels(pool, node_name),
+            "annotations": {"ttj.local/pool": pool.name, "ttj.local/provisioning": pool.provisioning},
+        },
+        "spec": {
+            "providerID": f"gce://ttj-local/{pool.zone}/{node_name}",
+            "podCIDR": "127.0.0.0/8",
+            "taints": taints,
+        },
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": conditions,
+            "addresses": [
+                {"type": "InternalIP", "address": internal_ip},
+                {"type": "Hostname", "address": node_name},
+            ],
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": "ttj local cluster (simulated Container-Optimized OS node)",
+                "kubeletVersion": "v1.32.0-ttj-local",
+                "kubeProxyVersion": "v1.32.0-ttj-local",
+                "containerRuntimeVersion": "ttj-local://process",
+                "kernelVersion": "",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        },
+    }
