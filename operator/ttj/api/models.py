@@ -356,6 +356,11 @@ class ChiefStatus(_Model):
     elected_at: str | None = Field(
         default=None, description="When this chief was elected (RFC 3339).", json_schema_extra={"format": "date-time"}
     )
+    lost_at: str | None = Field(
+        default=None,
+        description="When the previous chief was lost (RFC 3339); cleared once the new chief renews the Lease.",
+        json_schema_extra={"format": "date-time"},
+    )
 
 
 class WorkerCounts(_Model):
@@ -418,6 +423,20 @@ class TransientTrainingJobStatus(_Model):
     )
     completion_time: str | None = Field(
         default=None, description="When the job finished (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+    accounted_pods: list[Annotated[str, Field(description="Name of a lost worker pod already counted.")]] | None = (
+        Field(
+            default=None,
+            description="Lost worker pods already counted in preemptions/failures; the operator deletes them only "
+            "after this is written, and forgets them once they are gone (keeps counting exact across restarts).",
+        )
+    )
+    parameter_server_pods: (
+        list[Annotated[str, Field(description="Parameter server pod of this index (empty: none seen yet).")]] | None
+    ) = Field(
+        default=None,
+        description="Name of the parameter server pod holding the model state, by PS index; a different pod "
+        "means the PS was replaced and the model state must be restored from the latest checkpoint.",
     )
 
 
