@@ -388,6 +388,33 @@ class ProgressStatus(_Model):
     checkpoint_path: str | None = Field(default=None, description="TensorFlow path prefix of the latest checkpoint.")
 
 
+class PodCost(_Model):
+    """One pod's accrued cost, kept while the pod exists; folded into settledUSD once it is gone."""
+
+    name: str = Field(description="Pod name.")
+    uid: str = Field(description="Pod UID (a replacement pod of the same name is another entry).")
+    role: Literal["ps", "worker"] = Field(description="ps or worker.")
+    provisioning: str | None = Field(default=None, description="How the pod's node was bought.")
+    started_at: str = Field(
+        description="When the pod started running (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+    ended_at: str | None = Field(
+        default=None,
+        description="When the pod stopped running (finished or preempted), RFC 3339; empty while it runs.",
+        json_schema_extra={"format": "date-time"},
+    )
+    usd_per_hour: float = Field(
+        ge=0, alias="usdPerHour", description="The pod's share of its node's hourly price, in US dollars."
+    )
+    on_demand_usd_per_hour: float = Field(
+        ge=0, alias="onDemandUSDPerHour", description="The same at on-demand prices, in US dollars."
+    )
+    usd: float = Field(default=0.0, ge=0, description="Cost accrued by this pod so far, in US dollars.")
+    on_demand_equivalent_usd: float = Field(
+        default=0.0, ge=0, alias="onDemandEquivalentUSD", description="The same pod-seconds at on-demand prices."
+    )
+
+
 class CostStatus(_Model):
     """Money spent so far."""
 
@@ -397,6 +424,33 @@ class CostStatus(_Model):
         ge=0,
         alias="onDemandEquivalentUSD",
         description="What the same pod-seconds would have cost at on-demand prices, in US dollars.",
+    )
+    # The ledger below keeps the total exact across operator restarts and pod deletions (ttj.cost.model).
+    usd_per_hour: float = Field(
+        default=0.0, ge=0, alias="usdPerHour", description="What the pods running now cost per hour, in US dollars."
+    )
+    settled_usd: float = Field(
+        default=0.0, ge=0, alias="settledUSD", description="Cost of the job's pods that no longer exist, in US dollars."
+    )
+    settled_on_demand_equivalent_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="settledOnDemandEquivalentUSD",
+        description="The same pod-seconds at on-demand prices, in US dollars.",
+    )
+    pods: list[PodCost] | None = Field(
+        default=None,
+        description="Cost of each pod that ran and still exists.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"]},
+    )
+    price_table: str | None = Field(default=None, description="Name of the price table used.")
+    notes: list[Annotated[str, Field(description="One reason, in words.")]] | None = Field(
+        default=None, description="Why a figure is an estimate (e.g. a machine type missing from the price table)."
+    )
+    accrued_at: str | None = Field(
+        default=None,
+        description="When the cost was last computed (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
     )
 
 
