@@ -1,0 +1,407 @@
+"""The discrete-event core: one training run of one job under one policy, on one preemption trace.
+
+Time 0 is when training starts (every first VM has booted, as in the paper's durations); a first VM
+was created ``startup_s`` earlier, so its lifetime is counted from then. Between events the global
+step grows at the fitted throughput of the running workers (zero while there is no ready chief or
+fewer than ``min_workers`` run). Events: a VM revoked (its lifetime ended; the 24 h limit included),
+a worker ready, a chief handover done, a periodic checkpoint, completion, the active deadline.
+
+After every event the policy sees the run (:class:`RunView`) and answers :class:`SimAction`s, which
+the engine applies. Policies never see the trace: the same seeded trace is replayed for each policy,
+so they are compared on the very same revocations (a replacement VM in a slot gets that slot's next
+lifetime of the trace, whoever asked for it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from ttj.api.models import TransientTrainingJobSpec
+from ttj.preemption.lifetimes import LifetimeDistribution
+from ttj.simulate.fit import ThroughputModel
+from ttj.simulate.prices import PS_PRICE_ON_DEMAND, price_per_hour
+
+#: A run that has not finished after this long is stopped and counted as failed ("stalled").
+MAX_SIMULATED_S = 30 * 24 * 3600.0
+#: GCE sends ACPI G2 (SIGTERM) 30 s before it stops a preemptible VM; enough for a ResNet-32 checkpoint.
+PREEMPTION_NOTICE_S = 30.0
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class SimJob:
+    """What the simulator needs of a TransientTrainingJob (plus the spec, for the planner)."""
+
+    name: str
+    spec: TransientTrainingJobSpec
+
+    @property
+    def train_steps(self) -> int:
+        return self.spec.train_steps
+
+    @property
+    def workers(self) -> int:
+        return self.spec.workers.replicas
+
+    @property
+    def min_workers(self) -> int:
+        return self.spec.workers.min_replicas
+
+    @property
+    def slots(self) -> int:
+        return self.spec.workers.slots
+
+    @property
+    def accelerator(self) -> str:
+        return self.spec.workers.accelerator_type
+
+    @property
+    def provisioning(self) -> str:
+        return str(self.spec.workers.provisioning)
+
+    @property
+    def ps_replicas(self) -> int:
+        return self.spec.parameter_servers.replicas
+
+    @property
+    def label(self) -> str:
+        gpu = self.accelerator.removeprefix("nvidia-tesla-").removeprefix("nvidia-").upper()
+        kind = "on-demand" if self.provisioning == "on-demand" else "transient"
+        return f"{gpu} {kind} x{self.workers}"
+
+    def with_cluster(self, *, workers: int, accelerator: str, provisioning: str) -> SimJob:
+        """The same job on another cluster (min/max replicas follow, as a user would set them)."""
+        spec = self.spec.model_copy(deep=True)
+        spec.workers.replicas = workers
+        spec.workers.max_replicas = max(workers, spec.workers.max_replicas or 0) if spec.workers.max_replicas else None
+        spec.workers.min_replicas = min(spec.workers.min_replicas, workers)
+        spec.workers.accelerator_type = accelerator
+        spec.workers.provisioning = provisioning  # type: ignore[assignment]
+        return SimJob(self.name, spec)
+
+
+class PreemptionTrace:
+    """The seeded randomness of one run: each slot's successive VM lifetimes, and the run's speed."""
+
+    def __init__(
+        self,
+        seed: int,
+        run: int,
+        lifetimes: LifetimeDistribution | None,
+        noise_sigma: float,
+        fixed: Mapping[tuple[int, int], float] | None = None,
+    ) -> None:
+        self.seed = seed
+        self.run = run
+        self._lifetimes = lifetimes
+        self._fixed = dict(fixed or {})
+        self._cache: dict[tuple[int, int], float] = {}
+        noise = random.Random(f"ttj-simulate/{seed}/{run}/speed")
+        self.speed_factor = math.exp(noise.gauss(0.0, noise_sigma)) if noise_sigma > 0 else 1.0
+
+    def lifetime(self, slot: int, serial: int, *, outlives: float = 0.0) -> float:
+        """Seconds the ``serial``-th VM of ``slot`` lives from its creation (inf: never revoked).
+
+        ``outlives`` conditions the draw: a first VM revoked while booting would have been replaced
+        before the measured run started, so first VMs are drawn among those that outlive start-up.
+        """
+        key = (slot, serial)
+        if key in self._fixed:
+            return self._fixed[key]
+        if self._lifetimes is None:
+            return math.inf
+        if key not in self._cache:
+            rng = random.Random(f"ttj-simulate/{self.seed}/{self.run}/{slot}/{serial}")
+            drawn = self._lifetimes.sample(rng)
+            for _ in range(1000):
+                if drawn > outlives:
+                    break
+                drawn = self._lifetimes.sample(rng)
+            self._cache[key] = drawn
+        return self._cache[key]
+
+
+@dataclass
+class WorkerVm:
+    slot: int
+    serial: int
+    created_at: float
+    ready_at: float
+    dies_at: float
+    ended_at: float | None = None
+    revoked: bool = False
+
+    def running(self, now: float) -> bool:
+        return self.ended_at is None and self.ready_at <= now + _EPS
+
+    @property
+    def alive(self) -> bool:
+        return self.ended_at is None
+
+
+# --- what a policy may ask for ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartWorker:
+    """Create a worker in ``slot`` on a new VM; it trains ``startup_s`` later."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class MakeChief:
+    """Hand the chief role to the worker in ``slot`` (a new epoch); training pauses ``handover_s``."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class RestoreCheckpoint:
+    """Roll the global step back to the last checkpoint (a chief restarted from it)."""
+
+
+@dataclass(frozen=True)
+class FailJob:
+    reason: str
+
+
+SimAction = StartWorker | MakeChief | RestoreCheckpoint | FailJob
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What a policy observes after an event."""
+
+    now: float
+    job: SimJob
+    live_slots: Mapping[int, bool]  # slot → running (False: still starting) for every live worker VM
+    lost_slots: Sequence[int]  # slots whose VM was revoked at this event
+    chief_slot: int | None
+    chief_epoch: int
+    global_step: float
+    checkpoint_step: float
+    checkpoint_time: float
+    preemptions: int
+    failures: int
+    cost_usd: float
+    started: bool  # False only for the call before training starts
+
+
+class Policy(Protocol):
+    name: str
+    #: whether the chief writes a checkpoint in the 30 s preemption notice (SIGTERM)
+    checkpoint_on_sigterm: bool
+
+    def decide(self, view: RunView) -> list[SimAction]: ...
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunResult:
+    policy: str
+    run: int
+    outcome: Literal["Succeeded", "Failed"]
+    reason: str
+    time_s: float
+    cost_usd: float
+    revocations: int
+    replacements: int
+    chief_elections: int
+    steps_lost: float  # rolled back to checkpoints, plus all progress of a failed run
+    #: the same run without any revocation (same speed factor), for per-revocation overheads
+    baseline_time_s: float
+    baseline_cost_usd: float
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome == "Succeeded"
+
+
+@dataclass
+class _Run:
+    job: SimJob
+    trace: PreemptionTrace
+    throughput: ThroughputModel
+    startup_s: float
+    handover_s: float
+    now: float = 0.0
+    vms: list[WorkerVm] = field(default_factory=list)
+    serials: dict[int, int] = field(default_factory=dict)
+    chief_slot: int | None = None
+    chief_ready_at: float = 0.0
+    epoch: int = 0
+    elections: int = 0
+    step: float = 0.0
+    checkpoint_step: float = 0.0
+    checkpoint_time: float = 0.0
+    revocations: int = 0
+    replacements: int = 0
+    failures: int = 0
+    steps_lost: float = 0.0
+    worker_price_h: float = 0.0
+    ps_price_h: float = 0.0
+
+    def live(self) -> dict[int, WorkerVm]:
+        return {vm.slot: vm for vm in self.vms if vm.alive}
+
+    def running_workers(self) -> int:
+        return sum(1 for vm in self.vms if vm.running(self.now))
+
+    def rate(self) -> float:
+        chief = self.live().get(self.chief_slot) if self.chief_slot is not None else None
+        if chief is None or not chief.running(self.now) or self.chief_ready_at > self.now + _EPS:
+            return 0.0
+        active = self.running_workers()
+        if active < self.job.min_workers:
+            return 0.0
+        steps = self.throughput.steps_per_second(active, self.job.accelerator, self.job.ps_replicas)
+        return steps * self.trace.speed_factor
+
+    def cost(self, at: float) -> float:
+        worker_s = sum(max(0.0, min(vm.ended_at if vm.ended_at is not None else at, at) - vm.created_at) for vm in self.vms)
+        return (worker_s * self.worker_price_h + at * self.ps_price_h * self.job.ps_replicas) / 3600.0
+
+    def start_worker(self, slot: int, *, first: bool) -> None:
+        serial = self.serials.get(slot, 0)
+        self.serials[slot] = serial + 1
+        lifetime = self.trace.lifetime(slot, serial, outlives=self.startup_s if first else 0.0)
+        if first:  # booted before training started; billed from time 0, like the paper's costs
+            vm = WorkerVm(slot, serial, 0.0, 0.0, lifetime - self.startup_s)
+        else:
+            vm = WorkerVm(slot, serial, self.now, self.now + self.startup_s, self.now + lifetime)
+            self.replacements += 1
+        self.vms.append(vm)
+
+
+def simulate_run(
+    job: SimJob,
+    policy: Policy,
+    trace: PreemptionTrace,
+    throughput: ThroughputModel,
+    *,
+    startup_s: float,
+    handover_s: float = 15.0,
+) -> RunResult:
+    """Run ``job`` once under ``policy`` on ``trace``."""
+    run = _Run(job, trace, throughput, startup_s, handover_s)
+    run.worker_price_h = price_per_hour(job.accelerator, job.provisioning)
+    run.ps_price_h = PS_PRICE_ON_DEMAND
+    for slot in range(job.workers):
+        run.start_worker(slot, first=True)
+    run.chief_slot = 0
+    run.epoch = 1
+    baseline_rate = throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas) * trace.speed_factor
+    baseline_time = job.train_steps / baseline_rate
+    baseline_cost = (
+        baseline_time * (job.workers * run.worker_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
+    )
+    interval_steps = job.spec.checkpoint.interval_steps
+    interval_s = job.spec.checkpoint.interval_seconds
+    deadline = float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf
+
+    def finish(outcome: Literal["Succeeded", "Failed"], reason: str) -> RunResult:
+        for vm in run.vms:
+            if vm.ended_at is None:
+                vm.ended_at = run.now
+        if outcome == "Failed":
+            run.steps_lost += run.step
+        return RunResult(
+            policy=policy.name,
+            run=trace.run,
+            outcome=outcome,
+            reason=reason,
+            time_s=run.now,
+            cost_usd=run.cost(run.now),
+            revocations=run.revocations,
+            replacements=run.replacements,
+            chief_elections=run.elections,
+            steps_lost=run.steps_lost,
+            baseline_time_s=baseline_time,
+            baseline_cost_usd=baseline_cost,
+        )
+
+    lost: list[int] = []
+    while True:
+        # 1. revocations due now (a first VM may die before training even starts)
+        for vm in run.vms:
+            if vm.alive and vm.dies_at <= run.now + _EPS:
+                vm.ended_at = max(run.now, vm.created_at)
+                vm.revoked = True
+                run.revocations += 1
+                lost.append(vm.slot)
+                if vm.slot == run.chief_slot and policy.checkpoint_on_sigterm and vm.running(run.now):
+                    run.checkpoint_step, run.checkpoint_time = run.step, run.now
+        # 2. the policy reacts to what it observes
+        live = run.live()
+        view = RunView(
+            now=run.now,
+            job=job,
+            live_slots={slot: vm.running(run.now) for slot, vm in sorted(live.items())},
+            lost_slots=tuple(lost),
+            chief_slot=run.chief_slot,
+            chief_epoch=run.epoch,
+            global_step=run.step,
+            checkpoint_step=run.checkpoint_step,
+            checkpoint_time=run.checkpoint_time,
+            preemptions=run.revocations,
+            failures=run.failures,
+            cost_usd=run.cost(run.now),
+            started=True,
+        )
+        lost = []
+        for action in policy.decide(view):
+            if isinstance(action, FailJob):
+                return finish("Failed", action.reason)
+            if isinstance(action, StartWorker):
+                if action.slot in run.live():
+                    continue  # already has a VM: idempotent, like a create answered 409
+                run.start_worker(action.slot, first=False)
+            elif isinstance(action, MakeChief):
+                if action.slot != run.chief_slot:
+                    run.chief_slot = action.slot
+                    run.epoch += 1
+                    run.elections += 1
+                    run.chief_ready_at = run.now + handover_s
+                    if policy.checkpoint_on_sigterm:  # a new chief checkpoints when elected (contract)
+                        run.checkpoint_step, run.checkpoint_time = run.step, run.now
+            elif isinstance(action, RestoreCheckpoint):
+                run.steps_lost += run.step - run.checkpoint_step
+                run.step = run.checkpoint_step
+        # 3. the next event
+        rate = run.rate()
+        candidates = [deadline, MAX_SIMULATED_S]
+        for vm in run.vms:
+            if vm.alive:
+                candidates.append(vm.dies_at)
+                if vm.ready_at > run.now + _EPS:
+                    candidates.append(vm.ready_at)
+        if run.chief_ready_at > run.now + _EPS:
+            candidates.append(run.chief_ready_at)
+        if rate > 0:
+            candidates.append(run.now + (job.train_steps - run.step) / rate)
+            if interval_s:
+                candidates.append(max(run.now, run.checkpoint_time + interval_s))
+            if interval_steps:
+                candidates.append(run.now + max(0.0, run.checkpoint_step + interval_steps - run.step) / rate)
+        upcoming = min(c for c in candidates if c > run.now + _EPS) if any(c > run.now + _EPS for c in candidates) else run.now
+        run.step = min(float(job.train_steps), run.step + rate * (upcoming - run.now))
+        run.now = upcoming
+        if run.step >= job.train_steps - 1e-6:
+            run.step = float(job.train_steps)
+            return finish("Succeeded", "TrainStepsReached")
+        if rate > 0 and run.chief_slot is not None:
+            due_steps = interval_steps and run.step >= run.checkpoint_step + interval_steps - 1e-6
+            due_time = interval_s and run.now >= run.checkpoint_time + interval_s - 1e-6
+            if due_steps or due_time:
+                run.checkpoint_step, run.checkpoint_time = run.step, run.now
+        if run.now >= deadline - _EPS:
+            return finish("Failed", "DeadlineExceeded")
+        if run.now >= MAX_SIMULATED_S - _EPS:
+            return finish("Failed", "Stalled")
