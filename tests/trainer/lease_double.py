@@ -1,0 +1,165 @@
+"""A test double of the Kubernetes API serving one Lease: GET, merge PATCH and PUT, with resourceVersion checks.
+
+Only what the trainer uses (see ttj_trainer.lease). It speaks real HTTP, so the trainer's official
+kubernetes client is exercised end to end; tests reach it through a kubeconfig file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+PROGRESS = "transient.training/progress"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class LeaseDouble:
+    def __init__(self, namespace: str, name: str, holder: str | None = None, duration: int = 15) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.lock = threading.Lock()
+        self.version = 1
+        self.lease: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1", "annotations": {}},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "leaseTransitions": 0},
+        }
+        self.patches = 0
+        self.conflicts = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> LeaseDouble:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+                    "users": [{"name": "double", "user": {"token": "test"}}],
+                    "contexts": [{"name": "double", "context": {"cluster": "double", "user": "double"}}],
+                    "current-context": "double",
+                }
+            )
+        )
+        return path
+
+    # -- what tests (playing the operator) do --------------------------------------------------------------
+    def _bump(self) -> None:
+        self.version += 1
+        self.lease["metadata"]["resourceVersion"] = str(self.version)
+
+    def elect(self, holder: str) -> int:
+        """Makes ``holder`` the chief in a new epoch, as the operator does; returns the epoch."""
+        with self.lock:
+            spec = self.lease["spec"]
+            spec["holderIdentity"] = holder
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+            spec.pop("renewTime", None)
+            self._bump()
+            return int(spec["leaseTransitions"])
+
+    def annotate(self, key: str, value: str) -> None:
+        with self.lock:
+            self.lease["metadata"]["annotations"][key] = value
+            self._bump()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return copy.deepcopy(self.lease)
+
+    def progress(self) -> dict[str, Any] | None:
+        raw = self.snapshot()["metadata"]["annotations"].get(PROGRESS)
+        return json.loads(raw) if raw else None
+
+    # -- HTTP --------------------------------------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        double = self
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _status(self, code: int, reason: str, message: str) -> None:
+                self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code, "message": message})
+
+            def _body(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length) or b"{}")
+
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] != path:
+                    return self._status(404, "NotFound", f"{self.path} not found")
+                self._send(200, double.snapshot())
+                return None
+
+            def _write(self, new: dict[str, Any], claimed_version: str | None) -> None:
+                if claimed_version and claimed_version != double.lease["metadata"]["resourceVersion"]:
+                    double.conflicts += 1
+                    return self._status(409, "Conflict", "the object has been modified")
+                new["metadata"]["name"] = double.name
+                new["metadata"]["namespace"] = double.namespace
+                double.lease = new
+                double._bump()
+                double.patches += 1
+                self._send(200, copy.deepcopy(new))
+                return None
+
+            def do_PATCH(self) -> None:
+                if self.path.split("?")[0] != path:
+                    return self._status(404, "NotFound", f"{self.path} not found")
+                if "merge-patch" not in (self.headers.get("Content-Type") or ""):
+                    return self._status(415, "UnsupportedMediaType", "this double speaks merge-patch only")
+                patch = self._body()
+                with double.lock:
+                    claimed = (patch.get("metadata") or {}).get("resourceVersion")
+                    self._write(merge_patch(double.lease, patch), claimed)
+                return None
+
+            def do_PUT(self) -> None:
+                if self.path.split("?")[0] != path:
+                    return self._status(404, "NotFound", f"{self.path} not found")
+                body = self._body()
+                with double.lock:
+                    self._write(body, (body.get("metadata") or {}).get("resourceVersion"))
+                return None
+
+        return Handler

@@ -1,0 +1,58 @@
+"""``python -m ttj_trainer``: the role comes from TF_CONFIG (task.type ps or worker)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+# Before TensorFlow is imported: its C++ logs are not structured, keep them to errors.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+EXIT_CONFIG = 2
+EXIT_DATASET = 3
+
+
+def main() -> int:
+    from ttj_trainer import logs
+    from ttj_trainer.config import ConfigError, load
+
+    logs.setup(pod=os.environ.get("POD_NAME", ""), job=os.environ.get("TTJ_JOB_NAME", ""))
+    log = logging.getLogger("ttj_trainer")
+    try:
+        cfg = load()
+    except ConfigError as err:
+        logs.event(log, f"configuration error: {err}", logging.ERROR)
+        print(f"ttj-trainer: configuration error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    logs.setup(pod=cfg.pod_name, job=cfg.job_name, role=cfg.role, task=cfg.task_index)
+
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(cfg.intra_op_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(cfg.inter_op_threads)
+    logs.event(log, "starting", role=cfg.role, task=cfg.task_index, address=cfg.own_address, tensorflow=tf.__version__)
+    if cfg.role == "ps":
+        from ttj_trainer import ps
+
+        return ps.run(cfg)
+
+    from ttj_trainer import worker
+    from ttj_trainer.data import DatasetError
+
+    from kubernetes.config import ConfigException
+
+    try:
+        return worker.run(cfg)
+    except ConfigException as err:
+        logs.event(log, f"cannot reach the Kubernetes API: {err}", logging.ERROR)
+        print(f"ttj-trainer: no Kubernetes API configuration (set KUBECONFIG, or run in a pod): {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DatasetError as err:
+        logs.event(log, f"dataset error: {err}", logging.ERROR)
+        print(f"ttj-trainer: dataset error: {err}", file=sys.stderr)
+        return EXIT_DATASET
+
+
+if __name__ == "__main__":
+    sys.exit(main())

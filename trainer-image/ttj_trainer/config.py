@@ -1,0 +1,182 @@
+"""The trainer's settings, read from the environment the operator gives every pod (see README.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_PORT = 2222
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed: the trainer exits 2 with this message."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    role: str  # "ps" or "worker"
+    task_index: int
+    ps_addresses: list[str]
+    worker_addresses: list[str]  # every slot, in slot order (may be empty strings for empty slots)
+    pod_name: str
+    pod_namespace: str
+    pod_ip: str
+    job_name: str
+    model: str
+    dataset: str
+    data_dir: str
+    train_steps: int
+    batch_size: int
+    learning_rate: float
+    learning_rate_scaling: str
+    momentum: float
+    checkpoint_uri: str
+    checkpoint_interval_steps: int
+    checkpoint_interval_seconds: float
+    checkpoints_to_keep: int
+    desired_workers: int
+    intra_op_threads: int
+    inter_op_threads: int
+    metrics_port: int
+    lease_poll_seconds: float
+    termination_grace_seconds: float
+    seed: int
+
+    @property
+    def own_port(self) -> int:
+        """The port of this task's own entry in TF_CONFIG (2222 when the entry names none)."""
+        addresses = self.ps_addresses if self.role == "ps" else self.worker_addresses
+        return port_of(addresses[self.task_index])
+
+    @property
+    def own_address(self) -> str:
+        """Where the PS reaches this task: POD_IP (never the DNS name, which may not resolve yet) and its port."""
+        return f"{self.pod_ip}:{self.own_port}"
+
+    @property
+    def lease_name(self) -> str:
+        return f"{self.job_name}-chief"
+
+
+def port_of(address: str) -> int:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        return DEFAULT_PORT
+    try:
+        return int(port)
+    except ValueError as err:
+        raise ConfigError(f"TF_CONFIG address {address!r} has a non-numeric port") from err
+
+
+def _get(env: Mapping[str, str], name: str, default: str | None = None) -> str:
+    value = env.get(name, "").strip()
+    if value:
+        return value
+    if default is None:
+        raise ConfigError(f"environment variable {name} is required but not set")
+    return default
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None, minimum: int = 0) -> int:
+    raw = _get(env, name, None if default is None else str(default))
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from err
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float | None = None, minimum: float = 0.0) -> float:
+    raw = _get(env, name, None if default is None else str(default))
+    try:
+        value = float(raw)
+    except ValueError as err:
+        raise ConfigError(f"{name}={raw!r} is not a number") from err
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _parse_tf_config(raw: str) -> tuple[str, int, list[str], list[str]]:
+    try:
+        tf_config = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"TF_CONFIG is not valid JSON: {err}") from err
+    if not isinstance(tf_config, dict):
+        raise ConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+    cluster = tf_config.get("cluster") or {}
+    task = tf_config.get("task") or {}
+    ps = cluster.get("ps") or []
+    workers = cluster.get("worker") or []
+    if not isinstance(ps, list) or not ps or not all(isinstance(a, str) and a for a in ps):
+        raise ConfigError("TF_CONFIG cluster.ps must be a non-empty list of 'host:port' strings")
+    if not isinstance(workers, list) or not all(isinstance(a, str) for a in workers):
+        raise ConfigError("TF_CONFIG cluster.worker must be a list of 'host:port' strings, one per slot")
+    role = task.get("type")
+    index = task.get("index")
+    if role not in ("ps", "worker"):
+        raise ConfigError(f"TF_CONFIG task.type must be 'ps' or 'worker', not {role!r} (this trainer has no 'chief' task)")
+    if not isinstance(index, int) or index < 0:
+        raise ConfigError(f"TF_CONFIG task.index must be a non-negative integer, not {index!r}")
+    addresses = ps if role == "ps" else workers
+    if index >= len(addresses):
+        raise ConfigError(f"TF_CONFIG task.index {index} is outside cluster.{role} ({len(addresses)} entries)")
+    for address in ps + [a for a in workers if a]:
+        port_of(address)
+    return role, index, list(ps), list(workers)
+
+
+def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
+    """Reads and validates every setting; raises ConfigError naming the first bad one."""
+    from ttj_trainer import data, models  # the catalogues: names are checked before TensorFlow is imported
+
+    env = os.environ if env is None else env
+    role, index, ps, workers = _parse_tf_config(_get(env, "TF_CONFIG"))
+    is_worker = role == "worker"
+    # The PS needs only TF_CONFIG (and POD_IP); everything else matters to workers alone.
+    model = _get(env, "TTJ_MODEL", "resnet32")
+    dataset = _get(env, "TTJ_DATASET", "cifar10")
+    if is_worker and model not in models.MODEL_NAMES:
+        raise ConfigError(f"unknown model TTJ_MODEL={model!r}; known models: {', '.join(models.MODEL_NAMES)}")
+    if is_worker and dataset not in data.DATASET_NAMES:
+        raise ConfigError(f"unknown dataset TTJ_DATASET={dataset!r}; known datasets: {', '.join(data.DATASET_NAMES)}")
+    scaling = _get(env, "TTJ_LEARNING_RATE_SCALING", "activeWorkers")
+    if scaling not in ("none", "activeWorkers"):
+        raise ConfigError(f"TTJ_LEARNING_RATE_SCALING={scaling!r} must be 'none' or 'activeWorkers'")
+    checkpoint_uri = _get(env, "TTJ_CHECKPOINT_URI", "" if not is_worker else None).rstrip("/")
+    if is_worker and not (checkpoint_uri.startswith("gs://") or checkpoint_uri.startswith("/")):
+        raise ConfigError(f"TTJ_CHECKPOINT_URI={checkpoint_uri!r} must be gs://... or an absolute path")
+    cpu_count = os.cpu_count() or 1
+    return TrainerConfig(
+        role=role,
+        task_index=index,
+        ps_addresses=ps,
+        worker_addresses=workers,
+        pod_name=_get(env, "POD_NAME", "" if not is_worker else None),
+        pod_namespace=_get(env, "POD_NAMESPACE", "default"),
+        pod_ip=_get(env, "POD_IP", "127.0.0.1" if not is_worker else None),
+        job_name=_get(env, "TTJ_JOB_NAME", "" if not is_worker else None),
+        model=model,
+        dataset=dataset,
+        data_dir=_get(env, "TTJ_DATA_DIR", "/data/cifar10"),
+        train_steps=_int(env, "TTJ_TRAIN_STEPS", 64000, minimum=1),
+        batch_size=_int(env, "TTJ_BATCH_SIZE", 128, minimum=1),
+        learning_rate=_float(env, "TTJ_LEARNING_RATE", 0.1),
+        learning_rate_scaling=scaling,
+        momentum=_float(env, "TTJ_MOMENTUM", 0.9),
+        checkpoint_uri=checkpoint_uri,
+        checkpoint_interval_steps=_int(env, "TTJ_CHECKPOINT_INTERVAL_STEPS", 1000),
+        checkpoint_interval_seconds=_float(env, "TTJ_CHECKPOINT_INTERVAL_SECONDS", 600.0),
+        checkpoints_to_keep=_int(env, "TTJ_CHECKPOINTS_TO_KEEP", 5, minimum=1),
+        desired_workers=_int(env, "TTJ_DESIRED_WORKERS", max(1, sum(1 for w in workers if w)), minimum=1),
+        intra_op_threads=_int(env, "TTJ_INTRA_OP_THREADS", 1 if cpu_count <= 4 else 0),
+        inter_op_threads=_int(env, "TTJ_INTER_OP_THREADS", 2 if cpu_count <= 4 else 0),
+        metrics_port=_int(env, "TTJ_METRICS_PORT", 9090),
+        lease_poll_seconds=_float(env, "TTJ_LEASE_POLL_SECONDS", 1.0, minimum=0.05),
+        termination_grace_seconds=_float(env, "TTJ_TERMINATION_GRACE_SECONDS", 12.0, minimum=1.0),
+        seed=_int(env, "TTJ_SEED", 0),
+    )

@@ -1,0 +1,203 @@
+"""The trainer's side of the Lease ``<TTJ_JOB_NAME>-chief``: the only channel between operator and trainers.
+
+Read: ``spec.holderIdentity`` (the chief pod), ``spec.leaseTransitions`` (the epoch),
+``spec.leaseDurationSeconds`` and annotation ``transient.training/active-workers``.
+Written, by the chief only, as a JSON merge patch carrying ``metadata.resourceVersion`` (so a concurrent
+write by the operator makes the patch fail with 409 instead of being clobbered): ``spec.renewTime`` and
+annotation ``transient.training/progress``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ttj_trainer.logs import event
+
+PROGRESS_ANNOTATION = "transient.training/progress"
+ACTIVE_WORKERS_ANNOTATION = "transient.training/active-workers"
+API_TIMEOUT_SECONDS = 5.0
+PROGRESS_PERIOD_SECONDS = 2.0
+
+log = logging.getLogger("ttj_trainer.lease")
+
+
+class LeaseUnavailableError(Exception):
+    """The Lease could not be read (missing, or the API unreachable)."""
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    holder: str | None
+    epoch: int
+    duration_seconds: int | None
+    active_workers: int | None
+    resource_version: str
+
+    def names(self, pod: str) -> bool:
+        return self.holder == pod
+
+
+def micro_time(timestamp: float | None = None) -> str:
+    moment = datetime.datetime.fromtimestamp(time.time() if timestamp is None else timestamp, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _view(lease: Any) -> LeaseView:
+    spec = lease.spec
+    annotations = lease.metadata.annotations or {}
+    active: int | None = None
+    raw = annotations.get(ACTIVE_WORKERS_ANNOTATION)
+    if raw is not None:
+        try:
+            active = max(0, int(raw))
+        except ValueError:
+            log.warning("ignoring malformed annotation %s=%r", ACTIVE_WORKERS_ANNOTATION, raw)
+    return LeaseView(
+        holder=spec.holder_identity or None if spec else None,
+        epoch=int((spec.lease_transitions if spec else None) or 0),
+        duration_seconds=spec.lease_duration_seconds if spec else None,
+        active_workers=active,
+        resource_version=lease.metadata.resource_version or "",
+    )
+
+
+class LeaseClient:
+    """GET and resourceVersion-checked merge PATCH of one Lease, through the official kubernetes client."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        from kubernetes import client, config
+
+        if os.environ.get("KUBECONFIG"):
+            config.load_kube_config(config_file=os.environ["KUBECONFIG"])
+        else:
+            config.load_incluster_config()
+        self._api = client.CoordinationV1Api()
+        self.namespace = namespace
+        self.name = name
+
+    def get(self) -> LeaseView:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            lease = self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=API_TIMEOUT_SECONDS)
+        except ApiException as err:
+            raise LeaseUnavailableError(f"cannot read Lease {self.namespace}/{self.name}: {err.status} {err.reason}") from err
+        except Exception as err:  # network errors come in many types (urllib3, socket, ssl)
+            raise LeaseUnavailableError(f"cannot read Lease {self.namespace}/{self.name}: {err}") from err
+        return _view(lease)
+
+    def renew(self, seen: LeaseView, progress: dict[str, Any] | None) -> LeaseView | None:
+        """Renews as the holder ``seen`` names; returns the new view, or None when the Lease changed meanwhile."""
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": seen.resource_version},
+            "spec": {"renewTime": micro_time()},
+        }
+        if progress is not None:
+            body["metadata"]["annotations"] = {PROGRESS_ANNOTATION: json.dumps(progress, separators=(",", ":"))}
+        try:
+            lease = self._api.patch_namespaced_lease(
+                self.name,
+                self.namespace,
+                body,
+                _content_type="application/merge-patch+json",
+                _request_timeout=API_TIMEOUT_SECONDS,
+            )
+        except ApiException as err:
+            if err.status == 409:
+                return None  # someone (the operator) wrote first: re-read before deciding anything
+            raise LeaseUnavailableError(f"cannot renew Lease {self.namespace}/{self.name}: {err.status} {err.reason}") from err
+        except Exception as err:
+            raise LeaseUnavailableError(f"cannot renew Lease {self.namespace}/{self.name}: {err}") from err
+        return _view(lease)
+
+
+class LeaseWatcher(threading.Thread):
+    """Keeps the latest view of the Lease and, while it names this pod, renews it and publishes progress.
+
+    Polls with GET every ``poll_seconds`` (and at least every leaseDurationSeconds/3 while chief): simple,
+    and it costs the API server one small request per second per trainer.
+    """
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        pod_name: str,
+        progress: Callable[[], dict[str, Any] | None],
+        poll_seconds: float = 1.0,
+    ) -> None:
+        super().__init__(name="lease-watcher", daemon=True)
+        self.client = client
+        self.pod_name = pod_name
+        self.progress = progress
+        self.poll_seconds = poll_seconds
+        self.view: LeaseView | None = None
+        self.last_renewal: float | None = None
+        self.changed = threading.Event()
+        self._stop_event = threading.Event()
+        self._publish_now = threading.Event()
+        self._last_error = ""
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self._publish_now.set()
+
+    def publish_now(self, timeout: float = 5.0) -> bool:
+        """Renews and publishes progress at once (e.g. the final checkpoint before exiting); True when done."""
+        view = self.view
+        if view is None or not view.names(self.pod_name):
+            return False
+        try:
+            renewed = self.client.renew(view, self.progress())
+            if renewed is None:
+                renewed = self.client.get()
+                if not renewed.names(self.pod_name):
+                    return False
+                renewed = self.client.renew(renewed, self.progress())
+        except LeaseUnavailableError as err:
+            event(log, "could not publish progress", logging.WARNING, error=str(err))
+            return False
+        if renewed is not None:
+            self._update(renewed)
+            self.last_renewal = time.monotonic()
+        return renewed is not None
+
+    def _update(self, view: LeaseView) -> None:
+        old = self.view
+        self.view = view
+        if old is None or (old.holder, old.epoch, old.active_workers) != (view.holder, view.epoch, view.active_workers):
+            self.changed.set()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            interval = self.poll_seconds
+            try:
+                view = self.client.get()
+                self._update(view)
+                if view.names(self.pod_name):
+                    if view.duration_seconds:
+                        interval = min(interval, view.duration_seconds / 3.0)
+                    renewed = self.client.renew(view, self.progress())
+                    if renewed is not None:
+                        self._update(renewed)
+                        self.last_renewal = time.monotonic()
+                    else:
+                        interval = 0.05  # lost a race with another writer: re-read soon
+                self._last_error = ""
+            except LeaseUnavailableError as err:
+                if str(err) != self._last_error:
+                    event(log, "lease unavailable; will retry", logging.WARNING, error=str(err))
+                    self._last_error = str(err)
+            except Exception:
+                log.exception("unexpected error in the lease watcher; will retry")
+            self._publish_now.wait(interval)
+            self._publish_now.clear()

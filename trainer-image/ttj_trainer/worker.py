@@ -1,0 +1,303 @@
+"""A worker: trains asynchronously against the parameter servers; checkpoints while the Lease names it chief."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ttj_trainer import checkpoints, data, metrics, models
+from ttj_trainer.config import TrainerConfig
+from ttj_trainer.lease import LeaseClient, LeaseUnavailableError, LeaseView, LeaseWatcher
+from ttj_trainer.logs import event
+
+log = logging.getLogger("ttj_trainer.worker")
+HEARTBEAT_PERIOD_SECONDS = 1.0
+HEARTBEAT_FRESH_SECONDS = 10.0
+RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)
+
+
+class Terminated(Exception):
+    """SIGTERM arrived while waiting."""
+
+
+class Worker:
+    def __init__(self, cfg: TrainerConfig) -> None:
+        import tensorflow as tf
+
+        self.cfg = cfg
+        self.tf = tf
+        self.terminating = threading.Event()
+        self.local_device = f"/job:worker/replica:0/task:{cfg.task_index}/device:CPU:0"
+        self.model = models.build(cfg.model)
+        self.rng = np.random.default_rng([cfg.seed, cfg.task_index, os.getpid(), time.time_ns() % 2**32])
+        self.batches = data.batches(cfg.dataset, cfg.data_dir, cfg.batch_size, cfg.seed, self.rng)
+        from ttj_trainer.parameters import ParameterStore
+
+        self.store = ParameterStore(self.model, len(cfg.ps_addresses), len(cfg.worker_addresses), self.local_device)
+        checkpoints.set_local_device(self.local_device)
+        self.lease = LeaseClient(cfg.pod_namespace, cfg.lease_name)
+        self.watcher = LeaseWatcher(self.lease, cfg.pod_name, self._progress, cfg.lease_poll_seconds)
+        self.chief_epoch: int | None = None  # the epoch this process is chief of, None while not chief
+        self.global_step = 0
+        self.last_checkpoint: checkpoints.Latest | None = None
+        self.last_checkpoint_time: float | None = None  # wall clock, for progress and metrics
+        self.last_checkpoint_monotonic = time.monotonic()
+        self.ready = False
+        self.step_times: deque[float] = deque(maxlen=200)
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+    def connect(self) -> None:
+        tf = self.tf
+        cluster = tf.train.ClusterSpec(
+            {"ps": list(self.cfg.ps_addresses), "worker": {self.cfg.task_index: self.cfg.own_address}}
+        )
+        tf.config.experimental_connect_to_cluster(cluster, job_name="worker", task_index=self.cfg.task_index, protocol="grpc")
+        self.store.open()
+
+    def _progress(self) -> dict[str, Any] | None:
+        if self.chief_epoch is None:
+            return None
+        progress: dict[str, Any] = {"globalStep": self.global_step}
+        if self.last_checkpoint is not None:
+            progress["checkpointStep"] = self.last_checkpoint.step
+            progress["checkpointPath"] = self.last_checkpoint.path
+            progress["checkpointTime"] = checkpoints._rfc3339(self.last_checkpoint_time or time.time())
+        return progress
+
+    def _on_sigterm(self, *_: Any) -> None:
+        if self.terminating.is_set():
+            return
+        self.terminating.set()
+        # If the PS or the API hangs, still leave inside the grace period Kubernetes gives us.
+        grace = self.cfg.termination_grace_seconds
+
+        def force_exit() -> None:
+            time.sleep(grace)
+            event(log, "could not stop cleanly within the grace period; exiting", logging.ERROR, grace=grace)
+            os._exit(143)
+
+        threading.Thread(target=force_exit, name="sigterm-watchdog", daemon=True).start()
+
+    def _sleep(self, seconds: float) -> None:
+        if self.terminating.wait(seconds):
+            raise Terminated
+
+    def learning_rate(self, view: LeaseView | None) -> float:
+        if self.cfg.learning_rate_scaling == "none":
+            return self.cfg.learning_rate
+        desired = self.cfg.desired_workers
+        active = view.active_workers if view is not None and view.active_workers is not None else desired
+        return self.cfg.learning_rate * min(1.0, active / desired)
+
+    # -- the chief's duties --------------------------------------------------------------------------------
+    def _fence(self) -> None:
+        """Raises StaleEpochError unless the Lease, read now, still names this pod in our epoch."""
+        try:
+            view = self.lease.get()
+        except LeaseUnavailableError as err:
+            raise checkpoints.StaleEpochError(f"cannot confirm the chief's epoch: {err}") from err
+        self.watcher._update(view)
+        if not view.names(self.cfg.pod_name) or view.epoch != self.chief_epoch:
+            raise checkpoints.StaleEpochError(
+                f"the Lease now names {view.holder!r} in epoch {view.epoch}; this pod was chief in epoch {self.chief_epoch}"
+            )
+
+    def checkpoint(self, reason: str) -> bool:
+        if self.chief_epoch is None:
+            return False
+        started = time.monotonic()
+        try:
+            values = self.store.read_all()
+            step = int(values["ttj/global_step"])
+            path = checkpoints.save(
+                self.cfg.checkpoint_uri,
+                step,
+                self.chief_epoch,
+                values,
+                writer=self.cfg.pod_name,
+                fence=self._fence,
+                keep=self.cfg.checkpoints_to_keep,
+            )
+        except checkpoints.StaleEpochError as err:
+            metrics.checkpoints_refused.inc()
+            event(log, "checkpoint refused: no longer chief", logging.WARNING, reason=reason, error=str(err))
+            self._step_down()
+            return False
+        elapsed = time.monotonic() - started
+        self.last_checkpoint = checkpoints.Latest(step, self.chief_epoch, path)
+        self.last_checkpoint_time = time.time()
+        self.last_checkpoint_monotonic = time.monotonic()
+        metrics.checkpoint_seconds.observe(elapsed)
+        metrics.checkpoint_step.set(step)
+        metrics.checkpoint_timestamp.set(self.last_checkpoint_time)
+        event(log, "checkpoint written", reason=reason, step=step, epoch=self.chief_epoch, path=path, seconds=round(elapsed, 3))
+        self.watcher.publish_now()
+        return True
+
+    def _step_down(self) -> None:
+        if self.chief_epoch is not None:
+            event(log, "no longer chief: stopped checkpointing", epoch=self.chief_epoch)
+        self.chief_epoch = None
+        metrics.set_role("worker")
+
+    def _become_chief(self, view: LeaseView) -> None:
+        try:
+            checkpoints.claim(self.cfg.checkpoint_uri, view.epoch, self.cfg.pod_name)
+        except checkpoints.StaleEpochError as err:
+            event(log, "the Lease names this pod but its epoch is stale", logging.WARNING, error=str(err))
+            return
+        self.chief_epoch = view.epoch
+        self.last_checkpoint = checkpoints.latest(self.cfg.checkpoint_uri)
+        self.last_checkpoint_time = time.time() if self.last_checkpoint else None
+        metrics.set_role("chief")
+        event(log, "elected chief", epoch=view.epoch, latest_checkpoint=self.last_checkpoint)
+        if self.ready:
+            # A live PS: never restore over it; just start checkpointing from where training is.
+            self.checkpoint("elected")
+
+    def initialise_ps(self) -> None:
+        """The chief fills a PS that holds no model state: from the latest checkpoint, or fresh."""
+        latest = checkpoints.latest(self.cfg.checkpoint_uri)
+        if latest is not None:
+            dtypes = {s.name: s.dtype for s in self.store.checkpointed}
+            values = checkpoints.restore(latest.path, dtypes)
+            self.store.assign_all(values)
+            event(log, "parameter server restored from checkpoint", step=latest.step, epoch=latest.epoch, path=latest.path)
+        else:
+            self.store.assign_all(self.store.initial_values(self.cfg.seed))
+            event(log, "parameter server initialised with fresh weights")
+        self.ready = True
+        self.global_step = self.store.global_step()
+        self.checkpoint("elected" if latest is None else "restored")
+
+    # -- main loop -----------------------------------------------------------------------------------------
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, self._on_sigterm)
+        metrics.set_role("worker")
+        metrics.serve(self.cfg.pod_ip, self.cfg.metrics_port)
+        self.watcher.start()
+        try:
+            self.connect()
+            event(log, "connected", ps=self.cfg.ps_addresses, address=self.cfg.own_address)
+            return self._loop()
+        except Terminated:
+            return self._terminate()
+        finally:
+            self.watcher.stop()
+
+    def _loop(self) -> int:
+        failures = 0
+        last_heartbeat = 0.0
+        waiting_logged = 0.0
+        while True:
+            if self.terminating.is_set():
+                return self._terminate()
+            view = self.watcher.view
+            is_holder = view is not None and view.names(self.cfg.pod_name)
+            try:
+                if not self.ready:
+                    self.ready = self.store.initialized()
+                    if self.ready:
+                        self.global_step = self.store.global_step()
+                if is_holder and view is not None and self.chief_epoch != view.epoch:
+                    self._become_chief(view)
+                elif not is_holder and self.chief_epoch is not None:
+                    self._step_down()
+                if not self.ready:
+                    if self.chief_epoch is not None:
+                        self.initialise_ps()
+                    else:
+                        if time.monotonic() - waiting_logged > 10:
+                            event(log, "waiting for the chief to initialise the parameter server", holder=view and view.holder)
+                            waiting_logged = time.monotonic()
+                        self._sleep(0.5)
+                        continue
+                if self.global_step >= self.cfg.train_steps:
+                    return self._finish()
+                now = time.time()
+                if now - last_heartbeat >= HEARTBEAT_PERIOD_SECONDS:
+                    self.store.heartbeat(self.cfg.task_index, now)
+                    last_heartbeat = now
+                    if self.chief_epoch is not None:
+                        fresh = int(np.sum(self.store.heartbeats() > now - HEARTBEAT_FRESH_SECONDS))
+                        metrics.active_workers.set(fresh)
+                self._train_one(view)
+                failures = 0
+                if self.chief_epoch is not None and self._checkpoint_due():
+                    self.checkpoint("interval")
+            except self.tf.errors.OpError as err:
+                # The PS went away or lost its state (uninitialised variables): reconnect and re-check.
+                failures += 1
+                self.ready = False
+                backoff = RECONNECT_BACKOFF_SECONDS[min(failures, len(RECONNECT_BACKOFF_SECONDS)) - 1]
+                event(log, "lost the parameter server; reconnecting", logging.WARNING, error=str(err).splitlines()[0][:300], retry_in=backoff)
+                self._sleep(backoff)
+                try:
+                    self.connect()
+                except self.tf.errors.OpError as again:
+                    event(log, "reconnect failed", logging.WARNING, error=str(again).splitlines()[0][:300])
+
+    def _train_one(self, view: LeaseView | None) -> None:
+        images, labels = next(self.batches)
+        rate = self.learning_rate(view)
+        loss, step = self.store.train_step(images, labels, rate, self.cfg.momentum)
+        self.global_step = step
+        now = time.monotonic()
+        self.step_times.append(now)
+        recent = [t for t in self.step_times if t > now - 10]
+        metrics.local_steps.inc()
+        metrics.loss.set(loss)
+        metrics.global_step.set(step)
+        metrics.learning_rate.set(rate)
+        if len(recent) > 1:
+            metrics.steps_per_second.set((len(recent) - 1) / max(recent[-1] - recent[0], 1e-6))
+        if self.chief_epoch is not None:
+            metrics.checkpoint_age.set(time.monotonic() - self.last_checkpoint_monotonic)
+        if step % 100 == 0 or step >= self.cfg.train_steps:
+            event(log, "training", global_step=step, loss=round(loss, 4), learning_rate=rate, chief=self.chief_epoch is not None)
+
+    def _checkpoint_due(self) -> bool:
+        cfg = self.cfg
+        last_step = self.last_checkpoint.step if self.last_checkpoint else 0
+        if cfg.checkpoint_interval_steps and self.global_step - last_step >= cfg.checkpoint_interval_steps:
+            return True
+        elapsed = time.monotonic() - self.last_checkpoint_monotonic
+        return bool(cfg.checkpoint_interval_seconds) and elapsed >= cfg.checkpoint_interval_seconds
+
+    def _clear_heartbeat(self) -> None:
+        try:
+            self.store.heartbeat(self.cfg.task_index, 0.0)
+            self.store.heartbeats()  # remote ops are asynchronous: make sure the write landed
+        except self.tf.errors.OpError as err:
+            event(log, "could not clear the heartbeat", logging.WARNING, error=str(err).splitlines()[0][:300])
+
+    def _finish(self) -> int:
+        event(log, "reached the last step", global_step=self.global_step, train_steps=self.cfg.train_steps)
+        if self.chief_epoch is not None:
+            if not self.checkpoint("final"):
+                event(log, "final checkpoint refused; the new chief will write it", logging.WARNING)
+        self._clear_heartbeat()
+        return 0
+
+    def _terminate(self) -> int:
+        event(log, "SIGTERM: stopping", chief=self.chief_epoch is not None, global_step=self.global_step)
+        if self.chief_epoch is not None and self.ready:
+            try:
+                self.checkpoint("sigterm")
+            except self.tf.errors.OpError as err:
+                event(log, "could not checkpoint on SIGTERM", logging.ERROR, error=str(err).splitlines()[0][:300])
+        if self.ready:
+            self._clear_heartbeat()
+        return 143
+
+
+def run(cfg: TrainerConfig) -> int:
+    return Worker(cfg).run()
