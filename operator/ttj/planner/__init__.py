@@ -1,0 +1,48 @@
+"""The pure planner of the ttj operator.
+
+``plan(job, observed, now, config) -> Plan`` is the whole decision procedure: a controller (the kopf
+operator in ttj.controller) or a simulator (ttj.simulate) observes the job's children, calls it,
+applies ``Plan.actions`` in order, then writes ``Plan.status`` if it changed. It imports neither
+kopf nor the Kubernetes client. :mod:`ttj.planner.world` applies actions to an in-memory
+:class:`Observed`, for tests and simulation.
+"""
+
+from ttj.planner.actions import (
+    Action,
+    CreateChild,
+    DeleteChild,
+    DeleteJob,
+    EmitEvent,
+    LabelPod,
+    Observation,
+    RemoveFinalizer,
+    ReplaceChild,
+    UpdateLease,
+)
+from ttj.planner.classify import PodState, PodVerdict, classify_pod
+from ttj.planner.core import CostFunction, Plan, PlannerConfig, plan
+from ttj.planner.election import choose_chief, preemption_risk
+from ttj.planner.observed import Observed
+
+__all__ = [
+    "Action",
+    "CostFunction",
+    "CreateChild",
+    "DeleteChild",
+    "DeleteJob",
+    "EmitEvent",
+    "LabelPod",
+    "Observation",
+    "Observed",
+    "Plan",
+    "PlannerConfig",
+    "PodState",
+    "PodVerdict",
+    "RemoveFinalizer",
+    "ReplaceChild",
+    "UpdateLease",
+    "choose_chief",
+    "classify_pod",
+    "plan",
+    "preemption_risk",
+]

@@ -1,0 +1,140 @@
+"""Classify a pod: alive, done, deliberately removed, or lost — and if lost, preempted or failed.
+
+Preemption is not failure. A worker counts as *preempted* when the evidence points outside the
+training code: its node is gone or NotReady past a short grace, the kubelet or the taint manager
+ended it (pod reason Terminated/Shutdown/NodeShutdown/NodeLost, a DisruptionTarget condition), it
+was deleted by someone else, or it died of a signal (137/143) that is not its own OOM. It counts as
+*failed* only on a non-zero exit of its own (1–127, or OOMKilled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from ttj.planner.observed import ANNOTATION_DELETED, Obj, condition, meta, parse_time
+
+#: Pod status reasons written when the node, not the code, ended the pod.
+PREEMPTION_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown", "NodeLost", "DeletionByTaintManager"})
+#: Exit codes of a process killed by a signal from outside (SIGKILL, SIGTERM).
+SIGNAL_EXIT_CODES = frozenset({137, 143})
+
+
+class PodState(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    PREEMPTED = "Preempted"
+    FAILED = "Failed"
+    #: Deleted by the operator on purpose (scale-down, cleanup): neither alive nor a loss.
+    RELEASED = "Released"
+
+
+@dataclass(frozen=True)
+class PodVerdict:
+    state: PodState
+    #: When the loss was first evidenced (for lost pods), else None.
+    since: datetime | None = None
+    message: str = ""
+    #: The pod cannot terminate by itself (its node is gone/NotReady): delete it with grace 0.
+    force_delete: bool = False
+    #: For pending pods: why it is not scheduled (e.g. "Unschedulable: 0/3 nodes are available...").
+    pending_reason: str = ""
+
+    @property
+    def lost(self) -> bool:
+        return self.state in (PodState.PREEMPTED, PodState.FAILED)
+
+    @property
+    def alive(self) -> bool:
+        return self.state in (PodState.PENDING, PodState.RUNNING)
+
+
+def _node_lost_since(pod: Obj, nodes: dict[str, Obj], now: datetime, grace: timedelta) -> datetime | None:
+    """When the pod's node was lost (gone, or NotReady for longer than ``grace``), else None."""
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if not node_name:
+        return None
+    node = nodes.get(node_name)
+    if node is None:
+        # The node object is gone. Watches of nodes and pods race, so only trust this once the pod
+        # has been bound for longer than the grace (a just-bound pod may be on a node not seen yet).
+        scheduled = condition(pod, "PodScheduled")
+        bound_at = parse_time((scheduled or {}).get("lastTransitionTime")) or parse_time(
+            meta(pod).get("creationTimestamp")
+        )
+        if bound_at is None or now - bound_at >= grace:
+            return max(bound_at, now - grace) if bound_at else now
+        return None
+    if meta(node).get("deletionTimestamp"):
+        return parse_time(meta(node)["deletionTimestamp"])
+    ready = condition(node, "Ready")
+    if ready is not None and ready.get("status") != "True":
+        since = parse_time(ready.get("lastTransitionTime")) or now
+        if now - since >= grace:
+            return since
+    return None
+
+
+def _terminated(pod: Obj) -> Obj | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = status.get("state") or {}
+        if "terminated" in state:
+            return dict(state["terminated"])
+    return None
+
+
+def classify_pod(pod: Obj, nodes: dict[str, Obj], now: datetime, node_grace: timedelta) -> PodVerdict:
+    """What became of ``pod`` (a worker), judged from cluster state alone."""
+    metadata = meta(pod)
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    deleting = parse_time(metadata.get("deletionTimestamp"))
+    if deleting is not None and (metadata.get("annotations") or {}).get(ANNOTATION_DELETED):
+        return PodVerdict(PodState.RELEASED, since=deleting)
+    if phase == "Succeeded":
+        return PodVerdict(PodState.SUCCEEDED)
+
+    node_lost = _node_lost_since(pod, nodes, now, node_grace)
+    disruption = condition(pod, "DisruptionTarget")
+    disrupted = disruption is not None and disruption.get("status") == "True"
+    evidence = node_lost is not None or disrupted or status.get("reason") in PREEMPTION_REASONS or deleting is not None
+    terminated = _terminated(pod)
+    finished = parse_time((terminated or {}).get("finishedAt"))
+
+    def preempted(why: str) -> PodVerdict:
+        candidates = [t for t in (node_lost, deleting, finished) if t is not None]
+        if disrupted:
+            candidates.append(parse_time(disruption.get("lastTransitionTime")) or now)  # type: ignore[union-attr]
+        return PodVerdict(
+            PodState.PREEMPTED, since=min(candidates, default=now), message=why, force_delete=node_lost is not None
+        )
+
+    if phase == "Failed":
+        if evidence:
+            return preempted(status.get("message") or status.get("reason") or "node lost")
+        exit_code = int((terminated or {}).get("exitCode", 1))
+        reason = (terminated or {}).get("reason") or ""
+        if exit_code in SIGNAL_EXIT_CODES and reason != "OOMKilled":
+            return preempted(f"killed by signal (exit code {exit_code})")
+        message = (terminated or {}).get("message") or status.get("message") or ""
+        detail = f"exit code {exit_code}" + (f" ({reason})" if reason else "")
+        return PodVerdict(
+            PodState.FAILED,
+            since=finished or now,
+            message=f"{detail}: {message.strip()}" if message.strip() else detail,
+        )
+    if deleting is not None:
+        return preempted("pod deleted" + (" on a lost node" if node_lost else ""))
+    if node_lost is not None:
+        return preempted(f"node {(pod.get('spec') or {}).get('nodeName')} lost")
+    if disrupted:
+        return preempted((disruption or {}).get("message") or "disruption")
+    if phase == "Running":
+        return PodVerdict(PodState.RUNNING)
+    scheduled = condition(pod, "PodScheduled")
+    pending_reason = ""
+    if scheduled is not None and scheduled.get("status") == "False":
+        pending_reason = f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}".strip()
+    return PodVerdict(PodState.PENDING, pending_reason=pending_reason)
