@@ -598,6 +598,23 @@ class _Planner:
         prev_chief = self.prev.chief or ChiefStatus()
         epoch = max(lease_epoch, prev_chief.epoch)
         by_name = {name_of(p): p for p in workers}
+        if holder and holder != prev_chief.pod and lease_epoch > prev_chief.epoch:
+            # The Lease moved but the status never said so (the operator stopped between the two
+            # writes): adopt that election, so it is counted once and the handover is still measured.
+            old = verdicts.get(prev_chief.pod or "")
+            lost_at = prev_chief.lost_at
+            if prev_chief.pod and not lost_at:
+                since = old.since if old is not None and old.lost else None
+                lost_at = format_time(since or parse_time(lease_spec.get("acquireTime")) or now)
+            status.chief_elections += 1
+            prev_chief = ChiefStatus(
+                pod=holder,
+                epoch=lease_epoch,
+                elected_at=format_time(parse_time(lease_spec.get("acquireTime")) or now),
+                lost_at=lost_at,
+            )
+            status.chief = prev_chief
+            self.events.append(EmitEvent("Normal", "ChiefElected", f"{holder} is chief at epoch {lease_epoch}"))
 
         lost_since: datetime | None = None
         lost_why = ""
