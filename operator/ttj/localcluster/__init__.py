@@ -1,0 +1,1 @@
+"""The embedded local cluster: a real-HTTP Kubernetes API server plus simulated nodes, run in-process."""

@@ -1,0 +1,659 @@
+"""What the API does with objects: create, read, update, patch, delete with Kubernetes' metadata rules
+(uid, generation, resourceVersion conflicts, finalizers, graceful pod deletion), plus the pod binding and
+scale subresources. HTTP lives in handlers.py; CRDs, garbage collection and namespaces in their modules."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import random
+import re
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from . import patching
+from .errors import STALE, ApiError, already_exists, bad_request, conflict, invalid, not_found
+from .resources import Registry, ResourceType, StorageKey
+from .selectors import Matcher, label_selector_to_string
+from .store import Store
+
+NAMESPACES: StorageKey = ("", "namespaces")
+PODS: StorageKey = ("", "pods")
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+#: what stays the server's in metadata whatever a client writes
+_SERVER_OWNED = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+)
+
+
+def now_rfc3339(offset_seconds: float = 0) -> str:
+    moment = datetime.now(UTC) + timedelta(seconds=offset_seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    for part in parts[:-1]:
+        obj = obj.setdefault(part, {})
+    obj[parts[-1]] = value
+
+
+def _without_images(containers: Any) -> list[dict[str, Any]]:
+    return [{k: v for k, v in c.items() if k != "image"} for c in containers or []]
+
+
+def _qos_class(pod: dict[str, Any]) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    guaranteed = all(
+        (r.get("limits") or {}).get(res) is not None
+        and (r.get("requests") or {}).get(res, (r.get("limits") or {}).get(res)) == (r.get("limits") or {}).get(res)
+        for r in resources
+        for res in ("cpu", "memory")
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+class ApiCore:
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+        self._rng = random.Random()
+        self._next_cluster_ip = 10
+        #: called after an object with this storage key is written or removed (CRD manager, GC)
+        self.on_write: dict[StorageKey, list[Callable[[dict[str, Any], dict[str, Any] | None], None]]] = {}
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _rtype_for(self, storage_key: StorageKey) -> ResourceType | None:
+        versions = self.registry.versions_of(storage_key)
+        return versions[0] if versions else None
+
+    def _output(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """A stored object as the requested version presents it (CR versions differ only in apiVersion)."""
+        if obj.get("apiVersion") != rtype.api_version:
+            return {**obj, "apiVersion": rtype.api_version}
+        return obj
+
+    def _require_namespace(self, rtype: ResourceType, namespace: str, name: str) -> None:
+        ns = self.store.get(NAMESPACES, "", namespace)
+        if ns is None:
+            raise not_found("namespaces", "", namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{rtype.plural} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+                "because it is being terminated",
+                name=name,
+                group=rtype.group,
+                kind=rtype.plural,
+            )
+
+    def _admit(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+        name = obj["metadata"].get("name", "")
+        if rtype.admit is not None:
+            obj = rtype.admit(obj, old)
+        errors = self._validate_builtin(rtype, obj, old)
+        if errors:
+            raise invalid(rtype.kind, rtype.group, name, errors)
+        return obj
+
+    def _validate_builtin(
+        self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> list[tuple[str, str]]:
+        errors: list[tuple[str, str]] = []
+        meta = obj["metadata"]
+        for field in ("labels", "annotations"):
+            for key, value in (meta.get(field) or {}).items():
+                if not isinstance(value, str):
+                    errors.append((f"metadata.{field}", f"Invalid value: {json.dumps(value)}: {key} must be a string"))
+        if rtype.storage_key == PODS:
+            containers = (obj.get("spec") or {}).get("containers")
+            if not containers:
+                errors.append(("spec.containers", "Required value"))
+            if old is not None:
+                allowed = (
+                    "containers",
+                    "initContainers",
+                    "activeDeadlineSeconds",
+                    "tolerations",
+                    "terminationGracePeriodSeconds",
+                )
+                new_spec = {k: v for k, v in (obj.get("spec") or {}).items() if k not in allowed}
+                old_spec = {k: v for k, v in (old.get("spec") or {}).items() if k not in allowed}
+                if new_spec != old_spec or _without_images(
+                    (obj.get("spec") or {}).get("containers")
+                ) != _without_images((old.get("spec") or {}).get("containers")):
+                    errors.append(
+                        (
+                            "spec",
+                            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                            "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
+                            "(only additions to existing tolerations) or `spec.terminationGracePeriodSeconds`",
+                        )
+                    )
+        if rtype.group == "apps" and rtype.kind in ("Deployment", "ReplicaSet", "StatefulSet"):
+            spec = obj.get("spec") or {}
+            selector = spec.get("selector")
+            labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+            if not selector:
+                errors.append(("spec.selector", "Required value"))
+            elif any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+                errors.append(
+                    (
+                        "spec.template.metadata.labels",
+                        'Invalid value: "object": `selector` does not match template `labels`',
+                    )
+                )
+            elif old is not None and selector != (old.get("spec") or {}).get("selector"):
+                errors.append(("spec.selector", 'Invalid value: "object": field is immutable'))
+        return errors
+
+    def _defaults_on_create(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        key = rtype.storage_key
+        if key == PODS:
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("serviceAccountName", "default")
+            spec.setdefault("securityContext", {})
+            spec.setdefault("priority", 0)
+            for container in spec.get("containers") or []:
+                container.setdefault("imagePullPolicy", "IfNotPresent")
+                container.setdefault("terminationMessagePath", "/dev/termination-log")
+                container.setdefault("terminationMessagePolicy", "File")
+                container.setdefault("resources", {})
+                for port in container.get("ports") or []:
+                    port.setdefault("protocol", "TCP")
+            obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj)}
+            if spec.get("nodeName"):
+                obj["status"]["conditions"] = [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()}
+                ]
+        elif key == ("", "services"):
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("type", "ClusterIP")
+            spec.setdefault("sessionAffinity", "None")
+            if "clusterIP" not in spec:
+                self._next_cluster_ip += 1
+                spec["clusterIP"] = f"10.96.{self._next_cluster_ip // 250}.{self._next_cluster_ip % 250 + 1}"
+            spec.setdefault("clusterIPs", [spec["clusterIP"]])
+            for port in spec.get("ports") or []:
+                port.setdefault("protocol", "TCP")
+                port.setdefault("targetPort", port.get("port"))
+            obj["status"] = {"loadBalancer": {}}
+        elif key == NAMESPACES:
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+            obj["status"] = {"phase": "Active"}
+            obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+        elif rtype.group == "apps":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("replicas", 1)
+            spec.setdefault("revisionHistoryLimit", 10)
+            if rtype.kind == "Deployment":
+                spec.setdefault("progressDeadlineSeconds", 600)
+                spec.setdefault(
+                    "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
+                )
+            obj["status"] = {}
+        elif rtype.status_subresource and rtype.is_custom:
+            obj.pop("status", None)  # custom resources: status is written through /status only
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def get(self, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.store.get(rtype.storage_key, namespace, name)
+        if obj is None:
+            raise not_found(rtype.plural, rtype.group, name)
+        return self._output(rtype, obj)
+
+    def list_objects(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        matchers: list[Matcher],
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str, str | None]:
+        """Matching objects in (namespace, name) order, the list's resourceVersion and a continue token."""
+        items = sorted(
+            self.store.items(rtype.storage_key, namespace),
+            key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+        )
+        rv = str(self.store.resource_version)
+        start_after: tuple[str, str] | None = None
+        if continue_token:
+            try:
+                decoded = json.loads(base64.urlsafe_b64decode(continue_token.encode()))
+                start_after, rv = (decoded["ns"], decoded["name"]), decoded["rv"]
+            except (ValueError, KeyError, TypeError):
+                raise bad_request("continue key is not valid") from None
+        selected = []
+        for obj in items:
+            meta = obj["metadata"]
+            if start_after is not None and (meta.get("namespace", ""), meta["name"]) <= start_after:
+                continue
+            if all(m(obj) for m in matchers):
+                selected.append(self._output(rtype, obj))
+        token = None
+        if limit and len(selected) > limit:
+            selected = selected[:limit]
+            last = selected[-1]["metadata"]
+            token = base64.urlsafe_b64encode(
+                json.dumps({"ns": last.get("namespace", ""), "name": last["name"], "rv": rv}).encode()
+            ).decode()
+        return selected, rv, token
+
+    # -- create -----------------------------------------------------------------------------------
+
+    def create(self, rtype: ResourceType, namespace: str, body: Any, *, dry_run: bool = False) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        obj = copy.deepcopy(body)
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = obj["metadata"] = {}
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise invalid(
+                    rtype.kind, rtype.group, "", [("metadata.name", "Required value: name or generateName is required")]
+                )
+            meta["name"] = prefix + "".join(self._rng.choice(_SUFFIX_CHARS) for _ in range(5))
+        name = meta["name"]
+        if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
+            raise invalid(
+                rtype.kind,
+                rtype.group,
+                str(name),
+                [
+                    (
+                        "metadata.name",
+                        f"Invalid value: {json.dumps(name)}: a lowercase RFC 1123 subdomain must consist of "
+                        "lower case alphanumeric characters, '-' or '.', "
+                        "and must start and end with an alphanumeric character",
+                    )
+                ],
+            )
+        if rtype.namespaced:
+            if meta.get("namespace") and meta["namespace"] != namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace
+            self._require_namespace(rtype, namespace, name)
+        else:
+            meta.pop("namespace", None)
+        if self.store.get(rtype.storage_key, namespace if rtype.namespaced else "", name) is not None:
+            raise already_exists(rtype.plural, rtype.group, name)
+        for key in _SERVER_OWNED:
+            meta.pop(key, None)
+        meta.pop("resourceVersion", None)
+        meta.pop("managedFields", None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        if rtype.has_generation or rtype.is_custom:
+            meta["generation"] = 1
+        obj["apiVersion"] = rtype.api_version
+        obj["kind"] = rtype.kind
+        self._defaults_on_create(rtype, obj)
+        obj = self._admit(rtype, obj, None)
+        if dry_run:
+            return obj
+        stored = self.store.put(rtype.storage_key, obj, None)
+        self._notify(rtype, stored, None)
+        return self._output(rtype, stored)
+
+    # -- update / patch ---------------------------------------------------------------------------
+
+    def update(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        ns = namespace if rtype.namespaced else ""
+        old = self.store.get(rtype.storage_key, ns, name)
+        if old is None:
+            raise not_found(rtype.plural, rtype.group, name)
+        meta = body.get("metadata") or {}
+        if meta.get("name") not in (None, name):
+            raise bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
+        wanted_rv = meta.get("resourceVersion")
+        if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
+            raise conflict(rtype.plural, rtype.group, name, STALE)
+        return self._write_update(rtype, old, copy.deepcopy(body), subresource=subresource, dry_run=dry_run)
+
+    def _write_update(
+        self,
+        rtype: ResourceType,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        *,
+        subresource: str | None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        old_meta = old["metadata"]
+        if subresource == "status":
+            new = {**copy.deepcopy(old), "status": new.get("status")}
+            if new["status"] is None:
+                new.pop("status")
+        else:
+            new_meta = new.get("metadata")
+            if not isinstance(new_meta, dict):
+                new["metadata"] = new_meta = {}
+            if rtype.status_subresource:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+            for key in _SERVER_OWNED:
+                if key in old_meta:
+                    new_meta[key] = old_meta[key]
+                else:
+                    new_meta.pop(key, None)
+            new_meta["name"] = old_meta["name"]
+            if "namespace" in old_meta:
+                new_meta["namespace"] = old_meta["namespace"]
+            new_meta.pop("managedFields", None)
+            if (
+                rtype.storage_key == PODS
+                and (old.get("spec") or {}).get("nodeName")
+                and isinstance(new.get("spec"), dict)
+            ):
+                new["spec"].setdefault("nodeName", old["spec"]["nodeName"])
+        new["apiVersion"] = old["apiVersion"]
+        new["kind"] = old["kind"]
+        new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        new = self._admit(rtype, new, old)
+        if "generation" in old_meta and subresource != "status" and _spec_part(new) != _spec_part(old):
+            new["metadata"]["generation"] = old_meta["generation"] + 1
+        if new == old:
+            return self._output(rtype, old)  # a no-op write changes nothing, not even the resourceVersion
+        if dry_run:
+            return new
+        if (
+            new["metadata"].get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and not self._graceful_pending(rtype, new)
+        ):
+            final = self.store.remove(rtype.storage_key, new)
+            self._notify(rtype, None, final)
+            return self._output(rtype, final)
+        stored = self.store.put(rtype.storage_key, new, old)
+        self._notify(rtype, stored, old)
+        return self._output(rtype, stored)
+
+    def _graceful_pending(self, rtype: ResourceType, obj: dict[str, Any]) -> bool:
+        """A pod on a node waits for its kubelet to finish deletion (it deletes with grace 0)."""
+        if rtype.storage_key == NAMESPACES:
+            return bool((obj.get("spec") or {}).get("finalizers"))  # the namespace controller empties it first
+        return rtype.storage_key == PODS and bool(obj["metadata"].get("deletionGracePeriodSeconds"))
+
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        patch_body: Any,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        ns = namespace if rtype.namespaced else ""
+        old = self.store.get(rtype.storage_key, ns, name)
+        if old is None:
+            raise not_found(rtype.plural, rtype.group, name)
+        patched = patching.apply_patch(content_type, old, patch_body, strategic_allowed=not rtype.is_custom)
+        if not isinstance(patched, dict):
+            raise bad_request("the patch did not produce an object")
+        wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")
+        if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
+            raise conflict(rtype.plural, rtype.group, name, STALE)
+        return self._write_update(rtype, old, patched, subresource=subresource, dry_run=dry_run)
+
+    # -- delete -----------------------------------------------------------------------------------
+
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Delete now, or start a graceful/finalized deletion; returns the object (or a Success Status)."""
+        ns = namespace if rtype.namespaced else ""
+        obj = self.store.get(rtype.storage_key, ns, name)
+        if obj is None:
+            raise not_found(rtype.plural, rtype.group, name)
+        meta = obj["metadata"]
+        preconditions = options.get("preconditions") or {}
+        if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
+            raise conflict(
+                rtype.plural,
+                rtype.group,
+                name,
+                f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta['uid']}",
+            )
+        if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != meta["resourceVersion"]:
+            raise conflict(
+                rtype.plural,
+                rtype.group,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, "
+                f"ResourceVersion in object meta: {meta['resourceVersion']}",
+            )
+        if options.get("dryRun"):
+            return self._output(rtype, obj)
+        policy = options.get("propagationPolicy")
+        if policy is None and options.get("orphanDependents") is True:
+            policy = "Orphan"
+        if policy not in (None, "Background", "Foreground", "Orphan"):
+            raise bad_request(f"unsupported propagationPolicy {policy!r}")
+        grace = self._grace_period(rtype, obj, options.get("gracePeriodSeconds"))
+        finalizers = list(meta.get("finalizers") or [])
+        if policy == "Foreground" and "foregroundDeletion" not in finalizers and "orphan" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        elif policy == "Orphan" and "orphan" not in finalizers and "foregroundDeletion" not in finalizers:
+            finalizers.append("orphan")
+        if meta.get("deletionTimestamp"):
+            if (
+                grace is not None
+                and rtype.storage_key == PODS
+                and grace < (meta.get("deletionGracePeriodSeconds") or 0)
+            ):
+                return self._mark_deleting(rtype, obj, finalizers, grace)
+            return self._output(rtype, obj)
+        needs_controller = rtype.storage_key == NAMESPACES
+        if finalizers or (grace and rtype.storage_key == PODS) or needs_controller:
+            return self._mark_deleting(rtype, obj, finalizers, grace or 0)
+        final = self.store.remove(rtype.storage_key, obj)
+        self._notify(rtype, None, final)
+        if rtype.storage_key == PODS:
+            return self._output(rtype, final)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {"name": name, "group": rtype.group, "kind": rtype.plural, "uid": meta["uid"]},
+        }
+
+    def _grace_period(self, rtype: ResourceType, obj: dict[str, Any], requested: Any) -> int | None:
+        if rtype.storage_key != PODS:
+            return None
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+            return 0  # nothing runs it, so nothing to wait for
+        if requested is not None:
+            return max(0, int(requested))
+        return int(spec.get("terminationGracePeriodSeconds", 30))
+
+    def _mark_deleting(
+        self, rtype: ResourceType, obj: dict[str, Any], finalizers: list[str], grace: int
+    ) -> dict[str, Any]:
+        new = copy.deepcopy(obj)
+        meta = new["metadata"]
+        if finalizers:
+            meta["finalizers"] = finalizers
+        if rtype.storage_key == PODS and grace == 0 and not finalizers:
+            final = self.store.remove(rtype.storage_key, obj)
+            self._notify(rtype, None, final)
+            return self._output(rtype, final)
+        if not meta.get("deletionTimestamp") or rtype.storage_key == PODS:
+            meta["deletionTimestamp"] = now_rfc3339(grace)
+        meta["deletionGracePeriodSeconds"] = grace
+        if "generation" in meta and not obj["metadata"].get("deletionTimestamp"):
+            meta["generation"] += 1
+        if rtype.storage_key == NAMESPACES:
+            new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
+        stored = self.store.put(rtype.storage_key, new, obj)
+        self._notify(rtype, stored, obj)
+        return self._output(rtype, stored)
+
+    def remove_finalizer(self, storage_key: StorageKey, obj: dict[str, Any], finalizer: str) -> None:
+        """Used by the in-process controllers (GC, namespaces) to finish what they blocked."""
+        rtype = self._rtype_for(storage_key)
+        if rtype is None:
+            return
+        current = self.store.get(storage_key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if current is None or finalizer not in (current["metadata"].get("finalizers") or []):
+            return
+        new = copy.deepcopy(current)
+        new["metadata"]["finalizers"] = [f for f in new["metadata"]["finalizers"] if f != finalizer]
+        if not new["metadata"]["finalizers"]:
+            del new["metadata"]["finalizers"]
+        self._write_update(rtype, current, new, subresource=None)
+
+    def delete_object(self, storage_key: StorageKey, obj: dict[str, Any], policy: str = "Background") -> None:
+        """Controller-side delete of a stored object (ignores a concurrent removal)."""
+        rtype = self._rtype_for(storage_key)
+        if rtype is None:
+            return
+        try:
+            self.delete(
+                rtype, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], {"propagationPolicy": policy}
+            )
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+    def _notify(self, rtype: ResourceType, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
+        for callback in self.on_write.get(rtype.storage_key, ()):
+            if new is not None:
+                callback(new, old)
+            elif old is not None:
+                callback({}, old)  # removed: the first argument is empty
+
+    # -- subresources -----------------------------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, binding: Any) -> dict[str, Any]:
+        rtype = self.registry.get("", "v1", "pods")
+        assert rtype is not None
+        pod = self.store.get(PODS, namespace, name)
+        if pod is None:
+            raise not_found("pods", "", name)
+        target = (binding or {}).get("target") or {}
+        node = target.get("name")
+        if not node:
+            raise invalid("Binding", "", name, [("target.name", "Required value")])
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise conflict("pods", "", name, f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+        if pod["metadata"].get("deletionTimestamp"):
+            raise conflict("pods", "", name, f"pod {name} is being deleted, cannot be assigned to a host")
+        new = copy.deepcopy(pod)
+        new["spec"]["nodeName"] = node
+        conditions = [c for c in (new.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
+        new.setdefault("status", {})["conditions"] = conditions
+        stored = self.store.put(PODS, new, pod)
+        self._notify(rtype, stored, pod)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def scale_of(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        assert rtype.scale is not None
+        paths = rtype.scale
+        meta = obj["metadata"]
+        if paths.label_selector:
+            selector = _get_path(obj, paths.label_selector) or ""
+        else:
+            selector = label_selector_to_string((obj.get("spec") or {}).get("selector"))
+        status: dict[str, Any] = {"replicas": _get_path(obj, paths.status_replicas) or 0}
+        if selector:
+            status["selector"] = selector
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta.get("namespace"),
+                "uid": meta["uid"],
+                "resourceVersion": meta["resourceVersion"],
+                "creationTimestamp": meta["creationTimestamp"],
+            },
+            "spec": {"replicas": _get_path(obj, paths.spec_replicas) or 0},
+            "status": status,
+        }
+
+    def get_scale(self, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        return self.scale_of(rtype, self.get(rtype, namespace, name))
+
+    def write_scale(
+        self, rtype: ResourceType, namespace: str, name: str, scale: Any, *, patch_type: str | None = None
+    ) -> dict[str, Any]:
+        assert rtype.scale is not None
+        obj = self.get(rtype, namespace, name)
+        current = self.scale_of(rtype, obj)
+        new_scale = patching.apply_patch(patch_type, current, scale, strategic_allowed=True) if patch_type else scale
+        if not isinstance(new_scale, dict):
+            raise bad_request("the body of the request must be a Scale object")
+        wanted_rv = (new_scale.get("metadata") or {}).get("resourceVersion")
+        if wanted_rv and wanted_rv != obj["metadata"]["resourceVersion"]:
+            raise conflict(rtype.plural, rtype.group, name, STALE)
+        replicas = (new_scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise invalid(
+                "Scale",
+                "autoscaling",
+                name,
+                [("spec.replicas", f"Invalid value: {json.dumps(replicas)}: must be greater than or equal to 0")],
+            )
+        updated = copy.deepcopy(obj)
+        _set_path(updated, rtype.scale.spec_replicas, replicas)
+        stored = self._write_update(rtype, obj, updated, subresource=None)
+        return self.scale_of(rtype, stored)

@@ -1,0 +1,237 @@
+"""Custom resources: prune unknown fields, apply schema defaults, validate against the openAPIV3Schema (with the
+``jsonschema`` library) and evaluate ``x-kubernetes-validations`` CEL rules (with ``cel-python``), in the
+order the apiserver does, and report failures as kube's field errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+import celpy
+import jsonschema
+from celpy.adapter import json_to_cel
+
+_ROOT_KEPT = ("apiVersion", "kind", "metadata")
+
+
+def _to_json_schema(node: Any) -> Any:
+    """An OpenAPI v3 (Kubernetes structural) schema as draft-4 JSON Schema: nullable and int-or-string spelt out."""
+    if isinstance(node, list):
+        return [_to_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-") or key in ("nullable", "description", "example", "externalDocs"):
+            continue
+        if key in ("properties", "patternProperties", "definitions"):
+            out[key] = {k: _to_json_schema(v) for k, v in value.items()}
+        elif key in ("items", "additionalProperties", "not", "allOf", "anyOf", "oneOf"):
+            out[key] = _to_json_schema(value)
+        else:
+            out[key] = value
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+    return out
+
+
+def _path(parts: list[Any]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return '"object"'
+    if isinstance(value, list):
+        return '"array"'
+    return json.dumps(value)
+
+
+def _field_error(error: jsonschema.ValidationError) -> tuple[str, str]:
+    where = list(error.absolute_path)
+    path = _path(where)
+    kind = error.validator
+    if kind == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else ""
+        return (_path([*where, missing]), "Required value")
+    if kind == "enum":
+        allowed = ", ".join(json.dumps(v) for v in cast(list[Any], error.validator_value))
+        return (path, f"Unsupported value: {_show(error.instance)}: supported values: {allowed}")
+    if kind == "type":
+        return (path, f"Invalid value: {_show(error.instance)}: {path} in body must be of type {error.validator_value}")
+    if kind in ("minimum", "maximum"):
+        exclusive = (
+            cast(dict[str, Any], error.schema).get("exclusiveMinimum" if kind == "minimum" else "exclusiveMaximum")
+            is True
+        )
+        relation = ("greater than" if kind == "minimum" else "less than") + ("" if exclusive else " or equal to")
+        return (
+            path,
+            f"Invalid value: {_show(error.instance)}: {path} in body should be {relation} {error.validator_value}",
+        )
+    return (path, f"Invalid value: {_show(error.instance)}: {error.message}")
+
+
+@dataclass
+class CelRule:
+    rule: str
+    message: str | None
+    program: Any
+    uses_old_self: bool
+    field_path: str | None
+
+
+def _compile_rules(schema: dict[str, Any], where: str, errors: list[tuple[str, str]]) -> list[CelRule]:
+    env = celpy.Environment()
+    rules: list[CelRule] = []
+    for index, rule in enumerate(schema.get("x-kubernetes-validations") or []):
+        text = rule.get("rule", "")
+        try:
+            program = env.program(env.compile(text))
+        except Exception as exc:
+            errors.append(
+                (
+                    f"{where}.x-kubernetes-validations[{index}].rule",
+                    f"Invalid value: {json.dumps(text)}: compilation failed: {exc}",
+                )
+            )
+            continue
+        rules.append(CelRule(text, rule.get("message"), program, "oldSelf" in text, rule.get("fieldPath")))
+    return rules
+
+
+def _check_structural(schema: Any, where: str, errors: list[tuple[str, str]]) -> None:
+    """The parts of kube's CRD schema validation that generated schemas get wrong most often."""
+    if not isinstance(schema, dict):
+        return
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):
+        if key in schema and not isinstance(schema[key], bool):
+            errors.append(
+                (f"{where}.{key}", f"Invalid value: {json.dumps(schema[key])}: must be a boolean (OpenAPI v3.0)")
+            )
+    if "properties" in schema and schema.get("type") not in (None, "object"):
+        errors.append((f"{where}.type", f'Invalid value: "{schema.get("type")}": must be object if properties are set'))
+    for name, sub in (schema.get("properties") or {}).items():
+        _check_structural(sub, f"{where}.properties[{name}]", errors)
+    if isinstance(schema.get("items"), dict):
+        _check_structural(schema["items"], f"{where}.items", errors)
+    if isinstance(schema.get("additionalProperties"), dict):
+        _check_structural(schema["additionalProperties"], f"{where}.additionalProperties", errors)
+
+
+class CrdSchema:
+    """One served version's openAPIV3Schema, ready to admit objects."""
+
+    def __init__(self, schema: dict[str, Any], where: str = "spec.validation.openAPIV3Schema") -> None:
+        self.schema = schema
+        errors: list[tuple[str, str]] = []
+        _check_structural(schema, where, errors)
+        self._rules: dict[int, list[CelRule]] = {}
+        self._compile_all(schema, where, errors)
+        self.definition_errors = errors
+        self._validator = jsonschema.Draft4Validator(_to_json_schema(schema))
+
+    def _compile_all(self, schema: Any, where: str, errors: list[tuple[str, str]]) -> None:
+        if not isinstance(schema, dict):
+            return
+        if schema.get("x-kubernetes-validations"):
+            self._rules[id(schema)] = _compile_rules(schema, where, errors)
+        for name, sub in (schema.get("properties") or {}).items():
+            self._compile_all(sub, f"{where}.properties[{name}]", errors)
+        if isinstance(schema.get("items"), dict):
+            self._compile_all(schema["items"], f"{where}.items", errors)
+        if isinstance(schema.get("additionalProperties"), dict):
+            self._compile_all(schema["additionalProperties"], f"{where}.additionalProperties", errors)
+
+    # -- admission --------------------------------------------------------------------------------
+
+    def admit(self, obj: dict[str, Any], old: dict[str, Any] | None) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """Prune, default and validate; returns the admitted object and field errors (empty when valid)."""
+        obj = copy.deepcopy(obj)
+        kept = {k: obj[k] for k in _ROOT_KEPT if k in obj}
+        obj = _prune(self.schema, obj)
+        obj = _default(self.schema, obj)
+        obj.update(kept)
+        errors = [
+            _field_error(e) for e in sorted(self._validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
+        ]
+        if not errors:
+            self._run_rules(self.schema, obj, old, [], errors)
+        return obj, errors
+
+    def _run_rules(self, schema: Any, value: Any, old: Any, where: list[Any], errors: list[tuple[str, str]]) -> None:
+        if not isinstance(schema, dict) or value is None:
+            return
+        for rule in self._rules.get(id(schema), ()):
+            if rule.uses_old_self and old is None:
+                continue  # transition rules only apply to updates
+            activation = {"self": json_to_cel(value)}
+            if rule.uses_old_self:
+                activation["oldSelf"] = json_to_cel(old)
+            try:
+                result = rule.program.evaluate(activation)
+            except Exception as exc:
+                result = exc
+            field = _path(where) + (rule.field_path or "")
+            if isinstance(result, Exception):
+                errors.append((field, f"Invalid value: {_show(value)}: {result}"))
+            elif not bool(result):
+                message = rule.message or f"failed rule: {rule.rule}"
+                errors.append((field, f"Invalid value: {_show(value)}: {message}"))
+        if isinstance(value, dict):
+            for name, sub in (schema.get("properties") or {}).items():
+                if name in value:
+                    old_sub = old.get(name) if isinstance(old, dict) else None
+                    self._run_rules(sub, value[name], old_sub, [*where, name], errors)
+        elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+            for index, item in enumerate(value):
+                self._run_rules(schema["items"], item, None, [*where, index], errors)
+
+
+def _prune(schema: Any, value: Any) -> Any:
+    if not isinstance(schema, dict):
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        preserve = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if props and key in props:
+                out[key] = _prune(props[key], item)
+            elif isinstance(extra, dict):
+                out[key] = _prune(extra, item)
+            elif extra is True or preserve or (schema.get("x-kubernetes-embedded-resource") and key in _ROOT_KEPT):
+                out[key] = item
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_prune(schema["items"], item) for item in value]
+    return value
+
+
+def _default(schema: Any, value: Any) -> Any:
+    if not isinstance(schema, dict):
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for key, sub in props.items():
+            if key not in value and isinstance(sub, dict) and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+        for key in list(value):
+            if key in props:
+                value[key] = _default(props[key], value[key])
+            elif isinstance(schema.get("additionalProperties"), dict):
+                value[key] = _default(schema["additionalProperties"], value[key])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_default(schema["items"], item) for item in value]
+    return value

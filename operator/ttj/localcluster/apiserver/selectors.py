@@ -1,0 +1,126 @@
+"""Label selectors (``=``, ``!=``, ``in``, ``notin``, exists, ``!`` not-exists) and field selectors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .errors import bad_request
+
+Matcher = Callable[[dict[str, Any]], bool]
+
+_SET_RE = re.compile(r"^\s*([^\s!=<>]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+_CMP_RE = re.compile(r"^\s*([^\s!=<>]+)\s*(==|=|!=|<|>)\s*([^\s]*)\s*$")
+_KEY_RE = re.compile(r"^\s*(!?)\s*([^\s!=<>(),]+)\s*$")
+
+
+def _split_requirements(selector: str) -> list[str]:
+    """Split on commas that are not inside ``( … )``."""
+    parts: list[str] = []
+    depth = 0
+    current = ""
+    for char in selector:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p for p in parts if p.strip()]
+
+
+def _label_requirement(text: str) -> Callable[[dict[str, str]], bool]:
+    if m := _SET_RE.match(text):
+        key, op, raw = m.group(1), m.group(2), m.group(3)
+        values = {v.strip() for v in raw.split(",") if v.strip()}
+        if op == "in":
+            return lambda labels: labels.get(key) in values
+        return lambda labels: labels.get(key) not in values
+    if m := _CMP_RE.match(text):
+        key, op, value = m.group(1), m.group(2), m.group(3)
+        if op in ("=", "=="):
+            return lambda labels: labels.get(key) == value
+        if op == "!=":
+            return lambda labels: labels.get(key) != value
+        try:
+            bound = int(value)
+        except ValueError:
+            raise bad_request(
+                f"unable to parse requirement: {text!r}: for 'Gt', 'Lt' operators, the value must be an integer"
+            ) from None
+        if op == ">":
+            return lambda labels: key in labels and labels[key].lstrip("-").isdigit() and int(labels[key]) > bound
+        return lambda labels: key in labels and labels[key].lstrip("-").isdigit() and int(labels[key]) < bound
+    if m := _KEY_RE.match(text):
+        negate, key = m.group(1) == "!", m.group(2)
+        if negate:
+            return lambda labels: key not in labels
+        return lambda labels: key in labels
+    raise bad_request(f"unable to parse requirement: {text!r}")
+
+
+def parse_label_selector(selector: str | None) -> Matcher | None:
+    """A matcher over whole objects, or None when the selector selects everything."""
+    if not selector or not selector.strip():
+        return None
+    requirements = [_label_requirement(part) for part in _split_requirements(selector)]
+
+    def matches(obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return all(req(labels) for req in requirements)
+
+    return matches
+
+
+def label_selector_to_string(selector: dict[str, Any] | None) -> str:
+    """A ``metav1.LabelSelector`` (matchLabels/matchExpressions) as selector text."""
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+    return ",".join(parts)
+
+
+def field_value(obj: dict[str, Any], path: str) -> str:
+    """The value at a dotted field path, as the string a field selector compares with ("" when absent)."""
+    node: Any = obj
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return ""
+        node = node.get(part)
+    if node is None:
+        return ""
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return str(node)
+
+
+def parse_field_selector(selector: str | None) -> Matcher | None:
+    """Field selectors on any dotted path (metadata.name, status.phase, spec.nodeName, involvedObject.uid…)."""
+    if not selector or not selector.strip():
+        return None
+    requirements: list[tuple[str, bool, str]] = []
+    for part in _split_requirements(selector):
+        m = re.match(r"^\s*([A-Za-z0-9_.\-/]+)\s*(==|=|!=)\s*(.*?)\s*$", part)
+        if not m:
+            raise bad_request(f"invalid field selector: {part!r}")
+        requirements.append((m.group(1), m.group(2) != "!=", m.group(3)))
+
+    def matches(obj: dict[str, Any]) -> bool:
+        return all((field_value(obj, path) == value) == equal for path, equal, value in requirements)
+
+    return matches

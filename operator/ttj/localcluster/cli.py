@@ -1,0 +1,71 @@
+"""``ttj local-cluster --kubeconfig PATH``: run the embedded cluster in the foreground until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+#: The node pools, scheduler, controllers and kubelet simulation live in this package. When it is installed,
+#: its cli module's ``add_arguments(parser)`` adds its options and ``build_addons(args) -> list[Addon]`` returns
+#: the add-ons the cluster starts (in order) once the API server is ready.
+ADDONS_MODULE = "ttj.localcluster.nodes.cli"
+
+
+def _addons_module() -> ModuleType | None:
+    try:
+        return importlib.import_module(ADDONS_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name and ADDONS_MODULE.startswith(exc.name):
+            return None
+        raise
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", required=True, metavar="PATH", help="write the cluster's kubeconfig here once it is ready"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to serve the API on [%(default)s]")
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to serve the API on; 0 picks a free one [%(default)s]"
+    )
+    module = _addons_module()
+    if module is not None and hasattr(module, "add_arguments"):
+        module.add_arguments(parser)
+
+
+def build_addons(args: argparse.Namespace) -> list[Any]:
+    module = _addons_module()
+    if module is None or not hasattr(module, "build_addons"):
+        return []
+    return list(module.build_addons(args))
+
+
+def main(args: argparse.Namespace) -> int:
+    from .cluster import LocalCluster
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    cluster = LocalCluster(host=args.host, port=args.port, addons=build_addons(args), kubeconfig_path=args.kubeconfig)
+    try:
+        cluster.start()
+    except (OSError, RuntimeError) as exc:
+        print(f"ttj local-cluster: could not start: {exc}", file=sys.stderr)
+        return 1
+    print(f"ttj local-cluster: serving {cluster.url}; kubeconfig written to {args.kubeconfig}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        cluster.stop()
+    print("ttj local-cluster: stopped", flush=True)
+    return 0

@@ -1,0 +1,185 @@
+"""``LocalCluster``: the API server plus add-ons (node pools, scheduler, controllers, kubelet simulation…),
+usable from sync code (own thread and event loop) or async code (``await cluster.astart()``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Protocol
+
+import yaml
+
+from .apiserver import ApiServer
+from .apiserver.faults import FaultInjector
+
+
+class Addon(Protocol):
+    """Something that runs beside the API server as a client of it (started after it is ready)."""
+
+    def start(self, kubeconfig_path: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def kubeconfig_text(url: str, name: str = "ttj-local") -> str:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
+        "current-context": name,
+        "preferences": {},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+class LocalCluster:
+    """The embedded cluster. ``with LocalCluster() as cluster:`` starts it in a background thread."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        addons: Sequence[Addon] = (),
+        kubeconfig_path: str | None = None,
+        history_size: int = 50_000,
+        bookmark_interval_seconds: float = 5.0,
+    ) -> None:
+        self.server = ApiServer(
+            host, port, history_size=history_size, bookmark_interval_seconds=bookmark_interval_seconds
+        )
+        self.addons = list(addons)
+        self._kubeconfig_path = kubeconfig_path
+        self._own_kubeconfig: str | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started_addons: list[Addon] = []
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def faults(self) -> FaultInjector:
+        """Fault injection, controllable from any thread."""
+        return self.server.faults
+
+    @property
+    def kubeconfig_path(self) -> str:
+        """Where the kubeconfig was written (a temporary file unless one was asked for)."""
+        if self._kubeconfig_path is None:
+            fd, path = tempfile.mkstemp(prefix="ttj-local-", suffix=".kubeconfig")
+            os.close(fd)
+            self._kubeconfig_path = self._own_kubeconfig = path
+            self.write_kubeconfig(path)
+        return self._kubeconfig_path
+
+    def write_kubeconfig(self, path: str) -> str:
+        """Write a kubeconfig for this cluster (atomically: readers never see half a file)."""
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kubeconfig-")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(kubeconfig_text(self.url))
+        os.replace(tmp, path)
+        return path
+
+    # -- sync use (own thread) ---------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self.server.start())
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self.server.stop())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="ttj-local-apiserver", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise RuntimeError(f"the local cluster's API server did not start: {failure[0]}") from failure[0]
+        self._after_server_started()
+        return self
+
+    def stop(self) -> None:
+        self._stop_addons()
+        if self._thread is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._remove_own_kubeconfig()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- async use (the caller's loop) ------------------------------------------------------------
+
+    async def astart(self) -> LocalCluster:
+        """Serve from the running event loop; add-ons start in a worker thread (their start() may block)."""
+        await self.server.start()
+        await asyncio.to_thread(self._after_server_started)
+        return self
+
+    async def astop(self) -> None:
+        await asyncio.to_thread(self._stop_addons)
+        await self.server.stop()
+        self._remove_own_kubeconfig()
+
+    async def __aenter__(self) -> LocalCluster:
+        return await self.astart()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.astop()
+
+    # -- shared ------------------------------------------------------------------------------------
+
+    def _after_server_started(self) -> None:
+        if self._kubeconfig_path is not None:
+            self.write_kubeconfig(self._kubeconfig_path)
+        path = self.kubeconfig_path
+        try:
+            for addon in self.addons:
+                addon.start(path)
+                self._started_addons.append(addon)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _stop_addons(self) -> None:
+        while self._started_addons:
+            self._started_addons.pop().stop()
+
+    def _remove_own_kubeconfig(self) -> None:
+        if self._own_kubeconfig is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._own_kubeconfig)
+            self._own_kubeconfig = None
+            self._kubeconfig_path = None

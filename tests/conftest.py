@@ -1,0 +1,40 @@
+"""Shared fixtures. The cluster ones run against the cluster in KUBECONFIG when that is set (a real
+cluster), else against a fresh embedded LocalCluster for the whole session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ttj.localcluster.cluster import LocalCluster
+from ttj.localcluster.harness import cluster_session
+
+
+@pytest.fixture(scope="session")
+def _cluster_session() -> Iterator[tuple[str, LocalCluster | None]]:
+    with cluster_session() as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(_cluster_session: tuple[str, LocalCluster | None]) -> str:
+    """Path of a kubeconfig for the cluster under test."""
+    return _cluster_session[0]
+
+
+@pytest.fixture(scope="session")
+def local_cluster(_cluster_session: tuple[str, LocalCluster | None]) -> LocalCluster | None:
+    """The embedded cluster under test, or None when the tests run against a real cluster (KUBECONFIG)."""
+    return _cluster_session[1]
+
+
+@pytest.fixture(scope="session")
+def k8s_api(kubeconfig: str) -> Iterator[Any]:
+    """A kubernetes.client.ApiClient for the cluster under test."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    yield api
+    api.close()
