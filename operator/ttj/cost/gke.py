@@ -120,11 +120,12 @@ def node_pool_from_api(pool: Any) -> NodePool:
     )
 
 
-def _default_client(settings: GkeSettings) -> Any:
+def make_client(settings: GkeSettings, credentials: Any | None = None) -> Any:
+    """A ``ClusterManagerClient`` over REST for ``settings`` (default credentials unless given)."""
     from google.cloud import container_v1
 
     options = {"api_endpoint": settings.endpoint} if settings.endpoint else None
-    return container_v1.ClusterManagerClient(transport="rest", client_options=options)
+    return container_v1.ClusterManagerClient(credentials=credentials, transport="rest", client_options=options)
 
 
 class GkeNodePools:
@@ -135,7 +136,7 @@ class GkeNodePools:
         settings: GkeSettings,
         *,
         client: Any | None = None,
-        client_factory: Callable[[GkeSettings], Any] = _default_client,
+        client_factory: Callable[[GkeSettings], Any] = make_client,
         cache_seconds: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
