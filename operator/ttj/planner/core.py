@@ -27,7 +27,9 @@ from ttj.api.models import (
     TransientTrainingJobStatus,
     WorkerCounts,
 )
-from ttj.planner import children
+from ttj.cost.budget import BudgetDecision
+from ttj.cost.prices import PriceTable
+from ttj.planner import children, costing
 from ttj.planner.actions import (
     Action,
     CreateChild,
@@ -61,7 +63,7 @@ from ttj.planner.observed import (
     parse_time,
 )
 
-#: Accrues cost: (spec, observed, previous cost status, now) → new cost status. See ttj.cost.
+#: A cost override for simulators: (spec, observed, previous cost status, now) → new cost status.
 CostFunction = Callable[[TransientTrainingJobSpec, Observed, CostStatus | None, datetime], CostStatus]
 
 TERMINAL = ("Succeeded", "Failed")
@@ -80,7 +82,9 @@ class PlannerConfig:
     node_grace_seconds: int = 30
     #: Replan at least this often even when nothing changes (leases expire without events).
     resync_seconds: float = 60.0
-    #: Cost accrual (from ttj.cost); None leaves status.cost as it was.
+    #: Prices for cost accrual and budgets (ttj.cost); None leaves status.cost at zero and budgets unchecked.
+    prices: PriceTable | None = None
+    #: Instead of ``prices``: a function computing status.cost; the budget then only stops the job.
     cost: CostFunction | None = None
 
 
@@ -322,8 +326,27 @@ class _Planner:
         lease = self.observed.lease
         holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
         status.progress = _progress(lease, self.prev.progress)
-        if self.config.cost is not None:
+        self.budget: BudgetDecision | None = None
+        if self.config.prices is not None:
+            alive = [v for v in verdicts.values() if v.alive]
+            missing = max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive))
+            status.cost, self.budget = costing.accrue_and_decide(
+                spec,
+                self.observed,
+                verdicts,
+                self.prev.cost,
+                now=now,
+                prices=self.config.prices,
+                requested_new_workers=missing,
+                pending_workers=sum(v.state == PodState.PENDING for v in alive),
+            )
+        elif self.config.cost is not None:
             status.cost = self.config.cost(spec, self.observed, self.prev.cost, now)
+            limit = spec.budget.max_cost_usd if spec.budget else None
+            if limit is not None:
+                over = status.cost.usd >= limit
+                message = f"cost ${status.cost.usd:.2f} reached budget.maxCostUSD ${limit:.2f}" if over else ""
+                self.budget = BudgetDecision(10**6, over, message, status.cost.usd, limit, status.cost.usd)
         end = self._end_reason(holder, verdicts, last_failure)
         if end is not None:
             phase, reason, message = end
@@ -411,7 +434,11 @@ class _Planner:
             wanted.append(Wanted("ChiefElected", "True", "Elected", f"chief {chief.pod} at epoch {chief.epoch}"))
         else:
             wanted.append(Wanted("ChiefElected", "False", "ChiefLost" if started else "NoRunningWorkers", ""))
-        if spec.budget and spec.budget.max_cost_usd is not None:
+        if self.budget is not None and self.budget.exceeded:
+            wanted.append(Wanted("BudgetExceeded", "True", "BudgetExceeded", self.budget.message))
+        elif self.budget is not None and self.budget.message:
+            wanted.append(Wanted("BudgetExceeded", "False", "ScaleOutLimited", self.budget.message))
+        elif spec.budget and spec.budget.max_cost_usd is not None:
             wanted.append(Wanted("BudgetExceeded", "False", "WithinBudget", ""))
         self._conditions(wanted)
         deadline = spec.active_deadline_seconds
@@ -459,9 +486,8 @@ class _Planner:
         deadline = spec.active_deadline_seconds
         if deadline is not None and start is not None and (self.now - start).total_seconds() >= deadline:
             return "Failed", "DeadlineExceeded", f"running longer than {deadline}s"
-        budget = spec.budget.max_cost_usd if spec.budget else None
-        if budget is not None and status.cost is not None and status.cost.usd >= budget:
-            return "Failed", "BudgetExceeded", f"cost ${status.cost.usd:.2f} reached the budget ${budget:.2f}"
+        if self.budget is not None and self.budget.exceeded and not any(v.alive for v in verdicts.values()):
+            return "Failed", "BudgetExceeded", self.budget.message
         return None
 
     def _static_children(self) -> None:
@@ -566,8 +592,18 @@ class _Planner:
             for slot, pod in order[:excess]:
                 self.actions.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="ScaledDown"))
                 del filled[slot]
-        # Fill empty slots, lowest first.
+        budget = self.budget
+        if budget is not None and budget.exceeded:
+            # Checkpoint and stop: SIGTERM every worker (the chief writes its checkpoint), add none.
+            for pod in filled.values():
+                if verdicts[name_of(pod)].alive:
+                    self.actions.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="BudgetExceeded"))
+            filled = {}
+            desired = 0
+        # Fill empty slots, lowest first (as far as the budget allows).
         missing = desired - len(filled)
+        if budget is not None:
+            missing = min(missing, budget.allow_new_workers)
         for slot in range(slots):
             if missing <= 0:
                 break

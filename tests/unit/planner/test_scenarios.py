@@ -471,3 +471,30 @@ def test_fixed_point_from_scratch() -> None:
     assert not result.of_type(LabelPod)
     assert world.job["status"] == once
     assert PlannerConfig().lease_duration_seconds == world.observed.lease["spec"]["leaseDurationSeconds"]  # type: ignore[index]
+
+
+def test_cost_accrues_and_the_budget_stops_the_job() -> None:
+    from ttj.cost.prices import load_price_table
+
+    config = PlannerConfig(prices=load_price_table())
+    world = World(job(budget={"maxCostUSD": 5}))
+    start(world, [node(f"gpu-{i}", age=timedelta(hours=2 + 5 * i)) for i in range(3)])
+    hour = timedelta(hours=1)
+    running = world.reconcile(T0 + hour, config).status
+    assert running["phase"] == "Running"
+    assert 0 < running["cost"]["usd"] < running["cost"]["onDemandEquivalentUSD"]
+    now = T0 + 30 * hour
+    stopping = world.reconcile(now, config)
+    assert {a.name for a in stopping.of_type(DeleteChild) if a.kind == "Pod"} == {
+        "mnist-worker-0-1",
+        "mnist-worker-1-1",
+        "mnist-worker-2-1",
+    }
+    budget = next(c for c in stopping.status["conditions"] if c["type"] == "BudgetExceeded")
+    assert budget["status"] == "True"
+    assert not stopping.of_type(CreateChild)
+    for name in ("mnist-worker-0-1", "mnist-worker-1-1", "mnist-worker-2-1"):
+        world.observed.pods.remove(world.pod(name))  # type: ignore[arg-type]
+    final = world.reconcile(now + hour, config).status
+    assert final["phase"] == "Failed"
+    assert next(c for c in final["conditions"] if c["type"] == "Failed")["reason"] == "BudgetExceeded"
