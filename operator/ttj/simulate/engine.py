@@ -180,6 +180,7 @@ class RunView:
     now: float
     job: SimJob
     live_slots: Mapping[int, bool]  # slot → running (False: still starting) for every live worker VM
+    vm_created_at: Mapping[int, float]  # slot → when its live VM was created (node age, for the planner)
     lost_slots: Sequence[int]  # slots whose VM was revoked at this event
     chief_slot: int | None
     chief_epoch: int
@@ -189,7 +190,6 @@ class RunView:
     preemptions: int
     failures: int
     cost_usd: float
-    started: bool  # False only for the call before training starts
 
 
 class Policy(Protocol):
@@ -280,6 +280,24 @@ class _Run:
         self.vms.append(vm)
 
 
+def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int]) -> RunView:
+    return RunView(
+        now=run.now,
+        job=run.job,
+        live_slots={slot: vm.running(run.now) for slot, vm in sorted(live.items())},
+        vm_created_at={slot: vm.created_at for slot, vm in live.items()},
+        lost_slots=tuple(lost),
+        chief_slot=run.chief_slot,
+        chief_epoch=run.epoch,
+        global_step=run.step,
+        checkpoint_step=run.checkpoint_step,
+        checkpoint_time=run.checkpoint_time,
+        preemptions=run.revocations,
+        failures=run.failures,
+        cost_usd=run.cost(run.now),
+    )
+
+
 def simulate_run(
     job: SimJob,
     policy: Policy,
@@ -328,6 +346,7 @@ def simulate_run(
         )
 
     lost: list[int] = []
+    observed_before: tuple[tuple[tuple[int, bool], ...], bool] | None = None
     while True:
         # 1. revocations due now (a first VM may die before training even starts)
         for vm in run.vms:
@@ -338,25 +357,20 @@ def simulate_run(
                 lost.append(vm.slot)
                 if vm.slot == run.chief_slot and policy.checkpoint_on_sigterm and vm.running(run.now):
                     run.checkpoint_step, run.checkpoint_time = run.step, run.now
-        # 2. the policy reacts to what it observes
+        # 2. the policy reacts to what it observes. Like a controller woken by watch events it is asked
+        #    only when the cluster changed (a VM lost or ready, a handover done), not at checkpoints.
         live = run.live()
-        view = RunView(
-            now=run.now,
-            job=job,
-            live_slots={slot: vm.running(run.now) for slot, vm in sorted(live.items())},
-            lost_slots=tuple(lost),
-            chief_slot=run.chief_slot,
-            chief_epoch=run.epoch,
-            global_step=run.step,
-            checkpoint_step=run.checkpoint_step,
-            checkpoint_time=run.checkpoint_time,
-            preemptions=run.revocations,
-            failures=run.failures,
-            cost_usd=run.cost(run.now),
-            started=True,
+        observed_now = (
+            tuple((slot, vm.running(run.now)) for slot, vm in sorted(live.items())),
+            run.chief_ready_at <= run.now + _EPS,
         )
+        if not lost and observed_now == observed_before:
+            actions: list[SimAction] = []
+        else:
+            observed_before = observed_now
+            actions = policy.decide(_view(run, live, lost))
         lost = []
-        for action in policy.decide(view):
+        for action in actions:
             if isinstance(action, FailJob):
                 return finish("Failed", action.reason)
             if isinstance(action, StartWorker):

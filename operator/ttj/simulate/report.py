@@ -1,0 +1,302 @@
+"""Summaries of simulated runs, the measured ICAC'19 figures they are checked against, tables, the chart."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ttj.simulate.engine import RunResult
+from ttj.simulate.icac19 import MeasuredCluster, TrainingData
+
+#: The paper's Table IV as the issue quotes it: time overhead of a run with one revocation (r=1),
+#: by cluster size, under the paper's static policy.
+PAPER_R1_TIME_OVERHEAD: dict[int, float] = {2: 0.617, 4: 0.153, 8: 0.039}
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """Nearest-rank percentile (share in [0, 1]); nan for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
+
+
+def _mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return statistics.fmean(items) if items else math.nan
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One configuration under one policy, over many seeded runs."""
+
+    config: str
+    policy: str
+    workers: int
+    runs: int
+    completion_rate: float
+    time_mean_s: float
+    time_p50_s: float
+    time_p95_s: float
+    cost_mean_usd: float  # of completed runs, as the paper reports
+    cost_p95_usd: float
+    cost_per_completed_usd: float  # every run's cost (failed ones too) / completed runs
+    revocations_mean: float
+    steps_lost_mean: float
+    r1_time_overhead: float  # completed runs with exactly one revocation: mean T/T0 - 1
+    r1_cost_overhead: float
+    r1_runs: int
+    time_overhead_per_revocation: float  # completed runs with r >= 1: mean (T/T0 - 1)/r
+
+
+def summarize(config: str, workers: int, results: Sequence[RunResult]) -> Summary:
+    if not results:
+        raise ValueError("no runs to summarize")
+    done = [r for r in results if r.succeeded]
+    once = [r for r in done if r.revocations == 1]
+    revoked = [r for r in done if r.revocations >= 1]
+    return Summary(
+        config=config,
+        policy=results[0].policy,
+        workers=workers,
+        runs=len(results),
+        completion_rate=len(done) / len(results),
+        time_mean_s=_mean(r.time_s for r in done),
+        time_p50_s=percentile([r.time_s for r in done], 0.5),
+        time_p95_s=percentile([r.time_s for r in done], 0.95),
+        cost_mean_usd=_mean(r.cost_usd for r in done),
+        cost_p95_usd=percentile([r.cost_usd for r in done], 0.95),
+        cost_per_completed_usd=sum(r.cost_usd for r in results) / len(done) if done else math.inf,
+        revocations_mean=_mean(r.revocations for r in results),
+        steps_lost_mean=_mean(r.steps_lost for r in results),
+        r1_time_overhead=_mean(r.time_s / r.baseline_time_s - 1 for r in once),
+        r1_cost_overhead=_mean(r.cost_usd / r.baseline_cost_usd - 1 for r in once),
+        r1_runs=len(once),
+        time_overhead_per_revocation=_mean((r.time_s / r.baseline_time_s - 1) / r.revocations for r in revoked),
+    )
+
+
+@dataclass(frozen=True)
+class MeasuredSummary:
+    """The same figures computed from the ICAC'19 files for one measured configuration."""
+
+    config: str
+    workers: int
+    provisioning: str
+    runs: int
+    completion_rate: float
+    time_mean_s: float
+    cost_mean_usd: float
+    revocations_mean: float
+    r1_time_overhead: float
+    r1_cost_overhead: float
+    r1_runs: int
+
+
+def measured_summary(cluster: MeasuredCluster) -> MeasuredSummary:
+    def revocations(zone: str, run: int) -> int:
+        return cluster.revocations_of(zone, run) if cluster.vms else 0
+
+    clean = [r for r in cluster.completed if revocations(r.zone, r.run) == 0]
+    once = [r for r in cluster.completed if revocations(r.zone, r.run) == 1]
+    clean_time = _mean(r.duration_s for r in clean)
+    clean_cost = _mean(r.cost_usd for r in clean)
+    launched = cluster.launched_runs
+    total_revocations = sum(1 for vm in cluster.vms if vm.revoked)
+    kind = "on-demand" if cluster.provisioning == "on-demand" else "transient"
+    return MeasuredSummary(
+        config=f"K80 {kind} x{cluster.workers}",
+        workers=cluster.workers,
+        provisioning=cluster.provisioning,
+        runs=launched,
+        completion_rate=len(cluster.completed) / launched,
+        time_mean_s=_mean(r.duration_s for r in cluster.completed),
+        cost_mean_usd=_mean(r.cost_usd for r in cluster.completed),
+        revocations_mean=total_revocations / launched,
+        r1_time_overhead=_mean(r.duration_s / clean_time - 1 for r in once),
+        r1_cost_overhead=_mean(r.cost_usd / clean_cost - 1 for r in once),
+        r1_runs=len(once),
+    )
+
+
+def measured_summaries(data: TrainingData) -> list[MeasuredSummary]:
+    return [measured_summary(c) for c in data.clusters()]
+
+
+# --- text -------------------------------------------------------------------------------------------
+
+
+def hours(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds / 3600:.2f}"
+
+
+def pct(value: float, signed: bool = True) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def usd(value: float) -> str:
+    return "-" if math.isnan(value) or math.isinf(value) else f"${value:.2f}"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(out)
+
+
+def comparison_table(summaries: Sequence[Summary]) -> str:
+    headers = [
+        "configuration", "policy", "runs", "done", "time h", "p95 h", "cost", "p95 cost", "$/done job",
+        "revocations", "steps lost", "r=1 time", "r=1 cost",
+    ]  # fmt: skip
+    rows = [
+        [
+            s.config,
+            s.policy,
+            str(s.runs),
+            pct(s.completion_rate, signed=False),
+            hours(s.time_mean_s),
+            hours(s.time_p95_s),
+            usd(s.cost_mean_usd),
+            usd(s.cost_p95_usd),
+            usd(s.cost_per_completed_usd),
+            f"{s.revocations_mean:.2f}",
+            f"{s.steps_lost_mean:.0f}",
+            pct(s.r1_time_overhead),
+            pct(s.r1_cost_overhead),
+        ]
+        for s in summaries
+    ]
+    return render_table(headers, rows)
+
+
+def error(simulated: float, measured: float) -> str:
+    if math.isnan(simulated) or math.isnan(measured) or measured == 0:
+        return "-"
+    return f"{(simulated / measured - 1) * 100:+.1f}%"
+
+
+def validation_table(pairs: Sequence[tuple[MeasuredSummary, Summary]]) -> str:
+    headers = [
+        "configuration", "measured h", "sim h", "err", "measured $", "sim $", "err", "done meas", "done sim",
+        "revoc meas", "revoc sim", "r=1 time meas", "r=1 time sim", "paper Table IV",
+    ]  # fmt: skip
+    rows = []
+    for m, s in pairs:
+        rows.append(
+            [
+                m.config,
+                hours(m.time_mean_s),
+                hours(s.time_mean_s),
+                error(s.time_mean_s, m.time_mean_s),
+                usd(m.cost_mean_usd),
+                usd(s.cost_mean_usd),
+                error(s.cost_mean_usd, m.cost_mean_usd),
+                pct(m.completion_rate, signed=False),
+                pct(s.completion_rate, signed=False),
+                f"{m.revocations_mean:.2f}",
+                f"{s.revocations_mean:.2f}",
+                f"{pct(m.r1_time_overhead)} (n={m.r1_runs})" if m.r1_runs else "-",
+                pct(s.r1_time_overhead) if m.provisioning != "on-demand" else "-",
+                pct(PAPER_R1_TIME_OVERHEAD[m.workers]) if m.provisioning != "on-demand" else "-",
+            ]
+        )
+    return render_table(headers, rows)
+
+
+# --- chart ------------------------------------------------------------------------------------------
+
+
+def draw_chart(summaries: Sequence[Summary], path: str | Path, *, title: str) -> Path:
+    """Mean time against mean cost per configuration and policy (the paper's Figures 4 and 6 style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    markers: dict[str, str] = {}
+    marker_cycle = ["o", "s", "^", "D", "v"]
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    for s in summaries:
+        if math.isnan(s.time_mean_s):
+            continue
+        marker = markers.setdefault(s.policy, marker_cycle[len(markers) % len(marker_cycle)])
+        ax.errorbar(
+            s.time_mean_s / 3600,
+            s.cost_mean_usd,
+            xerr=[[0.0], [max(0.0, (s.time_p95_s - s.time_mean_s) / 3600)]],
+            yerr=[[0.0], [max(0.0, s.cost_p95_usd - s.cost_mean_usd)]],
+            fmt=marker,
+            capsize=2,
+            color=_color_for(s.config),
+            alpha=0.85,
+        )
+        ax.annotate(
+            f"{s.config}\n{pct(s.completion_rate, signed=False)} done",
+            (s.time_mean_s / 3600, s.cost_mean_usd),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=6.5,
+        )
+    for policy, marker in markers.items():
+        ax.plot([], [], marker, color="gray", label=policy)
+    ax.set_xlabel("training time, hours (mean; bar to p95)")
+    ax.set_ylabel("cost, USD (mean of completed runs; bar to p95)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="policy", fontsize=8)
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=130)
+    plt.close(fig)
+    return target
+
+
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
+
+
+def _color_for(config: str) -> str:
+    return _PALETTE[sum(config.encode()) % len(_PALETTE)]
+
+
+# --- recommendation ---------------------------------------------------------------------------------
+
+
+def recommend(
+    summaries: Sequence[Summary],
+    *,
+    policy: str,
+    budget_usd: float | None,
+    deadline_s: float | None,
+    min_completion: float = 0.95,
+) -> tuple[Summary | None, str]:
+    """The cheapest configuration that meets the deadline (p95), or the fastest within the budget (p95)."""
+    candidates = [s for s in summaries if s.policy == policy and s.completion_rate >= min_completion]
+    if deadline_s is not None:
+        candidates = [s for s in candidates if s.time_p95_s <= deadline_s]
+    if budget_usd is not None:
+        candidates = [s for s in candidates if s.cost_p95_usd <= budget_usd]
+    if not candidates:
+        return None, (
+            f"no configuration meets the constraints with {policy} at >= {min_completion:.0%} completion "
+            "(p95 time within the deadline, p95 cost within the budget)"
+        )
+    key: Callable[[Summary], float]
+    if deadline_s is not None or budget_usd is None:
+        key = lambda s: s.cost_per_completed_usd  # noqa: E731
+        why = "cheapest per completed job" + (" whose p95 time meets the deadline" if deadline_s is not None else "")
+    else:
+        key = lambda s: s.time_mean_s  # noqa: E731
+        why = "fastest whose p95 cost stays within the budget"
+    if deadline_s is not None and budget_usd is not None:
+        why += " and whose p95 cost stays within the budget"
+    best = min(candidates, key=key)
+    return best, why
