@@ -1,0 +1,106 @@
+"""Options of ``ttj local-cluster`` for node pools, pods and preemption, and the add-ons they build.
+
+Hooked into ``ttj.localcluster.cli``: ``add_arguments(parser)``, ``build_addons(args)`` and
+``run_command(args)`` (the control options talk to an already running cluster and exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .pools import NodePool, check_pools, default_pools, load_pools_file, parse_pool_option
+
+POOL_HELP = (
+    "add a node pool: name=NAME,nodes=N,provisioning=on-demand|spot|preemptible,accelerator=TYPE,gpus=N,"
+    "cpu=Q,memory=Q,machine-type=T,zone=Z,preemption=none|scripted|lifetime,preempt-at=S[:S...],seed=N,"
+    "time-scale=X,grace=S,restore-after=S|never (repeatable; replaces the default pools)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("nodes and pods")
+    group.add_argument("--pool", action="append", default=[], metavar="SPEC", help=POOL_HELP)
+    group.add_argument(
+        "--pools", metavar="FILE", help="node pools from a YAML file ('pools:' list, same keys as --pool)"
+    )
+    pods = group.add_mutually_exclusive_group()
+    pods.add_argument(
+        "--run-pods",
+        dest="run_pods",
+        action="store_true",
+        default=True,
+        help="run pods' containers as local processes (default)",
+    )
+    pods.add_argument(
+        "--simulate-pods", dest="run_pods", action="store_false", help="do not run containers: pods are Running at once"
+    )
+    group.add_argument(
+        "--state-dir", metavar="DIR", help="pod logs and hosts files go here [a new temporary directory]"
+    )
+    group.add_argument(
+        "--scheduler-seed", type=int, default=None, metavar="N", help="seed the scheduler's tie-breaking"
+    )
+    control = parser.add_argument_group("control of a running local cluster (found through --kubeconfig)")
+    control.add_argument(
+        "--preempt-node", metavar="NODE", help="preempt this node, as GKE preempts a spot VM, and exit"
+    )
+    control.add_argument(
+        "--preempt-pod", metavar="NAMESPACE/NAME", help="preempt the node that runs this pod, and exit"
+    )
+    control.add_argument("--restore-pool", metavar="POOL", help="bring this pool back to its size now, and exit")
+    control.add_argument("--status", action="store_true", help="print pools, nodes and preemptions as JSON, and exit")
+    control.add_argument("--wait", action="store_true", help="with --preempt-*: return once the node is gone")
+
+
+def pools_from_args(args: argparse.Namespace) -> list[NodePool]:
+    pools: list[NodePool] = []
+    if getattr(args, "pools", None):
+        pools.extend(load_pools_file(args.pools))
+    pools.extend(parse_pool_option(text) for text in getattr(args, "pool", []) or [])
+    return check_pools(pools or default_pools())
+
+
+def build_addons(args: argparse.Namespace) -> list[Any]:
+    """Fleet (nodes, kubelets, pods), scheduler, Deployment/ReplicaSet controllers, control server."""
+    from .control import ControlServer
+    from .deployments import DeploymentController
+    from .fleet import NodeFleet
+    from .scheduler import Scheduler
+
+    try:
+        pools = pools_from_args(args)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"ttj local-cluster: {exc}") from exc
+    fleet = NodeFleet(pools, run_pods=getattr(args, "run_pods", True), state_dir=getattr(args, "state_dir", None))
+    return [fleet, Scheduler(seed=getattr(args, "scheduler_seed", None)), DeploymentController(), ControlServer(fleet)]
+
+
+def run_command(args: argparse.Namespace) -> int | None:
+    """The control options: act on the running cluster and return an exit status; None: start a cluster."""
+    wanted = [args.preempt_node, args.preempt_pod, args.restore_pool, args.status or None]
+    if not any(wanted):
+        return None
+    if sum(1 for w in wanted if w) > 1:
+        print("ttj local-cluster: give one of --preempt-node, --preempt-pod, --restore-pool, --status", file=sys.stderr)
+        return 2
+    from .control import ControlClient
+
+    try:
+        control = ControlClient.from_kubeconfig(args.kubeconfig)
+        if args.preempt_node:
+            answer = control.preempt_node(args.preempt_node, wait=args.wait)
+        elif args.preempt_pod:
+            namespace, _, name = str(args.preempt_pod).rpartition("/")
+            answer = control.preempt_pod(namespace or "default", name, wait=args.wait)
+        elif args.restore_pool:
+            answer = control.restore_pool(args.restore_pool)
+        else:
+            answer = control.status()
+    except Exception as exc:
+        print(f"ttj local-cluster: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=2))
+    return 0

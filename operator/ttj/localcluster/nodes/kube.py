@@ -1,0 +1,344 @@
+"""A thin layer over the official ``kubernetes`` client for the simulated control plane and nodes.
+
+The controllers, scheduler and kubelets of the local cluster are API clients like their Kubernetes
+counterparts: they read and write over HTTP through ``kubernetes.client.ApiClient`` (auth, TLS and
+the kubeconfig handled by the client), with list+watch informers. Objects stay plain JSON dicts: the
+generated models would cost time at scale and drop fields the local code needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import kubernetes
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        self.status = status
+        self.body = body
+        try:
+            message = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            message = body
+        super().__init__(f"HTTP {status}: {message}")
+
+
+class KubeClient:
+    """JSON in, JSON out, over the official client's transport."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self._open_watches: set[Any] = set()
+        self._watch_lock = threading.Lock()
+        self.api = kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """Ends open watches at once (their threads see the stream end) and closes the connection pool."""
+        with self._watch_lock:
+            watches = list(self._open_watches)
+        for response in watches:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+        with contextlib.suppress(Exception):
+            self.api.close()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Sequence[tuple[str, str]] = (),
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] = 30,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method, url, headers, serialized, _ = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self.api.call_api(method, url, header_params=headers, body=serialized, _request_timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Sequence[tuple[str, str]] = (),
+        content_type: str = "application/json",
+    ) -> JSON:
+        response = self._send(method, path, body=body, query=query, content_type=content_type)
+        data = response.read()
+        text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
+        if response.status >= 400:
+            raise KubeError(response.status, text)
+        return json.loads(text) if text else {}
+
+    # conveniences ----------------------------------------------------------------------------
+    def get(self, path: str) -> JSON | None:
+        try:
+            return self.request("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, path: str, body: JSON) -> JSON | None:
+        """POST; None when it already exists."""
+        try:
+            return self.request("POST", path, body=body)
+        except KubeError as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    def merge_patch(self, path: str, patch: JSON) -> JSON | None:
+        """PATCH (merge); None when the object is gone."""
+        try:
+            return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete(self, path: str, grace_seconds: int | None = None, propagation: str | None = None) -> bool:
+        options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        if propagation:
+            options["propagationPolicy"] = propagation
+        try:
+            self.request("DELETE", path, body=options)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def watch_events(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[JSON]:
+        """One watch request: yields ``{"type", "object"}`` events until the server ends it."""
+        response = self._send(
+            "GET",
+            path,
+            query=[
+                ("watch", "true"),
+                ("resourceVersion", resource_version),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", str(timeout_seconds)),
+            ],
+            timeout=(10, timeout_seconds + 15),
+        )
+        if response.status >= 400:
+            raise KubeError(response.status, response.read().decode(errors="replace"))
+        buffer = b""
+        with self._watch_lock:
+            self._open_watches.add(response.response)
+        try:
+            for chunk in response.response.stream(amt=None, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            with self._watch_lock:
+                self._open_watches.discard(response.response)
+            with contextlib.suppress(Exception):
+                response.response.release_conn()
+
+
+def obj_key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def pod_path(namespace: str, name: str = "", sub: str = "") -> str:
+    path = f"/api/v1/namespaces/{quote(namespace)}/pods"
+    if name:
+        path += f"/{quote(name)}"
+    if sub:
+        path += f"/{sub}"
+    return path
+
+
+Handler = Callable[[str, JSON, JSON | None], None]
+
+
+class Informer:
+    """List+watch of one collection into a cache; calls handlers with (event type, object, old object).
+
+    Relists after a watch ends in error or with 410 Gone, as client-go's reflector does.
+    """
+
+    def __init__(self, client: KubeClient, path: str, name: str, stop: threading.Event) -> None:
+        self.client = client
+        self.path = path
+        self.name = name
+        self.stop = stop
+        self.cache: dict[str, JSON] = {}
+        self.lock = threading.RLock()
+        self.handlers: list[Handler] = []
+        self.synced = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def add_handler(self, handler: Handler) -> None:
+        self.handlers.append(handler)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def items(self) -> list[JSON]:
+        with self.lock:
+            return list(self.cache.values())
+
+    def get(self, key: str) -> JSON | None:
+        with self.lock:
+            return self.cache.get(key)
+
+    def _emit(self, kind: str, obj: JSON, old: JSON | None) -> None:
+        for handler in self.handlers:
+            try:
+                handler(kind, obj, old)
+            except Exception:
+                log.exception("%s: handler failed on %s %s", self.name, kind, obj_key(obj))
+
+    def _relist(self) -> str:
+        listing = self.client.request("GET", self.path)
+        fresh = {obj_key(item): item for item in listing.get("items") or []}
+        with self.lock:
+            old = self.cache
+            self.cache = fresh
+        for key, item in fresh.items():
+            previous = old.get(key)
+            if previous is None:
+                self._emit("ADDED", item, None)
+            elif previous.get("metadata", {}).get("resourceVersion") != item.get("metadata", {}).get("resourceVersion"):
+                self._emit("MODIFIED", item, previous)
+        for key, item in old.items():
+            if key not in fresh:
+                self._emit("DELETED", item, item)
+        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self.stop.is_set():
+            try:
+                version = self._relist()
+                self.synced.set()
+                backoff = 0.2
+                while not self.stop.is_set():
+                    gone = False
+                    for event in self.client.watch_events(self.path, version, timeout_seconds=20):
+                        if self.stop.is_set():
+                            return
+                        kind, obj = event.get("type"), event.get("object") or {}
+                        if kind == "ERROR":
+                            gone = True
+                            break
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                        if kind == "BOOKMARK":
+                            continue
+                        key = obj_key(obj)
+                        with self.lock:
+                            old = self.cache.get(key)
+                            if kind == "DELETED":
+                                self.cache.pop(key, None)
+                            else:
+                                self.cache[key] = obj
+                        self._emit(str(kind), obj, old)
+                    if gone:
+                        break
+            except Exception as exc:
+                if self.stop.is_set():
+                    return
+                log.debug("%s: watch failed (%s); relisting", self.name, exc)
+                self.stop.wait(backoff)
+                backoff = min(5.0, backoff * 2)
+
+
+class WorkQueue:
+    """A de-duplicating queue of keys with delayed re-adds, served by one worker thread."""
+
+    def __init__(self, name: str, reconcile: Callable[[str], float | None], stop: threading.Event) -> None:
+        self.name = name
+        self.reconcile = reconcile
+        self.stop = stop
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"worker-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def add(self, key: str) -> None:
+        with self._lock:
+            if key in self._pending:
+                return
+            self._pending.add(key)
+        self._queue.put(key)
+
+    def add_after(self, key: str, seconds: float) -> None:
+        timer = threading.Timer(seconds, self.add, args=(key,))
+        timer.daemon = True
+        timer.start()
+
+    def _run(self) -> None:
+        failures: dict[str, int] = {}
+        while not self.stop.is_set():
+            try:
+                key = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            with self._lock:
+                self._pending.discard(key)
+            try:
+                again = self.reconcile(key)
+                failures.pop(key, None)
+                if again is not None:
+                    self.add_after(key, again)
+            except Exception as exc:
+                count = failures.get(key, 0) + 1
+                failures[key] = count
+                delay = min(10.0, 0.1 * 2**count) * (1 + random.random() / 4)
+                level = logging.WARNING if count >= 5 else logging.DEBUG
+                log.log(level, "%s: %s failed (%s); retrying in %.1fs", self.name, key, exc, delay)
+                self.add_after(key, delay)
+
+
+def wait_synced(informers: Sequence[Informer], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    for informer in informers:
+        if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"informer {informer.name} did not sync within {timeout:.0f}s")
