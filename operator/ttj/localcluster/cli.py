@@ -48,6 +48,13 @@ def build_addons(args: argparse.Namespace) -> list[Any]:
 def main(args: argparse.Namespace) -> int:
     from .cluster import LocalCluster
 
+    module = _addons_module()
+    if module is not None and hasattr(module, "run_command"):
+        # Control options (--preempt-node, --status, ...) act on a running cluster instead of starting one.
+        status = module.run_command(args)
+        if status is not None:
+            return int(status)
+
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
