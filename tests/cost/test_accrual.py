@@ -156,6 +156,8 @@ def test_unknown_node_is_priced_as_expected_and_noted() -> None:
     assert cost.usd == pytest.approx(SPOT_T4_NODE)
     assert cost.notes
     assert "node unknown" in cost.notes[0]
+    lost_ps = PodObservation("ps", "uid-ps", "ps", minutes(0), None, None)
+    assert accrue(None, [lost_ps], minutes(60), PRICES).usd == pytest.approx(PS_NODE)  # as n1-standard-4
 
 
 def test_projected_rates_of_the_desired_set() -> None:

@@ -179,11 +179,15 @@ def accrue(
 
     ``pods`` are all the job's pods that exist (running, finished, or preempted but not yet deleted).
     A pod of the previous ledger that is not among them is gone: its cost is settled. Totals never go
-    down. ``fallback_*_node`` price pods whose node is unknown (use :func:`expected_worker_node`).
+    down. ``fallback_*_node`` price pods whose node is unknown (use :func:`expected_worker_node`;
+    parameter servers default to the table's fallback machine type, on-demand).
     """
     if now.tzinfo is None:
         raise ValueError("accrue needs an aware datetime for now (UTC)")
     before = previous or CostStatus()
+    if fallback_ps_node is None and prices.fallback_machine_type:
+        # Parameter servers run on on-demand CPU nodes; the table's fallback shape is the best guess.
+        fallback_ps_node = NodeShape(prices.fallback_machine_type, None, 0, Provisioning.ON_DEMAND)
     known = {entry.uid: entry for entry in before.pods or []}
     settled_usd = before.settled_usd
     settled_on_demand = before.settled_on_demand_equivalent_usd
