@@ -179,6 +179,7 @@ class CrdManager:
             is_custom=True,
             admit=admit,
             printer_columns=list(version.get("additionalPrinterColumns") or []),
+            schema=version["schema"]["openAPIV3Schema"],
         )
 
     def _on_event(self, event: WatchEvent) -> None:

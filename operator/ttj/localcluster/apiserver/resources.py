@@ -39,6 +39,8 @@ class ResourceType:
     #: set for custom resources: validates, defaults and prunes a whole object; raises ApiError
     admit: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]] | None = None
     printer_columns: list[dict[str, Any]] = field(default_factory=list)
+    #: a custom resource's openAPIV3Schema, for the OpenAPI documents (kubectl explain)
+    schema: dict[str, Any] | None = None
 
     @property
     def api_version(self) -> str:
@@ -111,6 +113,7 @@ def builtin_types() -> list[ResourceType]:
             extra_subresources=("binding",),
         ),
         _core("Service", "services", short_names=("svc",), categories=("all",), status_subresource=True),
+        _core("Binding", "bindings"),
         _core("ConfigMap", "configmaps", short_names=("cm",)),
         _core("Secret", "secrets"),
         _core("Event", "events", short_names=("ev",)),

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from . import tables
+from . import openapi, tables
 from .controllers import Controllers
 from .core import ApiCore, now_rfc3339
 from .crds import CrdManager
@@ -218,11 +218,22 @@ class ApiServer:
         return Target(rtype, namespace, name, sub, watch_path)
 
     def _openapi(self, parts: list[str]) -> web.Response:
-        # kubectl asks for the OpenAPI documents for validation and explain; with an empty v3 index it falls
-        # back to using the server's own field validation (which this server does for custom resources).
-        if parts[1:] == ["v3"]:
-            return _json_response({"paths": {}})
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        """A minimal OpenAPI v3: every group-version's PATCH operations, with the fieldValidation parameter (so
+        kubectl leaves validation to the server), and the schemas of custom resources (for kubectl explain)."""
+        if parts[1:2] != ["v3"]:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        gvs = sorted({(t.group, t.version) for t in self.registry.all_types()})
+        if len(parts) == 2:
+            paths = {}
+            for group, version in gvs:
+                prefix = f"apis/{group}/{version}" if group else f"api/{version}"
+                paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self.store.resource_version}"}
+            return _json_response({"paths": paths})
+        rest = parts[2:]
+        group, version = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else (rest[1], rest[2]) if len(rest) == 3 else ("", "")
+        if (group, version) not in gvs:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return _json_response(openapi.group_version_document(self.registry, group, version))
 
     # -- control (non-Kubernetes) endpoints --------------------------------------------------------
 
@@ -296,6 +307,9 @@ class ApiServer:
             body = await self._body(request)
             if name is not None and sub == "binding":
                 return _json_response(self.core.bind(namespace, name, body), 201)
+            if rtype.plural == "bindings" and rtype.group == "":
+                pod_name = str((body.get("metadata") or {}).get("name", "")) if isinstance(body, dict) else ""
+                return _json_response(self.core.bind(namespace, pod_name, body), 201)
             if name is not None:
                 raise ApiError(
                     405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
