@@ -380,6 +380,11 @@ class _Planner:
 
         # 5. Worker slots: keep `desired` slots filled, replace lost pods at once in their slot.
         active, pending, unschedulable = self._worker_slots(workers, verdicts, holder, job_obj)
+        # --- cost/pools seam (issue 8): no node pool can hold these pods at all; say why instead of waiting.
+        placement = self.observed.placement
+        if placement is not None and not placement.ok and active < spec.workers.replicas:
+            unschedulable = f"{placement.reason}: {placement.message}"
+        # --- end of seam
 
         # 6. The chief.
         chief_ok = self._chief(workers, verdicts, holder, ps_replaced, active)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ttj.cost.pools import PlacementCheck
+
 GROUP = "transient.training"
 LABEL_JOB = f"{GROUP}/job-name"
 LABEL_ROLE = f"{GROUP}/role"
@@ -28,12 +30,16 @@ class Observed:
     terminating and finished ones). ``nodes``: node name → Node for (at least) the nodes those pods
     are bound to; a bound node missing here is taken as gone. ``children``: (kind, name) → object for
     Service, Deployment, ServiceAccount, Role, RoleBinding. ``lease``: the ``NAME-chief`` Lease or None.
+    ``placement``: whether any node pool can hold the job's workers and parameter servers.
     """
 
     pods: list[Obj] = field(default_factory=list)
     nodes: dict[str, Obj] = field(default_factory=dict)
     children: dict[tuple[str, str], Obj] = field(default_factory=dict)
     lease: Obj | None = None
+    # --- cost/pools seam (issue 8): the controller fills this from ttj.cost.pools.validate_placement over
+    # the cluster's node pools (GKE API or Node labels); None when not checked.
+    placement: PlacementCheck | None = None
 
 
 def parse_time(value: str | None) -> datetime | None:
