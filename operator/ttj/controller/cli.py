@@ -1,0 +1,122 @@
+"""``ttj operator``: run the operator against the cluster in KUBECONFIG, or in-cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from typing import Any
+
+DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch only this namespace (repeatable; kopf glob patterns allowed); default: all namespaces",
+    )
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=8000, help="port of the Prometheus /metrics endpoint; 0 turns it off [8000]"
+    )
+    parser.add_argument(
+        "--liveness", default=DEFAULT_LIVENESS, help=f"liveness endpoint URL, or 'none' [{DEFAULT_LIVENESS}]"
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=int,
+        default=30,
+        metavar="SECONDS",
+        help="leaseDurationSeconds of the chief Lease; a chief silent this long is replaced [30]",
+    )
+    parser.add_argument(
+        "--chief-startup",
+        type=int,
+        default=180,
+        metavar="SECONDS",
+        help="time a newly elected chief gets before its first renewal [180]",
+    )
+    parser.add_argument(
+        "--node-grace",
+        type=int,
+        default=30,
+        metavar="SECONDS",
+        help="a node NotReady (or gone) this long has lost its pods [30]",
+    )
+    parser.add_argument(
+        "--resync", type=float, default=60.0, metavar="SECONDS", help="replan every job at least this often [60]"
+    )
+    parser.add_argument(
+        "--prices",
+        default=None,
+        metavar="FILE",
+        help="price file for cost accrual (default: TTJ_PRICES_FILE or the packaged prices)",
+    )
+    parser.add_argument("--no-cost", action="store_true", help="do not accrue cost (status.cost stays 0)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def main(args: argparse.Namespace) -> int:
+    import kopf
+    from kubernetes import client, config
+    from prometheus_client import CollectorRegistry
+
+    from ttj.controller.handlers import OperatorContext, register
+    from ttj.controller.metrics import Metrics
+    from ttj.planner import PlannerConfig
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    configuration = client.Configuration()
+    try:
+        if os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException as exc:
+        logging.getLogger("ttj").error("no cluster to talk to: %s (set KUBECONFIG, or run in a pod)", exc)
+        return 2
+    prices: Any = None
+    if not args.no_cost:
+        from ttj.cost.prices import load_price_table
+
+        prices = load_price_table(args.prices)
+    ctx = OperatorContext(
+        api=client.ApiClient(configuration),
+        metrics=Metrics(CollectorRegistry()),
+        planner=PlannerConfig(
+            lease_duration_seconds=args.lease_duration,
+            chief_startup_seconds=args.chief_startup,
+            node_grace_seconds=args.node_grace,
+            resync_seconds=args.resync,
+            prices=prices,
+        ),
+        metrics_port=args.metrics_port or None,
+    )
+    registry = kopf.OperatorRegistry()
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+    register(registry, ctx)
+    namespaces = args.namespace or []
+    liveness = None if args.liveness.lower() == "none" else args.liveness
+    try:
+        asyncio.run(
+            kopf.operator(
+                registry=registry,
+                standalone=True,
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                liveness_endpoint=liveness,
+            )
+        )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ctx.api.close()  # type: ignore[no-untyped-call]
+    return 0

@@ -1,0 +1,253 @@
+"""kopf handlers: indexes of the jobs' children, one reconcile daemon per job, metrics and liveness.
+
+Level-based: every pass observes everything from kopf's indexes (fed by watches), asks the planner,
+applies its actions, writes the status once (only if it changed, with a resourceVersion
+precondition), then posts the events. A pass runs on create/resume (the daemon starts), on every
+change of the job or of one of its children (the index functions poke the job's daemon), and on the
+planner's timer. Nothing the next pass needs is kept only in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes.client import ApiClient
+from prometheus_client import start_http_server
+
+from ttj.api.models import GROUP, PLURAL, VERSION
+from ttj.controller.apply import Applier, Conflict
+from ttj.controller.metrics import Metrics
+from ttj.controller.patch import merge_patch
+from ttj.planner import DeleteJob, Observed, PlannerConfig, plan
+from ttj.planner.observed import FINALIZER, LABEL_JOB
+
+log = logging.getLogger("ttj.controller")
+
+JobKey = tuple[str, str]
+#: Nodes are big (images, allocatable…): the planner needs only these parts.
+_NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")
+
+
+@dataclass
+class OperatorContext:
+    """What the handlers share: settings, the API client, metrics, and each job's wake-up."""
+
+    api: ApiClient
+    metrics: Metrics
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    metrics_port: int | None = None
+    #: Extra pause before a pass to coalesce bursts of watch events (seconds).
+    debounce_seconds: float = 0.0
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    wakeups: dict[JobKey, asyncio.Event] = field(default_factory=dict)
+    #: (resourceVersion the last status write was based on, the job as that write left it), per job:
+    #: used only while the watch has not yet delivered our own write (never across restarts).
+    written: dict[JobKey, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def poke(self, key: JobKey) -> None:
+        event = self.wakeups.get(key)
+        if event is not None:
+            event.set()
+
+
+def _job_key(namespace: str | None, labels: dict[str, str]) -> JobKey | None:
+    job = labels.get(LABEL_JOB)
+    return (namespace or "", job) if job else None
+
+
+def _slim_node(body: kopf.Body) -> dict[str, Any]:
+    metadata = {k: body.metadata.get(k) for k in _NODE_KEEP if body.metadata.get(k) is not None}
+    status = body.get("status") or {}
+    return {
+        "metadata": metadata,
+        "status": {"conditions": status.get("conditions") or [], "capacity": status.get("capacity") or {}},
+    }
+
+
+def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
+    """Attach every handler of the operator to ``registry``."""
+    job_labels = {LABEL_JOB: kopf.PRESENT}
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=GROUP, key="last-handled-configuration"
+        )
+        settings.persistence.finalizer = f"{GROUP}/operator"
+        settings.posting.enabled = False  # our events go through the Applier, about the job only
+        settings.watching.server_timeout = 300
+        settings.networking.request_timeout = 60
+        if ctx.metrics_port is not None:
+            start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
+            log.info("metrics on :%d/metrics", ctx.metrics_port)
+
+    def child_index(kind: str) -> Callable[..., Any]:
+        def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
+            key = _job_key(namespace, labels)
+            if key is None:
+                return None
+            ctx.poke(key)  # a child changed: plan its job again
+            return {key: (kind, name, copy.deepcopy(dict(body)))}
+
+        index.__name__ = f"{kind.lower()}s_by_job"
+        return index
+
+    kopf.index("pods", labels=job_labels, registry=registry, id="pods_by_job")(child_index("Pod"))
+    kopf.index("leases.v1.coordination.k8s.io", labels=job_labels, registry=registry, id="leases_by_job")(
+        child_index("Lease")
+    )
+    for kind, resource in (
+        ("Service", "services"),
+        ("Deployment", "deployments.v1.apps"),
+        ("ServiceAccount", "serviceaccounts"),
+        ("Role", "roles.v1.rbac.authorization.k8s.io"),
+        ("RoleBinding", "rolebindings.v1.rbac.authorization.k8s.io"),
+    ):
+        kopf.index(resource, labels=job_labels, registry=registry, id="children_by_job")(child_index(kind))
+
+    @kopf.index("nodes", registry=registry)
+    def nodes_by_name(name: str, body: kopf.Body, **_: Any) -> Any:
+        return {name: _slim_node(body)}
+
+    @kopf.on.event("nodes", registry=registry)  # type: ignore[arg-type]
+    def node_changed(name: str, pods_by_job: kopf.Index[JobKey, Any], **_: Any) -> None:
+        for key, store in list(pods_by_job.items()):
+            if any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
+                ctx.poke(key)
+
+    @kopf.index(GROUP, VERSION, PLURAL, registry=registry)  # type: ignore[arg-type]
+    def jobs(namespace: str, name: str, **_: Any) -> Any:
+        ctx.poke((namespace, name))
+        return {(namespace, name): True}
+
+    @kopf.on.event(  # type: ignore[arg-type]
+        "pods",
+        labels=job_labels,
+        registry=registry,
+        when=lambda body, **_: (
+            bool(body.metadata.get("deletionTimestamp")) and FINALIZER in (body.metadata.get("finalizers") or [])
+        ),
+    )
+    def orphan_pod(
+        *, namespace: str, name: str, labels: dict[str, str], jobs: kopf.Index[JobKey, Any], **_: Any
+    ) -> None:
+        """A worker of a job that no longer exists must not hang on our finalizer."""
+        key = _job_key(namespace, labels)
+        if key is not None and key not in jobs:
+            Applier(ctx.api)._remove_finalizer(namespace, name)
+
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)  # type: ignore[arg-type]
+    async def reconcile_job(
+        *,
+        stopped: kopf.DaemonStopped,
+        namespace: str,
+        name: str,
+        body: kopf.Body,
+        pods_by_job: kopf.Index[JobKey, Any],
+        leases_by_job: kopf.Index[JobKey, Any],
+        children_by_job: kopf.Index[JobKey, Any],
+        nodes_by_name: kopf.Index[str, Any],
+        **_: Any,
+    ) -> None:
+        key = (namespace, name)
+        wakeup = ctx.wakeups.setdefault(key, asyncio.Event())
+        reconciler = JobReconciler(ctx, key)
+        try:
+            while not stopped:
+                wakeup.clear()
+                delay = await reconciler.run_pass(body, pods_by_job, leases_by_job, children_by_job, nodes_by_name)
+                if delay is None:
+                    return
+                with_timeout = asyncio.wait_for(wakeup.wait(), timeout=max(0.01, delay))
+                with contextlib.suppress(TimeoutError):
+                    await with_timeout
+                if ctx.debounce_seconds:
+                    await asyncio.sleep(ctx.debounce_seconds)
+        finally:
+            ctx.wakeups.pop(key, None)
+            ctx.written.pop(key, None)
+            if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
+                ctx.metrics.forget(namespace, name)
+
+
+def observe(
+    key: JobKey,
+    pods_by_job: kopf.Index[JobKey, Any],
+    leases_by_job: kopf.Index[JobKey, Any],
+    children_by_job: kopf.Index[JobKey, Any],
+    nodes_by_name: kopf.Index[str, Any],
+) -> Observed:
+    observed = Observed()
+    for _kind, _name, pod in pods_by_job.get(key, []):
+        observed.pods.append(pod)
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name and node_name not in observed.nodes:
+            for node in nodes_by_name.get(node_name, []):
+                observed.nodes[node_name] = node
+    for _kind, name, lease in leases_by_job.get(key, []):
+        if name == f"{key[1]}-chief":
+            observed.lease = lease
+    for kind, name, child in children_by_job.get(key, []):
+        observed.children[(kind, name)] = child
+    return observed
+
+
+class JobReconciler:
+    def __init__(self, ctx: OperatorContext, key: JobKey) -> None:
+        self.ctx = ctx
+        self.key = key
+        self.applier = Applier(ctx.api)
+
+    def _current_job(self, body: kopf.Body) -> dict[str, Any]:
+        job = copy.deepcopy(dict(body))
+        written = self.ctx.written.get(self.key)
+        if written is not None and job.get("metadata", {}).get("resourceVersion") == written[0]:
+            return copy.deepcopy(written[1])  # the watch has not caught up with our own status write yet
+        return job
+
+    async def run_pass(self, body: kopf.Body, *indexes: kopf.Index[Any, Any]) -> float | None:
+        """One reconcile; returns seconds until the next timed pass, None when the job is gone."""
+        namespace, name = self.key
+        started = time.perf_counter()
+        job = self._current_job(body)
+        observed = observe(self.key, *indexes)
+        result = plan(job, observed, self.ctx.clock(), self.ctx.planner)
+        actions = [a for a in result.actions if not isinstance(a, DeleteJob)]
+        try:
+            applied = await asyncio.to_thread(self.applier.apply, namespace, actions)
+            old_status = job.get("status") or {}
+            if result.status != old_status:
+                patch = merge_patch(old_status, result.status)
+                pre = job["metadata"].get("resourceVersion")
+                answer = await asyncio.to_thread(self.applier.write_status, namespace, name, pre, patch)
+                after = copy.deepcopy(job)
+                after["status"] = answer.get("status", result.status)
+                after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
+                self.ctx.written[self.key] = (pre, after)
+                self.ctx.metrics.status_written(namespace, name, old_status, result.status)
+        except Conflict as exc:
+            log.info("%s/%s: %s; planning again", namespace, name, exc)
+            return 0.05
+        finally:
+            self.ctx.metrics.reconcile.labels(namespace, name).observe(time.perf_counter() - started)
+        for seconds in applied.recoveries:
+            self.ctx.metrics.recovery.labels(namespace, name).observe(seconds)
+        for observation in result.observations:
+            if observation.metric == "chief_handover_seconds":
+                self.ctx.metrics.handover.labels(namespace, name).observe(observation.seconds)
+        for event in applied.events:
+            await asyncio.to_thread(self.applier.post_event, job, event)
+        if any(isinstance(a, DeleteJob) for a in result.actions):
+            await asyncio.to_thread(self.applier.delete_job, namespace, name)
+            return None
+        return result.requeue_after
