@@ -1,0 +1,109 @@
+"""Custom resources: our CRD served, validated, defaulted, pruned; CEL rules; status and scale subresources."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from .conftest import minimal_job
+
+GROUP, VERSION, PLURAL = "transient.training", "v1alpha1", "transienttrainingjobs"
+
+
+@pytest.fixture
+def custom(k8s_api: client.ApiClient, ttj_crd: dict[str, Any]) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(k8s_api)
+
+
+def _create(custom: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    return result
+
+
+def test_crd_resource_is_discoverable(k8s_api: client.ApiClient, ttj_crd: dict[str, Any]) -> None:
+    resources = client.CustomObjectsApi(k8s_api).get_api_resources(GROUP, VERSION)
+    names = {r.name: r for r in resources.resources}
+    assert {"transienttrainingjobs", "transienttrainingjobs/status", "transienttrainingjobs/scale"} <= set(names)
+    assert "ttj" in names["transienttrainingjobs"].short_names
+
+
+def test_defaulting_and_pruning(custom: client.CustomObjectsApi, namespace: str) -> None:
+    body = minimal_job("defaults")
+    body["spec"]["notAField"] = "dropped"
+    created = _create(custom, namespace, body)
+    spec = created["spec"]
+    assert "notAField" not in spec
+    assert spec["model"] == "resnet32" and spec["backoffLimit"] == 3 and spec["learningRateScaling"] == "activeWorkers"
+    assert spec["checkpoint"]["uri"] == "/tmp/x"
+    assert created["metadata"]["generation"] == 1
+
+
+def test_schema_validation(custom: client.CustomObjectsApi, namespace: str) -> None:
+    body = minimal_job("bad", batchSize=0)
+    with pytest.raises(client.ApiException) as info:
+        _create(custom, namespace, body)
+    status = json.loads(info.value.body)
+    assert info.value.status == 422 and status["reason"] == "Invalid"
+    assert "spec.batchSize" in status["message"]
+    del body["spec"]["trainSteps"]
+    body["spec"]["batchSize"] = 10
+    with pytest.raises(client.ApiException) as info:
+        _create(custom, namespace, body)
+    assert "spec.trainSteps" in json.loads(info.value.body)["message"]
+
+
+def test_cel_rule_refused_at_create(custom: client.CustomObjectsApi, namespace: str) -> None:
+    body = minimal_job("cel", workers={"replicas": 2, "minReplicas": 3, "maxReplicas": 4})
+    with pytest.raises(client.ApiException) as info:
+        _create(custom, namespace, body)
+    status = json.loads(info.value.body)
+    assert info.value.status == 422 and status["kind"] == "Status" and status["reason"] == "Invalid"
+    assert "workers.minReplicas must not exceed workers.replicas" in status["message"]
+
+
+def test_status_subresource_and_generation(custom: client.CustomObjectsApi, namespace: str) -> None:
+    _create(custom, namespace, minimal_job("gen", workers={"replicas": 2, "minReplicas": 1, "maxReplicas": 4}))
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "gen", {"status": {"phase": "Running"}})
+    job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen")
+    assert job["status"]["phase"] == "Running" and job["metadata"]["generation"] == 1
+    # the main resource ignores status; metadata-only changes keep the generation
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "gen", {"status": {"phase": "Failed"}, "metadata": {"labels": {"a": "b"}}}
+    )
+    job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen")
+    assert job["status"]["phase"] == "Running" and job["metadata"]["generation"] == 1
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen", {"spec": {"trainSteps": 200}})
+    job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen")
+    assert job["metadata"]["generation"] == 2
+
+
+def test_scale_subresource_and_cel_on_scale(custom: client.CustomObjectsApi, namespace: str) -> None:
+    _create(custom, namespace, minimal_job("sc", workers={"replicas": 3, "minReplicas": 2, "maxReplicas": 6}))
+    scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sc")
+    assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3
+    custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sc", {"spec": {"replicas": 5}})
+    job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "sc")
+    assert job["spec"]["workers"]["replicas"] == 5
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sc", {"spec": {"replicas": 1}})
+    assert info.value.status == 422
+    assert "workers.minReplicas must not exceed workers.replicas" in json.loads(info.value.body)["message"]
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sc", {"spec": {"replicas": 7}})
+    assert "workers.replicas must not exceed workers.maxReplicas" in json.loads(info.value.body)["message"]
+
+
+def test_strategic_merge_is_refused_for_custom_resources(
+    k8s_api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    from .conftest import raw_request
+
+    _create(custom, namespace, minimal_job("smp"))
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/smp"
+    headers = {"Accept": "application/json", "Content-Type": "application/strategic-merge-patch+json"}
+    with pytest.raises(client.ApiException) as info:
+        raw_request(k8s_api, "PATCH", path, {"spec": {"trainSteps": 5}}, headers)
+    assert info.value.status == 415

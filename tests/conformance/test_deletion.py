@@ -1,0 +1,100 @@
+"""Finalizers, graceful pod deletion, garbage collection with each propagation policy, namespace deletion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from .conftest import wait_for
+
+
+def _gone(read: Any, *args: Any) -> bool:
+    try:
+        read(*args)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def _owner_ref(obj: Any, kind: str = "ConfigMap", block: bool = False) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": kind, "name": obj.metadata.name, "uid": obj.metadata.uid, "blockOwnerDeletion": block}
+
+
+def test_finalizers_hold_deletion(core: client.CoreV1Api, namespace: str) -> None:
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "fin", "finalizers": ["example.com/hold"]}})
+    core.delete_namespaced_config_map("fin", namespace)
+    held = core.read_namespaced_config_map("fin", namespace)
+    assert held.metadata.deletion_timestamp is not None
+    core.patch_namespaced_config_map("fin", namespace, {"metadata": {"finalizers": None}})
+    wait_for(lambda: _gone(core.read_namespaced_config_map, "fin", namespace), what="the configmap to go")
+
+
+def test_pod_on_a_node_is_deleted_gracefully(core: client.CoreV1Api, namespace: str) -> None:
+    spec = {"containers": [{"name": "c", "image": "i"}], "nodeName": f"fake-node-{namespace}"}
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "g"}, "spec": spec})
+    core.delete_namespaced_pod("g", namespace, grace_period_seconds=30)
+    pod = core.read_namespaced_pod("g", namespace)
+    assert pod.metadata.deletion_timestamp is not None
+    assert pod.metadata.deletion_grace_period_seconds == 30
+    # what the kubelet does once the containers are gone
+    core.delete_namespaced_pod("g", namespace, grace_period_seconds=0)
+    wait_for(lambda: _gone(core.read_namespaced_pod, "g", namespace), what="the pod to go")
+
+
+def test_unscheduled_pod_is_deleted_at_once(core: client.CoreV1Api, namespace: str) -> None:
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    core.delete_namespaced_pod("u", namespace)
+    wait_for(lambda: _gone(core.read_namespaced_pod, "u", namespace), what="the pod to go")
+
+
+def test_background_garbage_collection(core: client.CoreV1Api, namespace: str) -> None:
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "child", "ownerReferences": [_owner_ref(owner)]}})
+    core.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
+    wait_for(lambda: _gone(core.read_namespaced_config_map, "child", namespace), what="the dependent to be collected")
+
+
+def test_foreground_garbage_collection(core: client.CoreV1Api, namespace: str) -> None:
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "fg-owner"}})
+    core.create_namespaced_config_map(
+        namespace,
+        {"metadata": {"name": "fg-child", "finalizers": ["example.com/hold"], "ownerReferences": [_owner_ref(owner, block=True)]}},
+    )
+    core.delete_namespaced_config_map("fg-owner", namespace, propagation_policy="Foreground")
+
+    def owner_waits() -> bool:
+        current = core.read_namespaced_config_map("fg-owner", namespace)
+        child = core.read_namespaced_config_map("fg-child", namespace)
+        return "foregroundDeletion" in (current.metadata.finalizers or []) and child.metadata.deletion_timestamp is not None
+
+    wait_for(owner_waits, what="the owner to wait for its dependent")
+    core.patch_namespaced_config_map("fg-child", namespace, {"metadata": {"finalizers": None}})
+    wait_for(lambda: _gone(core.read_namespaced_config_map, "fg-owner", namespace), what="the owner to go")
+
+
+def test_orphan_propagation(core: client.CoreV1Api, namespace: str) -> None:
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "or-owner"}})
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "or-child", "ownerReferences": [_owner_ref(owner)]}})
+    core.delete_namespaced_config_map("or-owner", namespace, propagation_policy="Orphan")
+    wait_for(lambda: _gone(core.read_namespaced_config_map, "or-owner", namespace), what="the owner to go")
+    child = core.read_namespaced_config_map("or-child", namespace)
+    assert not child.metadata.owner_references
+
+
+def test_delete_precondition(core: client.CoreV1Api, namespace: str) -> None:
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "pre"}})
+    with pytest.raises(client.ApiException) as info:
+        core.delete_namespaced_config_map("pre", namespace, body=client.V1DeleteOptions(preconditions={"uid": "not-it"}))
+    assert info.value.status == 409
+
+
+def test_namespace_deletion_removes_content(core: client.CoreV1Api) -> None:
+    name = "conf-nsdel-" + __import__("uuid").uuid4().hex[:8]
+    core.create_namespace({"metadata": {"name": name}})
+    core.create_namespaced_config_map(name, {"metadata": {"name": "c"}})
+    core.delete_namespace(name)
+    wait_for(lambda: _gone(core.read_namespace, name), timeout=60, what="the namespace to go")
