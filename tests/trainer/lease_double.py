@@ -119,7 +119,17 @@ class LeaseDouble:
                 self.wfile.write(data)
 
             def _status(self, code: int, reason: str, message: str) -> None:
-                self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code, "message": message})
+                self._send(
+                    code,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": reason,
+                        "code": code,
+                        "message": message,
+                    },
+                )
 
             def _body(self) -> Any:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ class TrainerJob:
         self,
         workdir: Path,
         kubeconfig: Path,
+        *,
         slots: int = 3,
         ps_count: int = 1,
         job_name: str = "job",
@@ -113,10 +115,8 @@ class TrainerJob:
         for path in sorted(self.workdir.glob("*.log")):
             for line in path.read_text(errors="replace").splitlines():
                 if line.startswith("{"):
-                    try:
+                    with contextlib.suppress(json.JSONDecodeError):
                         entries.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
         return entries
 
     def signal(self, role: str, index: int, sig: int) -> None:

@@ -107,7 +107,11 @@ def test_named_variables_are_shared_between_clients_of_one_server(tmp_path: Path
         def add(amount: int) -> int:
             own = f"127.0.0.{20 + amount}:{free_port()}"
             result = subprocess.run(
-                [sys.executable, client, ps_address, own, str(amount)], capture_output=True, text=True, timeout=STARTUP
+                [sys.executable, client, ps_address, own, str(amount)],
+                capture_output=True,
+                text=True,
+                timeout=STARTUP,
+                check=False,
             )
             assert result.returncode == 0, result.stderr[-2000:]
             return int(result.stdout.strip().splitlines()[-1])
@@ -210,8 +214,10 @@ def test_ps_restart_new_chief_restores_latest_checkpoint(make_job: Any, lease: L
 
 def test_stale_chief_cannot_write(make_job: Any, lease: LeaseDouble) -> None:
     """A chief frozen while another was elected wakes up and must not write a checkpoint of its old epoch."""
-    job = make_job(slots=2, TTJ_CHECKPOINT_INTERVAL_STEPS="20")
+    # Two parameter servers here, so that spreading the variables over several is exercised too.
+    job = make_job(slots=2, ps_count=2, TTJ_CHECKPOINT_INTERVAL_STEPS="20")
     job.start("ps", 0)
+    job.start("ps", 1)
     job.start("worker", 0)
     job.start("worker", 1)
     wait_for(lambda: (c := latest(job)) and c.step >= 40, STARTUP, "checkpoints")
@@ -220,7 +226,9 @@ def test_stale_chief_cannot_write(make_job: Any, lease: LeaseDouble) -> None:
     wait_for(lambda: (c := latest(job)) and c.epoch == epoch, 60, "a checkpoint by the new chief")
     job.signal("worker", 0, signal.SIGCONT)
     wait_for(
-        lambda: any(e.get("msg") == "no longer chief: stopped checkpointing" and e["pod"] == "job-worker-0" for e in job.logs()),
+        lambda: any(
+            e.get("msg") == "no longer chief: stopped checkpointing" and e["pod"] == "job-worker-0" for e in job.logs()
+        ),
         60,
         "the old chief to step down",
     )
@@ -230,7 +238,9 @@ def test_stale_chief_cannot_write(make_job: Any, lease: LeaseDouble) -> None:
     assert latest(job).epoch == epoch
     written = [e for e in job.logs() if e.get("msg") == "checkpoint written" and e["pod"] == "job-worker-0"]
     stepped_down = min(
-        e["time"] for e in job.logs() if e.get("msg") == "no longer chief: stopped checkpointing" and e["pod"] == "job-worker-0"
+        e["time"]
+        for e in job.logs()
+        if e.get("msg") == "no longer chief: stopped checkpointing" and e["pod"] == "job-worker-0"
     )
     assert all(e["time"] <= stepped_down for e in written)
 
@@ -247,6 +257,7 @@ def test_checkpoint_fencing_refuses_an_older_epoch(tmp_path: Path) -> None:
         checkpoints.claim(uri, 2, "chief-old")
     with pytest.raises(checkpoints.StaleEpochError):
         checkpoints.save(uri, 9, 2, values, writer="chief-old")
+
     # A fence that finds the Lease moved on refuses the commit after the data was written.
     def moved_on() -> None:
         raise checkpoints.StaleEpochError("the Lease names someone else")

@@ -37,10 +37,10 @@ def main() -> int:
 
         return ps.run(cfg)
 
+    from kubernetes.config import ConfigException
+
     from ttj_trainer import worker
     from ttj_trainer.data import DatasetError
-
-    from kubernetes.config import ConfigException
 
     try:
         return worker.run(cfg)

@@ -20,6 +20,7 @@ checkpoint; it uses ``tf.io.gfile`` and ``json`` only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -110,6 +111,7 @@ def save(
     step: int,
     epoch: int,
     values: dict[str, Any],
+    *,
     writer: str,
     fence: Callable[[], None] = lambda: None,
     keep: int = 5,
@@ -141,10 +143,8 @@ def save(
     _atomic_write(_join(uri, TF_INDEX), f'model_checkpoint_path: "{prefix}"\n{tf_index}', writer)
     for old in stale:
         for path in tf.io.gfile.glob(old + ".*"):
-            try:
+            with contextlib.suppress(tf.errors.NotFoundError):
                 tf.io.gfile.remove(path)
-            except tf.errors.NotFoundError:
-                pass
     return prefix
 
 

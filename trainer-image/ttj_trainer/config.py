@@ -119,7 +119,9 @@ def _parse_tf_config(raw: str) -> tuple[str, int, list[str], list[str]]:
     role = task.get("type")
     index = task.get("index")
     if role not in ("ps", "worker"):
-        raise ConfigError(f"TF_CONFIG task.type must be 'ps' or 'worker', not {role!r} (this trainer has no 'chief' task)")
+        raise ConfigError(
+            f"TF_CONFIG task.type must be 'ps' or 'worker', not {role!r} (this trainer has no 'chief' task)"
+        )
     if not isinstance(index, int) or index < 0:
         raise ConfigError(f"TF_CONFIG task.index must be a non-negative integer, not {index!r}")
     addresses = ps if role == "ps" else workers

@@ -89,7 +89,9 @@ class LeaseClient:
         try:
             lease = self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=API_TIMEOUT_SECONDS)
         except ApiException as err:
-            raise LeaseUnavailableError(f"cannot read Lease {self.namespace}/{self.name}: {err.status} {err.reason}") from err
+            raise LeaseUnavailableError(
+                f"cannot read Lease {self.namespace}/{self.name}: {err.status} {err.reason}"
+            ) from err
         except Exception as err:  # network errors come in many types (urllib3, socket, ssl)
             raise LeaseUnavailableError(f"cannot read Lease {self.namespace}/{self.name}: {err}") from err
         return _view(lease)
@@ -115,7 +117,9 @@ class LeaseClient:
         except ApiException as err:
             if err.status == 409:
                 return None  # someone (the operator) wrote first: re-read before deciding anything
-            raise LeaseUnavailableError(f"cannot renew Lease {self.namespace}/{self.name}: {err.status} {err.reason}") from err
+            raise LeaseUnavailableError(
+                f"cannot renew Lease {self.namespace}/{self.name}: {err.status} {err.reason}"
+            ) from err
         except Exception as err:
             raise LeaseUnavailableError(f"cannot renew Lease {self.namespace}/{self.name}: {err}") from err
         return _view(lease)
@@ -167,11 +171,11 @@ class LeaseWatcher(threading.Thread):
             event(log, "could not publish progress", logging.WARNING, error=str(err))
             return False
         if renewed is not None:
-            self._update(renewed)
+            self.observe(renewed)
             self.last_renewal = time.monotonic()
         return renewed is not None
 
-    def _update(self, view: LeaseView) -> None:
+    def observe(self, view: LeaseView) -> None:
         old = self.view
         self.view = view
         if old is None or (old.holder, old.epoch, old.active_workers) != (view.holder, view.epoch, view.active_workers):
@@ -182,13 +186,13 @@ class LeaseWatcher(threading.Thread):
             interval = self.poll_seconds
             try:
                 view = self.client.get()
-                self._update(view)
+                self.observe(view)
                 if view.names(self.pod_name):
                     if view.duration_seconds:
                         interval = min(interval, view.duration_seconds / 3.0)
                     renewed = self.client.renew(view, self.progress())
                     if renewed is not None:
-                        self._update(renewed)
+                        self.observe(renewed)
                         self.last_renewal = time.monotonic()
                     else:
                         interval = 0.05  # lost a race with another writer: re-read soon

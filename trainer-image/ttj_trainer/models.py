@@ -84,7 +84,7 @@ def _conv(tf: Any, params: dict[str, Any], name: str, x: Any, stride: int = 1) -
     return tf.nn.conv2d(x, params[f"{name}/kernel"], strides=stride, padding="SAME")
 
 
-def _bn(tf: Any, params: dict[str, Any], name: str, x: Any, training: bool, updates: dict[str, Any]) -> Any:
+def _bn(tf: Any, params: dict[str, Any], name: str, x: Any, *, training: bool, updates: dict[str, Any]) -> Any:
     if training:
         mean, variance = tf.nn.moments(x, axes=[0, 1, 2])
         updates[f"{name}/moving_mean"] = params[f"{name}/moving_mean"] * BN_DECAY + mean * (1 - BN_DECAY)
@@ -141,10 +141,23 @@ def resnet32() -> Model:
 
     def forward(params: dict[str, Any], images: Any, training: bool) -> tuple[Any, dict[str, Any]]:
         updates: dict[str, Any] = {}
-        x = tf.nn.relu(_bn(tf, params, "init/bn", _conv(tf, params, "init/conv", images), training, updates))
+        x = tf.nn.relu(
+            _bn(tf, params, "init/bn", _conv(tf, params, "init/conv", images), training=training, updates=updates)
+        )
         for name, block_in, block_out, stride in layout:
-            y = tf.nn.relu(_bn(tf, params, f"{name}/bn1", _conv(tf, params, f"{name}/conv1", x, stride), training, updates))
-            y = _bn(tf, params, f"{name}/bn2", _conv(tf, params, f"{name}/conv2", y), training, updates)
+            y = tf.nn.relu(
+                _bn(
+                    tf,
+                    params,
+                    f"{name}/bn1",
+                    _conv(tf, params, f"{name}/conv1", x, stride),
+                    training=training,
+                    updates=updates,
+                )
+            )
+            y = _bn(
+                tf, params, f"{name}/bn2", _conv(tf, params, f"{name}/conv2", y), training=training, updates=updates
+            )
             shortcut = x
             if stride > 1:
                 shortcut = shortcut[:, ::stride, ::stride, :]

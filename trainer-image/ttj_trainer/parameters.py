@@ -167,12 +167,17 @@ class ParameterStore:
         return np.asarray(self._read(HEARTBEATS).numpy())
 
     # -- training ----------------------------------------------------------------------------------------
-    def train_step(self, images: np.ndarray, labels: np.ndarray, learning_rate: float, momentum: float) -> tuple[float, int]:
+    def train_step(
+        self, images: np.ndarray, labels: np.ndarray, learning_rate: float, momentum: float
+    ) -> tuple[float, int]:
         """Reads the parameters, computes gradients here, applies them on the PS; returns (loss, new global step)."""
         if "train" not in self._functions:
             self._functions["train"] = self._build_train_step()
         loss, step = self._functions["train"](
-            tf.constant(images), tf.constant(labels), tf.constant(learning_rate, tf.float32), tf.constant(momentum, tf.float32)
+            tf.constant(images),
+            tf.constant(labels),
+            tf.constant(learning_rate, tf.float32),
+            tf.constant(momentum, tf.float32),
         )
         return float(loss.numpy()), int(step.numpy())
 

@@ -26,7 +26,9 @@ def run(cfg: TrainerConfig) -> int:
     )
     cluster = tf.train.ClusterSpec({"ps": {cfg.task_index: cfg.own_address}})
     try:
-        server = tf.distribute.Server(cluster, job_name="ps", task_index=cfg.task_index, config=session_config, start=True)
+        server = tf.distribute.Server(
+            cluster, job_name="ps", task_index=cfg.task_index, config=session_config, start=True
+        )
     except (tf.errors.OpError, RuntimeError) as err:
         event(log, "cannot start the parameter server", logging.ERROR, address=cfg.own_address, error=str(err))
         return 4

@@ -23,6 +23,13 @@ HEARTBEAT_FRESH_SECONDS = 10.0
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)
 
 
+def scaled_learning_rate(base: float, scaling: str, desired: int, active: int | None) -> float:
+    """The paper's adaptive rate: base × min(1, active/desired); an unknown active count means all are active."""
+    if scaling == "none" or active is None:
+        return base
+    return base * min(1.0, active / max(1, desired))
+
+
 class Terminated(Exception):
     """SIGTERM arrived while waiting."""
 
@@ -58,7 +65,9 @@ class Worker:
         cluster = tf.train.ClusterSpec(
             {"ps": list(self.cfg.ps_addresses), "worker": {self.cfg.task_index: self.cfg.own_address}}
         )
-        tf.config.experimental_connect_to_cluster(cluster, job_name="worker", task_index=self.cfg.task_index, protocol="grpc")
+        tf.config.experimental_connect_to_cluster(
+            cluster, job_name="worker", task_index=self.cfg.task_index, protocol="grpc"
+        )
         self.store.open()
 
     def _progress(self) -> dict[str, Any] | None:
@@ -90,11 +99,10 @@ class Worker:
             raise Terminated
 
     def learning_rate(self, view: LeaseView | None) -> float:
-        if self.cfg.learning_rate_scaling == "none":
-            return self.cfg.learning_rate
-        desired = self.cfg.desired_workers
-        active = view.active_workers if view is not None and view.active_workers is not None else desired
-        return self.cfg.learning_rate * min(1.0, active / desired)
+        active = view.active_workers if view is not None else None
+        return scaled_learning_rate(
+            self.cfg.learning_rate, self.cfg.learning_rate_scaling, self.cfg.desired_workers, active
+        )
 
     # -- the chief's duties --------------------------------------------------------------------------------
     def _fence(self) -> None:
@@ -103,10 +111,11 @@ class Worker:
             view = self.lease.get()
         except LeaseUnavailableError as err:
             raise checkpoints.StaleEpochError(f"cannot confirm the chief's epoch: {err}") from err
-        self.watcher._update(view)
+        self.watcher.observe(view)
         if not view.names(self.cfg.pod_name) or view.epoch != self.chief_epoch:
             raise checkpoints.StaleEpochError(
-                f"the Lease now names {view.holder!r} in epoch {view.epoch}; this pod was chief in epoch {self.chief_epoch}"
+                f"the Lease now names {view.holder!r} in epoch {view.epoch}; "
+                f"this pod was chief in epoch {self.chief_epoch}"
             )
 
     def checkpoint(self, reason: str) -> bool:
@@ -137,7 +146,15 @@ class Worker:
         metrics.checkpoint_seconds.observe(elapsed)
         metrics.checkpoint_step.set(step)
         metrics.checkpoint_timestamp.set(self.last_checkpoint_time)
-        event(log, "checkpoint written", reason=reason, step=step, epoch=self.chief_epoch, path=path, seconds=round(elapsed, 3))
+        event(
+            log,
+            "checkpoint written",
+            reason=reason,
+            step=step,
+            epoch=self.chief_epoch,
+            path=path,
+            seconds=round(elapsed, 3),
+        )
         self.watcher.publish_now()
         return True
 
@@ -169,7 +186,9 @@ class Worker:
             dtypes = {s.name: s.dtype for s in self.store.checkpointed}
             values = checkpoints.restore(latest.path, dtypes)
             self.store.assign_all(values)
-            event(log, "parameter server restored from checkpoint", step=latest.step, epoch=latest.epoch, path=latest.path)
+            event(
+                log, "parameter server restored from checkpoint", step=latest.step, epoch=latest.epoch, path=latest.path
+            )
         else:
             self.store.assign_all(self.store.initial_values(self.cfg.seed))
             event(log, "parameter server initialised with fresh weights")
@@ -216,7 +235,11 @@ class Worker:
                         self.initialise_ps()
                     else:
                         if time.monotonic() - waiting_logged > 10:
-                            event(log, "waiting for the chief to initialise the parameter server", holder=view and view.holder)
+                            event(
+                                log,
+                                "waiting for the chief to initialise the parameter server",
+                                holder=view and view.holder,
+                            )
                             waiting_logged = time.monotonic()
                         self._sleep(0.5)
                         continue
@@ -238,7 +261,13 @@ class Worker:
                 failures += 1
                 self.ready = False
                 backoff = RECONNECT_BACKOFF_SECONDS[min(failures, len(RECONNECT_BACKOFF_SECONDS)) - 1]
-                event(log, "lost the parameter server; reconnecting", logging.WARNING, error=str(err).splitlines()[0][:300], retry_in=backoff)
+                event(
+                    log,
+                    "lost the parameter server; reconnecting",
+                    logging.WARNING,
+                    error=str(err).splitlines()[0][:300],
+                    retry_in=backoff,
+                )
                 self._sleep(backoff)
                 try:
                     self.connect()
@@ -262,7 +291,14 @@ class Worker:
         if self.chief_epoch is not None:
             metrics.checkpoint_age.set(time.monotonic() - self.last_checkpoint_monotonic)
         if step % 100 == 0 or step >= self.cfg.train_steps:
-            event(log, "training", global_step=step, loss=round(loss, 4), learning_rate=rate, chief=self.chief_epoch is not None)
+            event(
+                log,
+                "training",
+                global_step=step,
+                loss=round(loss, 4),
+                learning_rate=rate,
+                chief=self.chief_epoch is not None,
+            )
 
     def _checkpoint_due(self) -> bool:
         cfg = self.cfg
@@ -281,9 +317,8 @@ class Worker:
 
     def _finish(self) -> int:
         event(log, "reached the last step", global_step=self.global_step, train_steps=self.cfg.train_steps)
-        if self.chief_epoch is not None:
-            if not self.checkpoint("final"):
-                event(log, "final checkpoint refused; the new chief will write it", logging.WARNING)
+        if self.chief_epoch is not None and not self.checkpoint("final"):
+            event(log, "final checkpoint refused; the new chief will write it", logging.WARNING)
         self._clear_heartbeat()
         return 0
 

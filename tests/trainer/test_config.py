@@ -1,0 +1,97 @@
+"""The trainer's settings and pure helpers (no TensorFlow processes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ttj_trainer import config
+from ttj_trainer.worker import scaled_learning_rate
+
+TF_CONFIG = json.dumps(
+    {
+        "cluster": {"ps": ["job-ps-0.job:2222"], "worker": ["job-worker-0.job:2222", "", "job-worker-2.job:2223"]},
+        "task": {"type": "worker", "index": 2},
+    }
+)
+BASE_ENV = {
+    "TF_CONFIG": TF_CONFIG,
+    "POD_NAME": "job-worker-2",
+    "POD_NAMESPACE": "ns",
+    "POD_IP": "10.0.0.7",
+    "TTJ_JOB_NAME": "job",
+    "TTJ_MODEL": "small-cnn",
+    "TTJ_DATASET": "synthetic",
+    "TTJ_CHECKPOINT_URI": "gs://bucket/job/",
+    "TTJ_DESIRED_WORKERS": "2",
+}
+
+
+def test_worker_serves_on_pod_ip_at_the_port_of_its_slot() -> None:
+    cfg = config.load(BASE_ENV)
+    assert cfg.role == "worker"
+    assert cfg.task_index == 2
+    assert cfg.own_address == "10.0.0.7:2223"
+    assert cfg.lease_name == "job-chief"
+    assert cfg.checkpoint_uri == "gs://bucket/job"
+    assert cfg.learning_rate_scaling == "activeWorkers"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"TTJ_MODEL": "vgg"}, "unknown model"),
+        ({"TTJ_DATASET": "imagenet"}, "unknown dataset"),
+        ({"TTJ_TRAIN_STEPS": "many"}, "TTJ_TRAIN_STEPS"),
+        ({"TTJ_LEARNING_RATE_SCALING": "linear"}, "TTJ_LEARNING_RATE_SCALING"),
+        ({"TTJ_CHECKPOINT_URI": "relative/dir"}, "TTJ_CHECKPOINT_URI"),
+        ({"TF_CONFIG": "{"}, "TF_CONFIG is not valid JSON"),
+        (
+            {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": {"ps": ["a:1"], "worker": ["b:1"]}, "task": {"type": "chief", "index": 0}}
+                )
+            },
+            "task.type",
+        ),
+        (
+            {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": {"ps": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 3}}
+                )
+            },
+            "outside",
+        ),
+        ({"POD_NAME": ""}, "POD_NAME"),
+    ],
+)
+def test_bad_settings_are_named(override: dict[str, str], message: str) -> None:
+    with pytest.raises(config.ConfigError, match=message):
+        config.load(BASE_ENV | override)
+
+
+def test_the_ps_needs_only_tf_config() -> None:
+    tf_config = json.dumps(
+        {"cluster": {"ps": ["p0:2222", "p1:2300"], "worker": []}, "task": {"type": "ps", "index": 1}}
+    )
+    cfg = config.load({"TF_CONFIG": tf_config, "POD_IP": "10.0.0.9"})
+    assert cfg.own_address == "10.0.0.9:2300"
+
+
+def test_learning_rate_scales_with_active_workers() -> None:
+    assert scaled_learning_rate(0.1, "activeWorkers", desired=4, active=2) == pytest.approx(0.05)
+    assert scaled_learning_rate(0.1, "activeWorkers", desired=4, active=6) == pytest.approx(0.1)
+    assert scaled_learning_rate(0.1, "activeWorkers", desired=4, active=None) == pytest.approx(0.1)
+    assert scaled_learning_rate(0.1, "none", desired=4, active=1) == pytest.approx(0.1)
+
+
+def test_bad_configuration_exits_2_with_a_message() -> None:
+    env = {"PATH": "/usr/bin:/bin", **BASE_ENV, "TTJ_MODEL": "vgg"}
+    result = subprocess.run(
+        [sys.executable, "-m", "ttj_trainer"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert "unknown model TTJ_MODEL='vgg'" in result.stderr
