@@ -265,7 +265,9 @@ class _Run:
         return steps * self.trace.speed_factor
 
     def cost(self, at: float) -> float:
-        worker_s = sum(max(0.0, min(vm.ended_at if vm.ended_at is not None else at, at) - vm.created_at) for vm in self.vms)
+        worker_s = sum(
+            max(0.0, min(vm.ended_at if vm.ended_at is not None else at, at) - vm.created_at) for vm in self.vms
+        )
         return (worker_s * self.worker_price_h + at * self.ps_price_h * self.job.ps_replicas) / 3600.0
 
     def start_worker(self, slot: int, *, first: bool) -> None:
@@ -317,9 +319,7 @@ def simulate_run(
     run.epoch = 1
     baseline_rate = throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas) * trace.speed_factor
     baseline_time = job.train_steps / baseline_rate
-    baseline_cost = (
-        baseline_time * (job.workers * run.worker_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
-    )
+    baseline_cost = baseline_time * (job.workers * run.worker_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
     interval_steps = job.spec.checkpoint.interval_steps
     interval_s = job.spec.checkpoint.interval_seconds
     deadline = float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf
@@ -404,7 +404,9 @@ def simulate_run(
                 candidates.append(max(run.now, run.checkpoint_time + interval_s))
             if interval_steps:
                 candidates.append(run.now + max(0.0, run.checkpoint_step + interval_steps - run.step) / rate)
-        upcoming = min(c for c in candidates if c > run.now + _EPS) if any(c > run.now + _EPS for c in candidates) else run.now
+        upcoming = (
+            min(c for c in candidates if c > run.now + _EPS) if any(c > run.now + _EPS for c in candidates) else run.now
+        )
         run.step = min(float(job.train_steps), run.step + rate * (upcoming - run.now))
         run.now = upcoming
         if run.step >= job.train_steps - 1e-6:

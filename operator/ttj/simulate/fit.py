@@ -133,7 +133,7 @@ def fit_throughput(data: TrainingData) -> tuple[ThroughputModel, dict[int, tuple
 
 
 def fit_startup(data: TrainingData) -> float:
-    gaps = []
+    gaps: list[float] = []
     for cluster in data.clusters():
         by_run = cluster.runs_vms()
         for run in cluster.completed:
@@ -142,7 +142,7 @@ def fit_startup(data: TrainingData) -> float:
                 gaps.extend(v.uptime_s - run.duration_s for v in vms if v.is_master)
     if not gaps:
         raise ValueError("start-up fit failed: no vm_data rows match the completed runs")
-    return statistics.median(gaps)
+    return float(statistics.median(gaps))
 
 
 def kaplan_meier(observations: Sequence[tuple[float, bool]]) -> list[tuple[float, float]]:

@@ -114,7 +114,10 @@ class PlannerPolicy:
                 "message": "Pod was terminated in response to imminent node shutdown.",
                 "startTime": pod.get("status", {}).get("startTime"),
                 "containerStatuses": [
-                    {"name": "trainer", "state": {"terminated": {"exitCode": 143, "reason": "Error", "finishedAt": text}}}
+                    {
+                        "name": "trainer",
+                        "state": {"terminated": {"exitCode": 143, "reason": "Error", "finishedAt": text}},
+                    }
                 ],
             }
         # booted VMs: pods run
@@ -189,7 +192,9 @@ class PlannerPolicy:
         # pods deleted without a finalizer left vanish, as the apiserver would remove them
         before = len(self.observed.pods)
         self.observed.pods = [
-            p for p in self.observed.pods if not (p["metadata"].get("deletionTimestamp") and not p["metadata"].get("finalizers"))
+            p
+            for p in self.observed.pods
+            if not (p["metadata"].get("deletionTimestamp") and not p["metadata"].get("finalizers"))
         ]
         return changed or len(self.observed.pods) != before
 
@@ -277,7 +282,9 @@ class PlannerPolicy:
     # -- cost and the end -----------------------------------------------------------------------------
     @staticmethod
     def _cost_function(view: RunView) -> Any:
-        def accrue(spec: TransientTrainingJobSpec, observed: Observed, previous: CostStatus | None, now: datetime) -> CostStatus:
+        def accrue(
+            spec: TransientTrainingJobSpec, observed: Observed, previous: CostStatus | None, now: datetime
+        ) -> CostStatus:
             return CostStatus(usd=round(view.cost_usd, 6))
 
         return accrue
@@ -288,4 +295,3 @@ class PlannerPolicy:
             if cond.get("type") == "Failed" and cond.get("status") == "True":
                 return str(cond.get("reason") or "Failed")
         return "Failed"
-

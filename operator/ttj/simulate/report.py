@@ -92,6 +92,7 @@ class MeasuredSummary:
     cost_mean_usd: float
     revocations_mean: float
     r1_time_overhead: float
+    r1_time_overhead_se: float  # standard error of that mean (small samples: 5 and 8 runs)
     r1_cost_overhead: float
     r1_runs: int
 
@@ -107,6 +108,7 @@ def measured_summary(cluster: MeasuredCluster) -> MeasuredSummary:
     launched = cluster.launched_runs
     total_revocations = sum(1 for vm in cluster.vms if vm.revoked)
     kind = "on-demand" if cluster.provisioning == "on-demand" else "transient"
+    overheads = [r.duration_s / clean_time - 1 for r in once]
     return MeasuredSummary(
         config=f"K80 {kind} x{cluster.workers}",
         workers=cluster.workers,
@@ -116,7 +118,8 @@ def measured_summary(cluster: MeasuredCluster) -> MeasuredSummary:
         time_mean_s=_mean(r.duration_s for r in cluster.completed),
         cost_mean_usd=_mean(r.cost_usd for r in cluster.completed),
         revocations_mean=total_revocations / launched,
-        r1_time_overhead=_mean(r.duration_s / clean_time - 1 for r in once),
+        r1_time_overhead=_mean(overheads),
+        r1_time_overhead_se=statistics.stdev(overheads) / math.sqrt(len(overheads)) if len(overheads) > 1 else math.nan,
         r1_cost_overhead=_mean(r.cost_usd / clean_cost - 1 for r in once),
         r1_runs=len(once),
     )
@@ -186,7 +189,7 @@ def error(simulated: float, measured: float) -> str:
 def validation_table(pairs: Sequence[tuple[MeasuredSummary, Summary]]) -> str:
     headers = [
         "configuration", "measured h", "sim h", "err", "measured $", "sim $", "err", "done meas", "done sim",
-        "revoc meas", "revoc sim", "r=1 time meas", "r=1 time sim", "paper Table IV",
+        "revoc meas", "revoc sim", "r=1 time meas (±se)", "r=1 time sim", "paper Table IV",
     ]  # fmt: skip
     rows = []
     for m, s in pairs:
@@ -203,7 +206,7 @@ def validation_table(pairs: Sequence[tuple[MeasuredSummary, Summary]]) -> str:
                 pct(s.completion_rate, signed=False),
                 f"{m.revocations_mean:.2f}",
                 f"{s.revocations_mean:.2f}",
-                f"{pct(m.r1_time_overhead)} (n={m.r1_runs})" if m.r1_runs else "-",
+                f"{pct(m.r1_time_overhead)}±{m.r1_time_overhead_se * 100:.1f} (n={m.r1_runs})" if m.r1_runs else "-",
                 pct(s.r1_time_overhead) if m.provisioning != "on-demand" else "-",
                 pct(PAPER_R1_TIME_OVERHEAD[m.workers]) if m.provisioning != "on-demand" else "-",
             ]
@@ -221,13 +224,17 @@ def draw_chart(summaries: Sequence[Summary], path: str | Path, *, title: str) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    palette = matplotlib.colormaps["tab20"]
     markers: dict[str, str] = {}
+    colors: dict[str, str] = {}
     marker_cycle = ["o", "s", "^", "D", "v"]
-    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    fig, ax = plt.subplots(figsize=(9, 6))
     for s in summaries:
         if math.isnan(s.time_mean_s):
             continue
         marker = markers.setdefault(s.policy, marker_cycle[len(markers) % len(marker_cycle)])
+        first_of_config = s.config not in colors
+        color = colors.setdefault(s.config, matplotlib.colors.to_hex(palette(len(colors) % 20)))
         ax.errorbar(
             s.time_mean_s / 3600,
             s.cost_mean_usd,
@@ -235,36 +242,32 @@ def draw_chart(summaries: Sequence[Summary], path: str | Path, *, title: str) ->
             yerr=[[0.0], [max(0.0, s.cost_p95_usd - s.cost_mean_usd)]],
             fmt=marker,
             capsize=2,
-            color=_color_for(s.config),
+            color=color,
             alpha=0.85,
+            label=s.config if first_of_config else None,
         )
-        ax.annotate(
-            f"{s.config}\n{pct(s.completion_rate, signed=False)} done",
-            (s.time_mean_s / 3600, s.cost_mean_usd),
-            textcoords="offset points",
-            xytext=(5, 4),
-            fontsize=6.5,
-        )
+        if s.completion_rate < 0.995:
+            ax.annotate(
+                f"{s.completion_rate:.0%} done",
+                (s.time_mean_s / 3600, s.cost_mean_usd),
+                textcoords="offset points",
+                xytext=(4, -9),
+                fontsize=6.5,
+                color=color,
+            )
     for policy, marker in markers.items():
-        ax.plot([], [], marker, color="gray", label=policy)
+        ax.plot([], [], marker, color="gray", label=f"policy: {policy}")
     ax.set_xlabel("training time, hours (mean; bar to p95)")
     ax.set_ylabel("cost, USD (mean of completed runs; bar to p95)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(title="policy", fontsize=8)
+    ax.legend(fontsize=7, ncol=2, loc="upper right")
     fig.tight_layout()
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(target, dpi=130)
     plt.close(fig)
     return target
-
-
-_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
-
-
-def _color_for(config: str) -> str:
-    return _PALETTE[sum(config.encode()) % len(_PALETTE)]
 
 
 # --- recommendation ---------------------------------------------------------------------------------

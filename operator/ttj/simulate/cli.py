@@ -1,0 +1,189 @@
+"""``ttj simulate MANIFEST``: predict time, cost, revocations and failure odds of a job before running it.
+
+The models are fitted at start-up on the ICAC'19 measurements bundled with ttj (see ``fit.py`` and
+docs/simulate.md); each configuration is simulated over ``--runs`` seeded preemption traces, and every
+policy replays the very same traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"worker counts must be at least 1, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", type=Path, help="a TransientTrainingJob manifest (YAML)")
+    parser.add_argument("--runs", type=int, default=400, help="seeded runs per configuration and policy [400]")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the preemption traces [1]")
+    parser.add_argument(
+        "--workers", type=_ints, default=None, help="worker counts to compare, e.g. 2,4,8 [2,4,8 and the manifest's]"
+    )
+    parser.add_argument(
+        "--accelerators",
+        type=_csv,
+        default=None,
+        help="GPU types to compare: k80, p100, v100 or GKE names [the manifest's]",
+    )
+    parser.add_argument(
+        "--provisioning",
+        type=_csv,
+        default=None,
+        help="spot, preemptible and/or on-demand [the manifest's and on-demand]",
+    )
+    parser.add_argument(
+        "--policies",
+        type=_csv,
+        default=["ttj", "tfjob", "paper"],
+        help="ttj (the operator's planner), tfjob (TFJob-like), paper (ICAC'19 static) [all three]",
+    )
+    parser.add_argument("--budget", type=float, default=None, help="recommend the fastest within this many USD (p95)")
+    parser.add_argument("--deadline", type=float, default=None, help="recommend the cheapest done within HOURS (p95)")
+    parser.add_argument(
+        "--lifetimes",
+        choices=["pooled", "measured"],
+        default="pooled",
+        help="K80 revocations from lifetime.csv pooled with the training VMs, or lifetime.csv alone [pooled]",
+    )
+    parser.add_argument("--validate", action="store_true", help="also reproduce the ICAC'19 measured averages")
+    parser.add_argument("--chart", type=Path, default=None, help="write the time/cost chart here [simulate-NAME.png]")
+    parser.add_argument("--no-chart", action="store_true", help="do not draw the chart")
+    parser.add_argument("--json", type=Path, default=None, help="also write every summary as JSON here")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="refit on this copy of the ICAC'19 data (a folder with training/)"
+    )
+
+
+def load_job(path: Path) -> Any:
+    """The first TransientTrainingJob in a YAML file, validated; ValueError with a readable message."""
+    import yaml
+    from pydantic import ValidationError
+
+    from ttj.api.models import KIND, TransientTrainingJob
+
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+    jobs = [d for d in documents if isinstance(d, dict) and d.get("kind") == KIND]
+    if not jobs:
+        raise ValueError(f"{path} holds no {KIND}")
+    try:
+        return TransientTrainingJob.model_validate(jobs[0])
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{path}: not a valid {KIND}: {problems}") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    from ttj.simulate.engine import SimJob
+    from ttj.simulate.fit import fit
+    from ttj.simulate.icac19 import load_training_data
+    from ttj.simulate.report import comparison_table, draw_chart, hours, pct, recommend, usd, validation_table
+    from ttj.simulate.study import POLICIES, POLICY_LABELS, Study, accelerator_name, grid
+
+    try:
+        manifest = load_job(args.manifest)
+    except ValueError as exc:
+        print(f"ttj simulate: {exc}", file=sys.stderr)
+        return 2
+    unknown = [p for p in args.policies if p not in POLICIES]
+    if unknown:
+        print(f"ttj simulate: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
+        return 2
+    if args.runs < 1:
+        print("ttj simulate: --runs must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        data = load_training_data(args.data)
+        fitted = fit(data)
+    except (OSError, ValueError) as exc:
+        print(f"ttj simulate: cannot fit the models: {exc}", file=sys.stderr)
+        return 2
+
+    name = str(manifest.metadata.get("name") or args.manifest.stem)
+    template = SimJob(name, manifest.spec)
+    workers = args.workers or sorted({2, 4, 8, template.workers})
+    accelerators = [accelerator_name(a) for a in (args.accelerators or [template.accelerator])]
+    provisionings = args.provisioning or list(dict.fromkeys([template.provisioning, "on-demand"]))
+    bad = [p for p in provisionings if p not in ("spot", "preemptible", "on-demand")]
+    if bad:
+        print(f"ttj simulate: unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)", file=sys.stderr)
+        return 2
+    try:
+        jobs = grid(template, workers, accelerators, provisionings)
+        study = Study(fitted, runs=args.runs, seed=args.seed, lifetimes=args.lifetimes)
+        throughput = fitted.throughput
+        print(f"job {name}: {template.train_steps} steps of {manifest.spec.model} on {manifest.spec.dataset}")
+        print(
+            f"model (fitted on ICAC'19): {throughput.per_worker_steps_s:.3f} steps/s per K80 worker, "
+            f"PS ceiling {throughput.ps_ceiling_steps_s:.0f} steps/s, run noise {throughput.noise_sigma:.1%}, "
+            f"start-up {fitted.startup_s:.0f} s; revocations: {args.lifetimes} lifetimes; "
+            f"{args.runs} runs per row, seed {args.seed}"
+        )
+        validation = study.validate(template, data) if args.validate else []
+        if validation:
+            print("\nReproducing the ICAC'19 measurements (paper's static policy, ResNet-32, 64K steps):")
+            print(validation_table(validation))
+        summaries = study.compare(jobs, args.policies)
+    except ValueError as exc:
+        print(f"ttj simulate: {exc}", file=sys.stderr)
+        return 2
+
+    print("\nConfigurations side by side (time and cost: completed runs; $/done job: all runs / completed):")
+    print(comparison_table(summaries))
+    if "ttj" in args.policies and len(args.policies) > 1:
+        print("\nThis project's policy against the others, on the same traces:")
+        for job in (j for j in jobs if j.provisioning != "on-demand"):  # on-demand: no revocations, all alike
+            ours = next(s for s in summaries if s.config == job.label and s.policy == POLICY_LABELS["ttj"])
+            for other in (s for s in summaries if s.config == job.label and s.policy != ours.policy):
+                print(
+                    f"  {job.label:<18} vs {other.policy:<12}: completion {pct(ours.completion_rate, False)} vs "
+                    f"{pct(other.completion_rate, False)}, $/done job {usd(ours.cost_per_completed_usd)} vs "
+                    f"{usd(other.cost_per_completed_usd)}, time {hours(ours.time_mean_s)} h vs "
+                    f"{hours(other.time_mean_s)} h, r=1 time overhead {pct(ours.r1_time_overhead)} vs "
+                    f"{pct(other.r1_time_overhead)}, steps lost {ours.steps_lost_mean:.0f} vs "
+                    f"{other.steps_lost_mean:.0f}"
+                )
+    policy = POLICY_LABELS["ttj" if "ttj" in args.policies else args.policies[0]]
+    deadline_s = args.deadline * 3600 if args.deadline is not None else None
+    best, why = recommend(summaries, policy=policy, budget_usd=args.budget, deadline_s=deadline_s)
+    if best is None:
+        print(f"\nRecommendation: {why}")
+    else:
+        print(
+            f"\nRecommendation ({policy}): {best.config} — {why}: {hours(best.time_mean_s)} h "
+            f"(p95 {hours(best.time_p95_s)} h), {usd(best.cost_mean_usd)} (p95 {usd(best.cost_p95_usd)}), "
+            f"{pct(best.completion_rate, False)} completed"
+        )
+    if not args.no_chart:
+        target = args.chart or Path(f"simulate-{name}.png")
+        drawn = draw_chart(summaries, target, title=f"ttj simulate {name}: time vs cost ({args.runs} runs each)")
+        print(f"\nchart: {drawn}")
+    if args.json is not None:
+        payload = {
+            "job": name,
+            "summaries": [asdict(s) for s in summaries],
+            "validation": [{"measured": asdict(m), "simulated": asdict(s)} for m, s in validation],
+        }
+        args.json.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    return 0
