@@ -64,8 +64,7 @@ def pools_from_args(args: argparse.Namespace) -> list[NodePool]:
 
 
 def build_addons(args: argparse.Namespace) -> list[Any]:
-    """Fleet (nodes, kubelets, pods), scheduler, Deployment/ReplicaSet controllers, control server."""
-    from .control import ControlServer
+    """Fleet (nodes, kubelets, pods, control server), scheduler, Deployment/ReplicaSet controllers."""
     from .deployments import DeploymentController
     from .fleet import NodeFleet
     from .scheduler import Scheduler
@@ -75,7 +74,7 @@ def build_addons(args: argparse.Namespace) -> list[Any]:
     except (ValueError, OSError) as exc:
         raise SystemExit(f"ttj local-cluster: {exc}") from exc
     fleet = NodeFleet(pools, run_pods=getattr(args, "run_pods", True), state_dir=getattr(args, "state_dir", None))
-    return [fleet, Scheduler(seed=getattr(args, "scheduler_seed", None)), DeploymentController(), ControlServer(fleet)]
+    return [fleet, Scheduler(seed=getattr(args, "scheduler_seed", None)), DeploymentController()]
 
 
 def run_command(args: argparse.Namespace) -> int | None:

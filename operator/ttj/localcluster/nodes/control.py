@@ -7,6 +7,10 @@ The control server listens on 127.0.0.1 (a free port) and publishes its URL in t
 - ``POST /ttj-local/preempt`` ``{"node": NAME}`` or ``{"pod": "NAMESPACE/NAME"}``, optional ``"wait": true``
   (answer once the node is gone) → ``{"node", "pool", "pods", "done"}``
 - ``POST /ttj-local/restore`` ``{"pool": NAME}`` and optional ``"nodes": N`` → ``{"nodes": [new names]}``
+
+It is also the nodes' kubelet endpoint (``status.daemonEndpoints.kubeletEndpoint.Port`` of every node,
+at the node's InternalIP 127.0.0.1): ``GET /containerLogs/NAMESPACE/POD/CONTAINER`` with ``tailLines``,
+``limitBytes``, ``previous`` and ``follow``, which is where an API server's ``pods/log`` proxies to.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ import threading
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from .fleet import NodeFleet, PreemptionRecord
 from .kube import JSON, KubeClient
+
+if TYPE_CHECKING:
+    from .fleet import NodeFleet, PreemptionRecord
 
 CONTROL_NAMESPACE = "kube-system"
 CONTROL_CONFIGMAP = "ttj-local-control"
@@ -40,12 +48,17 @@ class ControlServer:
     """The addon ``ttj.localcluster.nodes.control.ControlServer``: HTTP control of a NodeFleet."""
 
     name = "control"
+    FOLLOW_POLL_S = 0.2
 
     def __init__(self, fleet: NodeFleet) -> None:
         self.fleet = fleet
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1]) if self._server is not None else 0
 
     def start(self, kubeconfig_path: str) -> None:
         fleet = self.fleet
@@ -62,8 +75,55 @@ class ControlServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _container_log(self) -> None:
+                parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
+                query = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+                if len(parts) not in (3, 4):
+                    self._answer(404, {"error": "use /containerLogs/NAMESPACE/POD/CONTAINER"})
+                    return
+                container = parts[3] if len(parts) == 4 else None
+                previous = query.get("previous", "false").lower() == "true"
+                path = fleet.log_file(parts[1], parts[2], container, previous)
+                if path is None or not path.exists():
+                    what = "previous terminated container" if previous else "container"
+                    self._answer(404, {"error": f'{what} "{container or "?"}" in pod "{parts[2]}" has no log here'})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                follow = query.get("follow", "false").lower() == "true" and not previous
+                data = _read_log(path, query.get("tailLines"), query.get("limitBytes"))
+                if not follow:
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                offset = path.stat().st_size
+                try:
+                    self._chunk(data)
+                    while fleet.log_is_live(parts[1], parts[2], container):
+                        size = path.stat().st_size
+                        if size > offset:
+                            with path.open("rb") as handle:
+                                handle.seek(offset)
+                                self._chunk(handle.read(size - offset))
+                            offset = size
+                        else:
+                            fleet.wait_stopping(ControlServer.FOLLOW_POLL_S)
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+
+            def _chunk(self, data: bytes) -> None:
+                if data:
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+
             def do_GET(self) -> None:
-                if self.path.rstrip("/") == f"{PREFIX}/status":
+                if self.path.startswith("/containerLogs/"):
+                    self._container_log()
+                elif self.path.rstrip("/") == f"{PREFIX}/status":
                     self._answer(200, fleet.describe())
                 else:
                     self._answer(404, {"error": f"unknown path {self.path}; try {PREFIX}/status"})
@@ -126,6 +186,16 @@ class ControlServer:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(5)
+
+
+def _read_log(path: Path, tail_lines: str | None, limit_bytes: str | None) -> bytes:
+    data = path.read_bytes()
+    if tail_lines is not None and tail_lines.isdigit():
+        lines = data.splitlines(keepends=True)
+        data = b"".join(lines[-int(tail_lines) :]) if int(tail_lines) else b""
+    if limit_bytes is not None and limit_bytes.isdigit():
+        data = data[: int(limit_bytes)]
+    return data
 
 
 class ControlClient:

@@ -142,6 +142,7 @@ class NodeFleet:
         self.services: Informer | None = None
         self.queue: WorkQueue | None = None
         self._started_at = time.monotonic()
+        self.control: Any = None
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, kubeconfig_path: str) -> None:
@@ -150,6 +151,11 @@ class NodeFleet:
         self.runtime = ProcessRuntime(self.state_dir, kubeconfig=kubeconfig_path, on_exit=self._on_container_exit)
         self._ensure_namespace(NODE_LEASE_NAMESPACE)
         self._started_at = time.monotonic()
+        from .control import ControlServer
+
+        # The kubelet endpoint of every node (logs) and the preemption control; nodes name its port.
+        self.control = ControlServer(self)
+        self.control.start(kubeconfig_path)
         measured = None
         for pool in self.pools.values():
             distribution = None
@@ -183,6 +189,8 @@ class NodeFleet:
     def stop(self) -> None:
         """Stops every pod process (SIGTERM, then SIGKILL after 5 s) and the fleet's threads."""
         self._stop.set()
+        if self.control is not None:
+            self.control.stop()
         for timer in self._timers:
             timer.cancel()
         with self._lock:
@@ -218,6 +226,7 @@ class NodeFleet:
             self._node_pool[name] = pool_name
         node = node_object(runtime.pool, name, NODE_INTERNAL_IP)
         status = node.pop("status")
+        status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.control.port if self.control else 0}}
         self.client.request("POST", "/api/v1/nodes", body=node)
         self.client.merge_patch(f"/api/v1/nodes/{name}/status", {"status": status})
         self._renew_lease(name)
@@ -806,6 +815,18 @@ class NodeFleet:
             log.debug("status of %s not written: %s", local.key, exc)
 
     # logs ----------------------------------------------------------------------------------------
+    def log_is_live(self, namespace: str, name: str, container: str | None) -> bool:
+        """Whether the container may still write to its log (for ``follow``)."""
+        with self._lock:
+            local = self._local.get(f"{namespace}/{name}")
+        if local is None or local.sandbox is None or self._stop.is_set():
+            return False
+        run = local.sandbox.runs.get(container or next(iter(local.containers), ""))
+        return run is not None and run.exit_code is None
+
+    def wait_stopping(self, seconds: float) -> bool:
+        return self._stop.wait(seconds)
+
     def log_file(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> Path | None:
         """Where a running pod's container log is (for a pods/log handler); None if unknown here."""
         with self._lock:

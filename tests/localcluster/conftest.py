@@ -1,0 +1,71 @@
+"""A local cluster with simulated GKE node pools whose pods run as processes (one per test module)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+from ttj.localcluster.cluster import LocalCluster
+from ttj.localcluster.nodes.deployments import DeploymentController
+from ttj.localcluster.nodes.fleet import NodeFleet
+from ttj.localcluster.nodes.kube import KubeClient
+from ttj.localcluster.nodes.pools import NodePool
+from ttj.localcluster.nodes.scheduler import Scheduler
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll until ``probe`` returns something truthy (generous deadline, no fixed sleeps)."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout:.0f}s (last: {last!r})")
+
+
+@dataclass
+class NodesCluster:
+    cluster: LocalCluster
+    fleet: NodeFleet
+    kube: KubeClient
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.cluster.kubeconfig_path
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        return self.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+TEST_POOLS = [
+    NodePool(name="cpu", nodes=2),
+    NodePool(
+        name="gpu",
+        nodes=2,
+        provisioning="spot",
+        accelerator="nvidia-tesla-t4",
+        gpus=1,
+        cpu="8",
+        memory="30Gi",
+        machine_type="n1-standard-8",
+        grace=2.0,
+        restore_after=0.5,
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def nodes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodesCluster]:
+    fleet = NodeFleet(TEST_POOLS, run_pods=True, state_dir=tmp_path_factory.mktemp("nodes-state"))
+    with LocalCluster(addons=[fleet, Scheduler(seed=1), DeploymentController()]) as cluster:
+        kube = KubeClient(cluster.kubeconfig_path)
+        yield NodesCluster(cluster, fleet, kube)
+        kube.close()

@@ -1,0 +1,362 @@
+"""The local cluster's nodes, scheduler, Deployment controller and kubelets, driven through the API.
+
+The scheduler, the Deployment controller and the kubelet fleet are API clients started as add-ons;
+these tests only talk HTTP to the API server (and to the fleet's injection API)."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config
+
+from ttj.localcluster.nodes.control import ControlClient
+from ttj.localcluster.nodes.fleet import SHUTDOWN_MESSAGE
+from ttj.localcluster.nodes.pools import GPU_TAINT
+
+from .conftest import NodesCluster, wait_for
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+ECHO_SERVER = textwrap.dedent(
+    """
+    import os, socket
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((os.environ["POD_IP"], 7000)); s.listen()
+    while True:
+        c, _ = s.accept(); c.sendall(socket.gethostname().encode()); c.close()
+    """
+)
+ECHO_CLIENT = textwrap.dedent(
+    """
+    import os, socket, sys, time
+    print("KUBECONFIG=" + os.environ.get("KUBECONFIG", ""), "ME=" + os.environ["ME"])
+    for name in sys.argv[1:]:
+        deadline = time.time() + 20
+        while True:
+            try:
+                c = socket.create_connection((name, 7000), timeout=2)
+                print(name, "->", c.recv(100).decode(), flush=True); break
+            except OSError as exc:
+                if time.time() > deadline:
+                    open("/dev/termination-log", "w").write("cannot reach " + name)
+                    sys.exit(2)
+                time.sleep(0.1)
+    """
+)
+SIGTERM_AWARE = textwrap.dedent(
+    """
+    import signal, sys, time
+    def on_term(*_):
+        print("got SIGTERM", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, on_term)
+    print("running", flush=True)
+    while True:
+        time.sleep(1)
+    """
+)
+STUBBORN = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('running', flush=True)\ntime.sleep(600)"
+)
+
+
+def pod_manifest(name: str, code: str, **spec: Any) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "python:3.11",
+        "command": ["python", "-c", code],
+        "args": spec.pop("args", []),
+        "env": spec.pop("env", []),
+        "resources": spec.pop("resources", {}),
+    }
+    labels = spec.pop("labels", {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [container], **spec},
+    }
+
+
+def condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in pod.get("status", {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def phase(c: NodesCluster, name: str) -> str | None:
+    pod = c.pod(name)
+    return pod["status"].get("phase") if pod else None
+
+
+POD_IP_ENV = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+
+
+def test_nodes_look_like_gke_pools(nodes_cluster: NodesCluster) -> None:
+    nodes = nodes_cluster.kube.request("GET", "/api/v1/nodes")["items"]
+    gpu = [n for n in nodes if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool") == "gpu"]
+    assert len(gpu) == 2
+    for node in gpu:
+        labels = node["metadata"]["labels"]
+        assert labels["cloud.google.com/gke-spot"] == "true"
+        assert labels["cloud.google.com/gke-accelerator"] == "nvidia-tesla-t4"
+        assert node["spec"]["taints"] == [GPU_TAINT]
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+        assert condition(node, "Ready")["status"] == "True"  # type: ignore[index]
+        lease = nodes_cluster.kube.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node['metadata']['name']}"
+        )
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == node["metadata"]["name"]
+
+
+def test_deployment_pods_run_on_the_right_pool_and_reach_each_other(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    api = config.new_client_from_config(config_file=c.kubeconfig)  # the official client, typed models
+    apps, core = k8s.AppsV1Api(api), k8s.CoreV1Api(api)
+    core.create_namespaced_service(
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "echo"},
+            "spec": {"clusterIP": "None", "selector": {"app": "echo"}, "ports": [{"port": 7000}]},
+        },
+    )
+    template = pod_manifest(
+        "ignored",
+        ECHO_SERVER,
+        env=POD_IP_ENV,
+        nodeSelector={"cloud.google.com/gke-nodepool": "cpu"},
+        labels={"app": "echo"},
+    )
+    apps.create_namespaced_deployment(
+        "default",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "echo"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "echo"}},
+                "template": {"metadata": template["metadata"], "spec": template["spec"]},
+            },
+        },
+    )
+    # a pod with hostname + subdomain gets <hostname>.<subdomain>.<ns>.svc.cluster.local
+    named = pod_manifest(
+        "named-pod", ECHO_SERVER, env=POD_IP_ENV, labels={"app": "echo"}, hostname="named", subdomain="echo"
+    )
+    core.create_namespaced_pod("default", named)
+
+    status = wait_for(
+        lambda: (apps.read_namespaced_deployment("echo", "default").status.available_replicas == 2) or None,
+        what="2 available replicas",
+    )
+    assert status
+    deployment = apps.read_namespaced_deployment("echo", "default")
+    assert deployment.status.ready_replicas == 2
+    assert deployment.status.updated_replicas == 2
+    replica_sets = apps.list_namespaced_replica_set("default", label_selector="app=echo").items
+    assert len(replica_sets) == 1
+    rs = replica_sets[0]
+    template_hash = rs.metadata.labels["pod-template-hash"]
+    assert rs.metadata.name == f"echo-{template_hash}"
+    assert rs.metadata.owner_references[0].kind == "Deployment"
+    assert rs.metadata.owner_references[0].controller
+    pods = core.list_namespaced_pod("default", label_selector=f"pod-template-hash={template_hash}").items
+    assert len(pods) == 2
+    node_pool = {n.metadata.name: n.metadata.labels["cloud.google.com/gke-nodepool"] for n in core.list_node().items}
+    for pod in pods:
+        assert pod.metadata.owner_references[0].name == rs.metadata.name
+        assert node_pool[pod.spec.node_name] == "cpu"
+        assert pod.status.phase == "Running"
+        assert pod.status.pod_ip.startswith("127.")
+    assert len({p.status.pod_ip for p in pods}) == 2
+    wait_for(lambda: phase(c, "named-pod") == "Running", what="named pod running")
+
+    # A client on the GPU pool reaches them by Service DNS name, by the pod's stable name and by pod IP.
+    targets = [
+        "echo.default.svc.cluster.local",
+        "named.echo.default.svc.cluster.local",
+        "echo",
+        *[p.status.pod_ip for p in pods],
+    ]
+    me_env = [{"name": "ME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    client_pod = pod_manifest(
+        "echo-client",
+        ECHO_CLIENT,
+        args=targets,
+        env=me_env,
+        restartPolicy="Never",
+        tolerations=[GPU_TOLERATION],
+        nodeSelector={"cloud.google.com/gke-spot": "true"},
+    )
+    core.create_namespaced_pod("default", client_pod)
+    final = wait_for(
+        lambda: phase(c, "echo-client") in ("Succeeded", "Failed") and c.pod("echo-client"), what="client done"
+    )
+    log_path = c.fleet.log_file("default", "echo-client")
+    log = log_path.read_text() if log_path else ""
+    state = final["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert final["status"]["phase"] == "Succeeded", (state, log)
+    assert state["exitCode"] == 0
+    assert state["reason"] == "Completed"
+    assert node_pool[final["spec"]["nodeName"]] == "gpu"
+    assert f"KUBECONFIG={c.kubeconfig}" in log
+    assert "ME=echo-client" in log
+    assert "named.echo.default.svc.cluster.local -> named" in log
+    for pod in pods:
+        assert f"{pod.status.pod_ip} -> {pod.metadata.name}" in log
+    api.close()
+
+
+def test_failing_container_reports_error_and_termination_message(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    code = "open('/dev/termination-log', 'w').write('model diverged'); raise SystemExit(3)"
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod_manifest("failing", code, restartPolicy="Never"))
+    pod = wait_for(lambda: phase(c, "failing") == "Failed" and c.pod("failing"), what="pod failed")
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 3
+    assert terminated["reason"] == "Error"
+    assert terminated["message"] == "model diverged"
+
+
+def test_pod_wanting_more_gpus_than_any_node_stays_pending(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    greedy = pod_manifest("greedy", "pass", resources={"limits": {"nvidia.com/gpu": 4}}, tolerations=[GPU_TOLERATION])
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=greedy)
+    scheduled = wait_for(lambda: condition(c.pod("greedy") or {}, "PodScheduled"), what="PodScheduled condition")
+    assert scheduled["status"] == "False"
+    assert scheduled["reason"] == "Unschedulable"
+    assert re.fullmatch(r"0/(\d+) nodes are available: \1 Insufficient nvidia\.com/gpu\.", scheduled["message"])
+    pod = c.pod("greedy")
+    assert pod is not None
+    assert pod["status"]["phase"] == "Pending"
+    assert not pod["spec"].get("nodeName")
+    events = c.kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+    assert any(e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "greedy" for e in events)
+    # without the toleration the GPU nodes' taint is the reason there
+    plain = pod_manifest("plain-gpu", "pass", resources={"limits": {"nvidia.com/gpu": 1}})
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=plain)
+    message = wait_for(
+        lambda: (condition(c.pod("plain-gpu") or {}, "PodScheduled") or {}).get("message"), what="message"
+    )
+    assert "node(s) had untolerated taint {nvidia.com/gpu: present}" in message
+    assert "Insufficient nvidia.com/gpu" in message
+
+
+def test_preemption_sigterms_fails_pods_and_removes_the_node(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    node = c.fleet.nodes_of("gpu")[0]
+    on_node = {"kubernetes.io/hostname": node}
+    c.kube.request(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        body=pod_manifest(
+            "victim", SIGTERM_AWARE, nodeSelector=on_node, tolerations=[GPU_TOLERATION], restartPolicy="Never"
+        ),
+    )
+    c.kube.request(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        body=pod_manifest(
+            "stubborn", STUBBORN, nodeSelector=on_node, tolerations=[GPU_TOLERATION], restartPolicy="Never"
+        ),
+    )
+    for name in ("victim", "stubborn"):
+        wait_for(lambda n=name: phase(c, n) == "Running", what=f"{name} running")  # type: ignore[misc]
+        log_path = c.fleet.log_file("default", name)
+        wait_for(lambda p=log_path: p is not None and "running" in p.read_text(), what=f"{name} started")  # type: ignore[misc]
+
+    control = ControlClient.from_kubeconfig(c.kubeconfig)  # the HTTP injection API, found via the kubeconfig
+    answer = control.preempt_pod("default", "victim", wait=True)
+    assert answer["node"] == node
+    assert answer["done"]
+    assert sorted(answer["pods"]) == ["default/stubborn", "default/victim"]
+
+    victim = c.pod("victim")
+    assert victim is not None
+    assert victim["status"]["phase"] == "Failed"
+    assert victim["status"]["reason"] == "Terminated"
+    assert victim["status"]["message"] == SHUTDOWN_MESSAGE
+    disruption = condition(victim, "DisruptionTarget")
+    assert disruption is not None
+    assert disruption["status"] == "True"
+    assert victim["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+    log_path = c.fleet.log_file("default", "victim")
+    assert log_path is not None
+    assert "got SIGTERM" in log_path.read_text()
+    stubborn = c.pod("stubborn")
+    assert stubborn is not None
+    assert stubborn["status"]["reason"] == "Terminated"
+    assert stubborn["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137  # SIGKILL after grace
+    assert c.kube.get(f"/api/v1/nodes/{node}") is None
+    assert c.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}") is None
+    # The pool replaces the VM under a new name.
+    restored = wait_for(lambda: len(c.fleet.nodes_of("gpu")) == 2 and c.fleet.nodes_of("gpu"), what="pool restored")
+    assert node not in restored
+    assert all(c.kube.get(f"/api/v1/nodes/{n}") for n in restored)
+
+
+def test_deleting_a_pod_sigterms_then_sigkills_after_grace(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod_manifest("polite", SIGTERM_AWARE))
+    c.kube.request(
+        "POST", "/api/v1/namespaces/default/pods", body=pod_manifest("deaf", STUBBORN, terminationGracePeriodSeconds=1)
+    )
+    for name in ("polite", "deaf"):
+        wait_for(lambda n=name: phase(c, n) == "Running", what=f"{name} running")  # type: ignore[misc]
+        log_path = c.fleet.log_file("default", name)
+        wait_for(lambda p=log_path: p is not None and "running" in p.read_text(), what=f"{name} started")  # type: ignore[misc]
+    polite_log = c.fleet.log_file("default", "polite")
+    for name in ("polite", "deaf"):
+        c.kube.delete(f"/api/v1/namespaces/default/pods/{name}")
+    wait_for(lambda: c.pod("polite") is None and c.pod("deaf") is None, what="both pods gone")
+    assert polite_log is not None
+    assert "got SIGTERM" in polite_log.read_text()
+
+
+def test_rolling_update_replaces_the_replica_set(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    template = pod_manifest("x", "import time; time.sleep(600)", labels={"app": "roll"})
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "roll"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "roll"}},
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
+    }
+    path = "/apis/apps/v1/namespaces/default/deployments"
+    c.kube.request("POST", path, body=deployment)
+    wait_for(
+        lambda: (c.kube.get(f"{path}/roll") or {}).get("status", {}).get("availableReplicas") == 2, what="available"
+    )
+    c.kube.merge_patch(
+        f"{path}/roll",
+        {"spec": {"template": {"spec": {"containers": [{**template["spec"]["containers"][0], "args": ["v2"]}]}}}},
+    )
+
+    def rolled() -> bool:
+        status = (c.kube.get(f"{path}/roll") or {}).get("status", {})
+        sets = c.kube.request("GET", "/apis/apps/v1/namespaces/default/replicasets")["items"]
+        mine = [s for s in sets if s["metadata"]["name"].startswith("roll-")]
+        return (
+            status.get("updatedReplicas") == 2
+            and status.get("availableReplicas") == 2
+            and status.get("replicas") == 2
+            and len(mine) == 2
+            and sorted(s["spec"]["replicas"] for s in mine) == [0, 2]
+        )
+
+    wait_for(rolled, timeout=60, what="rolled out")
+    c.kube.delete(f"{path}/roll")  # the API server's garbage collector removes ReplicaSets and pods
+    roll_pods = "/api/v1/namespaces/default/pods"
+    wait_for(
+        lambda: not c.kube.request("GET", roll_pods, query=[("labelSelector", "app=roll")])["items"],
+        what="pods collected",
+    )
