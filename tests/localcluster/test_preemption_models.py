@@ -1,0 +1,140 @@
+"""Preemptions drawn from the lifetime model and scripted ones, with simulated pods (no processes)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+
+from ttj.localcluster.cluster import LocalCluster
+from ttj.localcluster.nodes.deployments import DeploymentController
+from ttj.localcluster.nodes.fleet import SHUTDOWN_MESSAGE, NodeFleet
+from ttj.localcluster.nodes.kube import KubeClient
+from ttj.localcluster.nodes.pools import NodePool
+from ttj.localcluster.nodes.scheduler import Scheduler
+from ttj.preemption.lifetimes import LifetimeDistribution
+
+from .conftest import NodesCluster, wait_for
+
+DAY_IN_3_SECONDS = 24 * 3600 / 3.0
+
+POOLS = [
+    NodePool(name="cpu", nodes=2, cpu="64", memory="256Gi"),
+    NodePool(
+        name="k80",
+        nodes=3,
+        provisioning="preemptible",
+        accelerator="nvidia-tesla-k80",
+        gpus=1,
+        preemption="lifetime",
+        seed=11,
+        time_scale=DAY_IN_3_SECONDS,
+        grace=0.2,
+        restore_after=None,
+    ),
+    NodePool(
+        name="scripted",
+        nodes=1,
+        provisioning="spot",
+        accelerator="nvidia-tesla-t4",
+        gpus=1,
+        preemption="scripted",
+        preempt_at=(0.5,),
+        grace=0.2,
+        restore_after=0.2,
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodesCluster]:
+    fleet = NodeFleet(POOLS, run_pods=False, state_dir=tmp_path_factory.mktemp("sim-state"))
+    with LocalCluster(addons=[fleet, Scheduler(seed=2), DeploymentController()]) as cluster:
+        kube = KubeClient(cluster.kubeconfig_path)
+        yield NodesCluster(cluster, fleet, kube)
+        kube.close()
+
+
+def test_preemptible_nodes_die_at_drawn_lifetimes(simulated: NodesCluster) -> None:
+    # Preemptible VMs live 24 h at most: with a day squeezed into 3 s, every K80 node goes.
+    wait_for(
+        lambda: len([p for p in simulated.fleet.preemptions if p.pool == "k80" and p.done.is_set()]) == 3, timeout=30
+    )
+    records = [p for p in simulated.fleet.preemptions if p.pool == "k80"]
+    assert all("lifetime" in r.cause for r in records)
+    assert simulated.fleet.nodes_of("k80") == []
+    assert all(simulated.kube.get(f"/api/v1/nodes/{r.node}") is None for r in records)
+    # The same seed draws the same lifetimes.
+    dist = LifetimeDistribution.for_accelerator("nvidia-tesla-k80")
+    rng_a, rng_b = random.Random(11), random.Random(11)
+    assert [dist.sample(rng_a) for _ in range(3)] == [dist.sample(rng_b) for _ in range(3)]
+
+
+def test_scripted_preemption_and_pool_restore(simulated: NodesCluster) -> None:
+    record = wait_for(lambda: next((p for p in simulated.fleet.preemptions if p.pool == "scripted"), None), timeout=30)
+    assert record.cause == "scripted"
+    record.done.wait(30)
+    replacement = wait_for(lambda: simulated.fleet.nodes_of("scripted"), timeout=30, what="replacement node")
+    assert replacement[0] != record.node
+
+
+def test_simulated_pods_run_at_once_and_fail_on_preemption(simulated: NodesCluster) -> None:
+    c = simulated
+    replicas = 30
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "many"},
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"app": "many"}},
+            "template": {
+                "metadata": {"labels": {"app": "many"}},
+                "spec": {
+                    "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu"},
+                    "containers": [{"name": "c", "image": "anything", "resources": {"requests": {"cpu": "1"}}}],
+                },
+            },
+        },
+    }
+    c.kube.request("POST", "/apis/apps/v1/namespaces/default/deployments", body=deployment)
+    wait_for(
+        lambda: (
+            (c.kube.get("/apis/apps/v1/namespaces/default/deployments/many") or {})
+            .get("status", {})
+            .get("availableReplicas")
+            == replicas
+        ),
+        timeout=60,
+        what="all replicas available",
+    )
+    pods = c.kube.request("GET", "/api/v1/namespaces/default/pods", query=[("labelSelector", "app=many")])["items"]
+    assert len({p["status"]["podIP"] for p in pods}) == replicas
+    node = pods[0]["spec"]["nodeName"]
+    on_node = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node]
+    # Even an on-demand node can be preempted on demand (a maintenance event, say).
+    c.fleet.preempt_node(node, wait=True)
+    for name in on_node:
+        pod = c.pod(name)
+        assert pod is not None
+        assert pod["status"]["phase"] == "Failed"
+        assert pod["status"]["message"] == SHUTDOWN_MESSAGE
+    # The ReplicaSet replaces the failed pods on what is left.
+    wait_for(
+        lambda: (
+            len(
+                [
+                    p
+                    for p in c.kube.request(
+                        "GET", "/api/v1/namespaces/default/pods", query=[("labelSelector", "app=many")]
+                    )["items"]
+                    if p["status"].get("phase") == "Running"
+                ]
+            )
+            == replicas
+        ),
+        timeout=60,
+        what="replacements running",
+    )
