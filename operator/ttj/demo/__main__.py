@@ -1,0 +1,5 @@
+import sys
+
+from ttj.demo.run import main
+
+sys.exit(main())
