@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="pooled",
         help="K80 revocations from lifetime.csv pooled with the training VMs, or lifetime.csv alone [pooled]",
     )
+    parser.add_argument(
+        "--price-table",
+        default="icac19-table2",
+        help="price table of ttj.cost (ttj/data/prices.yaml) [icac19-table2, the paper's Table II]",
+    )
     parser.add_argument("--validate", action="store_true", help="also reproduce the ICAC'19 measured averages")
     parser.add_argument("--chart", type=Path, default=None, help="write the time/cost chart here [simulate-NAME.png]")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the chart")
@@ -131,14 +136,14 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         jobs = grid(template, workers, accelerators, provisionings)
-        study = Study(fitted, runs=args.runs, seed=args.seed, lifetimes=args.lifetimes)
+        study = Study(fitted, runs=args.runs, seed=args.seed, lifetimes=args.lifetimes, price_table=args.price_table)
         throughput = fitted.throughput
         print(f"job {name}: {template.train_steps} steps of {manifest.spec.model} on {manifest.spec.dataset}")
         print(
             f"model (fitted on ICAC'19): {throughput.per_worker_steps_s:.3f} steps/s per K80 worker, "
             f"PS ceiling {throughput.ps_ceiling_steps_s:.0f} steps/s, run noise {throughput.noise_sigma:.1%}, "
             f"start-up {fitted.startup_s:.0f} s; revocations: {args.lifetimes} lifetimes; "
-            f"{args.runs} runs per row, seed {args.seed}"
+            f"{args.runs} runs per row, seed {args.seed}; prices: {args.price_table}"
         )
         validation = study.validate(template, data) if args.validate else []
         if validation:

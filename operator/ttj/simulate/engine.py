@@ -23,7 +23,7 @@ from typing import Literal, Protocol
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.preemption.lifetimes import LifetimeDistribution
 from ttj.simulate.fit import ThroughputModel
-from ttj.simulate.prices import PS_PRICE_ON_DEMAND, price_per_hour
+from ttj.simulate.prices import ICAC19_PRICE_TABLE, price_per_hour, ps_price_per_hour
 
 #: A run that has not finished after this long is stopped and counted as failed ("stalled").
 MAX_SIMULATED_S = 30 * 24 * 3600.0
@@ -308,11 +308,12 @@ def simulate_run(
     *,
     startup_s: float,
     handover_s: float = 15.0,
+    price_table: str = ICAC19_PRICE_TABLE,
 ) -> RunResult:
-    """Run ``job`` once under ``policy`` on ``trace``."""
+    """Run ``job`` once under ``policy`` on ``trace``, charging the prices of ``price_table``."""
     run = _Run(job, trace, throughput, startup_s, handover_s)
-    run.worker_price_h = price_per_hour(job.accelerator, job.provisioning)
-    run.ps_price_h = PS_PRICE_ON_DEMAND
+    run.worker_price_h = price_per_hour(job.accelerator, job.provisioning, price_table)
+    run.ps_price_h = ps_price_per_hour(price_table)
     for slot in range(job.workers):
         run.start_worker(slot, first=True)
     run.chief_slot = 0

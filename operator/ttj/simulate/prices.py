@@ -1,31 +1,42 @@
-"""Hourly prices the simulator charges: the ICAC'19 paper's Table II (USD per hour, GCE, 2019).
+"""Hourly prices the simulator charges, from the project's price tables (``ttj.cost.prices``).
 
-The simulator must reproduce the paper's costs, so it uses the paper's prices rather than today's.
-Kept here as a small table so the simulator stays self-contained; ``ttj.cost`` carries the project's
-price tables for the operator.
+The default table is ``icac19-table2``, the paper's Table II (K80 $0.723 on-demand / $0.256 transient,
+P100 $1.43 / $0.551, V100 $2.144 / $0.861, the PS $0.143 on-demand): the simulator must reproduce the
+paper's costs. ``ttj simulate --price-table gce-us-central1`` prices today's GKE instead.
 """
 
 from __future__ import annotations
 
-#: (accelerator, provisioning) → USD/h of one worker VM (GPU and host together), Table II
-WORKER_PRICES: dict[tuple[str, str], float] = {
-    ("nvidia-tesla-k80", "on-demand"): 0.723,
-    ("nvidia-tesla-k80", "preemptible"): 0.256,
-    ("nvidia-tesla-p100", "on-demand"): 1.43,
-    ("nvidia-tesla-p100", "preemptible"): 0.551,
-    ("nvidia-tesla-v100", "on-demand"): 2.144,
-    ("nvidia-tesla-v100", "preemptible"): 0.861,
-}
+from functools import lru_cache
 
-#: The parameter server (4 vCPU, 16 GB, no GPU), always on-demand in the paper and in ttj.
-PS_PRICE_ON_DEMAND = 0.143
+from ttj.cost.prices import PriceTable, load_price_table
+
+ICAC19_PRICE_TABLE = "icac19-table2"
 
 
-def price_per_hour(accelerator: str, provisioning: str) -> float:
-    """USD/h of one worker; spot is charged as preemptible (GCE priced them alike in 2019)."""
-    kind = "preemptible" if provisioning == "spot" else provisioning
-    try:
-        return WORKER_PRICES[(accelerator, kind)]
-    except KeyError:
-        known = ", ".join(sorted({a for a, _ in WORKER_PRICES}))
-        raise ValueError(f"no price for {accelerator} ({provisioning}); the simulator knows {known}") from None
+@lru_cache(maxsize=8)
+def price_table(name: str = ICAC19_PRICE_TABLE) -> PriceTable:
+    return load_price_table(table=name)
+
+
+def price_per_hour(accelerator: str, provisioning: str, table: str = ICAC19_PRICE_TABLE) -> float:
+    """USD/h of one worker node with one GPU of ``accelerator``, host included."""
+    prices = price_table(table)
+    node = prices.node_price(
+        machine_type=prices.host_machine_types.get(accelerator),
+        accelerator_type=accelerator,
+        accelerator_count=1,
+        provisioning=provisioning,
+    )
+    if node.notes:
+        raise ValueError(f"cannot price a {accelerator} worker ({provisioning}): {'; '.join(node.notes)}")
+    return node.usd_per_hour
+
+
+def ps_price_per_hour(table: str = ICAC19_PRICE_TABLE) -> float:
+    """USD/h of one parameter server: the table's fallback CPU machine (n1-standard-4), on-demand."""
+    prices = price_table(table)
+    machine, note = prices.machine_price(None)
+    if machine is None:
+        raise ValueError(f"cannot price a parameter server: {note}")
+    return machine.on_demand

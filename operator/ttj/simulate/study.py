@@ -10,6 +10,7 @@ from ttj.simulate.fit import FittedModel
 from ttj.simulate.icac19 import ICAC19_TRAIN_STEPS, TrainingData
 from ttj.simulate.planner_policy import PlannerPolicy
 from ttj.simulate.policies import PaperStaticPolicy, TFJobLikePolicy
+from ttj.simulate.prices import ICAC19_PRICE_TABLE
 from ttj.simulate.report import MeasuredSummary, Summary, measured_summaries, summarize
 
 #: Policy name on the command line → a fresh policy per run (the planner adapter keeps a picture).
@@ -30,6 +31,7 @@ ACCELERATOR_ALIASES: dict[str, str] = {
     "k80": "nvidia-tesla-k80",
     "p100": "nvidia-tesla-p100",
     "v100": "nvidia-tesla-v100",
+    "t4": "nvidia-tesla-t4",
 }
 
 
@@ -43,6 +45,7 @@ class Study:
     runs: int = 500
     seed: int = 1
     lifetimes: str = "pooled"  # or "measured"
+    price_table: str = ICAC19_PRICE_TABLE
 
     def run(self, job: SimJob, policy: str) -> list[RunResult]:
         make = POLICIES[policy]
@@ -55,6 +58,7 @@ class Study:
                 PreemptionTrace(self.seed, index, distribution, sigma),
                 self.fitted.throughput,
                 startup_s=self.fitted.startup_s,
+                price_table=self.price_table,
             )
             for index in range(self.runs)
         ]
@@ -67,7 +71,11 @@ class Study:
         return [self.summary(job, policy) for job in jobs for policy in policies]
 
     def validate(self, template: SimJob, data: TrainingData) -> list[tuple[MeasuredSummary, Summary]]:
-        """The paper's static policy on every measured configuration, next to the measured figures."""
+        """The paper's static policy on every measured configuration, next to the measured figures.
+
+        Always at the paper's prices (Table II), whatever table the comparison uses.
+        """
+        paper_prices = Study(self.fitted, self.runs, self.seed, self.lifetimes, ICAC19_PRICE_TABLE)
         spec = template.spec.model_copy(deep=True)
         spec.train_steps = ICAC19_TRAIN_STEPS
         base = SimJob(template.name, spec)
@@ -76,7 +84,7 @@ class Study:
             job = base.with_cluster(
                 workers=measured.workers, accelerator="nvidia-tesla-k80", provisioning=measured.provisioning
             )
-            pairs.append((measured, self.summary(job, "paper")))
+            pairs.append((measured, paper_prices.summary(job, "paper")))
         return pairs
 
 
