@@ -5,10 +5,14 @@ these tests only talk HTTP to the API server (and to the fleet's injection API).
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import textwrap
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 from kubernetes import config
 
@@ -197,14 +201,14 @@ def test_deployment_pods_run_on_the_right_pool_and_reach_each_other(nodes_cluste
     final = wait_for(
         lambda: phase(c, "echo-client") in ("Succeeded", "Failed") and c.pod("echo-client"), what="client done"
     )
-    log_path = c.fleet.log_file("default", "echo-client")
-    log = log_path.read_text() if log_path else ""
+    log = core.read_namespaced_pod_log("echo-client", "default")  # pods/log, proxied to the node's kubelet
     state = final["status"]["containerStatuses"][0]["state"]["terminated"]
     assert final["status"]["phase"] == "Succeeded", (state, log)
     assert state["exitCode"] == 0
     assert state["reason"] == "Completed"
     assert node_pool[final["spec"]["nodeName"]] == "gpu"
     assert f"KUBECONFIG={c.kubeconfig}" in log
+    assert core.read_namespaced_pod_log("echo-client", "default", tail_lines=1).count("\n") == 1
     assert "ME=echo-client" in log
     assert "named.echo.default.svc.cluster.local -> named" in log
     for pod in pods:
@@ -360,3 +364,19 @@ def test_rolling_update_replaces_the_replica_set(nodes_cluster: NodesCluster) ->
         lambda: not c.kube.request("GET", roll_pods, query=[("labelSelector", "app=roll")])["items"],
         what="pods collected",
     )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_kubectl_logs_and_errors(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    code = "print('line one'); print('line two')"
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod_manifest("talker", code, restartPolicy="Never"))
+    wait_for(lambda: phase(c, "talker") == "Succeeded", what="talker done")
+    env = {**os.environ, "KUBECONFIG": c.kubeconfig}
+    out = subprocess.run(["kubectl", "logs", "talker", "--tail=1"], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout == "line two\n"
+    missing = subprocess.run(
+        ["kubectl", "logs", "talker", "-c", "nope"], env=env, capture_output=True, text=True, check=False
+    )
+    assert missing.returncode != 0
+    assert "container nope is not valid for pod talker" in missing.stderr

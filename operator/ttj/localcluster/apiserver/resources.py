@@ -75,7 +75,7 @@ class ResourceType:
         entries = [main]
         for sub in self.subresources:
             sub_kind = {"scale": "Scale", "binding": "Binding"}.get(sub, self.kind)
-            sub_verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
+            sub_verbs = {"binding": ["create"], "log": ["get"]}.get(sub, ["get", "patch", "update"])
             entry: dict[str, Any] = {
                 "name": f"{self.plural}/{sub}",
                 "singularName": "",
@@ -110,7 +110,7 @@ def builtin_types() -> list[ResourceType]:
             short_names=("po",),
             categories=("all",),
             status_subresource=True,
-            extra_subresources=("binding",),
+            extra_subresources=("binding", "log"),
         ),
         _core("Service", "services", short_names=("svc",), categories=("all",), status_subresource=True),
         _core("Binding", "bindings"),

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from . import openapi, tables
+from . import openapi, podlog, tables
 from .controllers import Controllers
 from .core import ApiCore, now_rfc3339
 from .crds import CrdManager
@@ -286,6 +286,8 @@ class ApiServer:
         if fault is not None:
             raise fault
         dry_run = bool(query.getall("dryRun", []))
+        if sub == "log":  # pods/log: proxied to the node's kubelet endpoint (podlog.py, the node simulation's)
+            return await podlog.serve(self, request, namespace, name, verb)
 
         if verb == "watch":
             return await self._watch(request, target)
