@@ -305,8 +305,13 @@ def running(demo: Demo) -> Iterator[Demo]:
         demo.stop_all()
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # so that the cluster and operator it started are stopped too
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     demo = Demo(args)
     with running(demo):
         try:
