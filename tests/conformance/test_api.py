@@ -27,8 +27,18 @@ def test_version_and_discovery(k8s_api: client.ApiClient) -> None:
     for group in ("apps", "coordination.k8s.io", "rbac.authorization.k8s.io", "apiextensions.k8s.io", "events.k8s.io"):
         assert group in groups, group
     resources = {r.name: r for r in client.CoreV1Api(k8s_api).get_api_resources().resources}
-    assert {"pods", "pods/status", "pods/binding", "services", "configmaps", "events", "serviceaccounts", "nodes"} <= set(resources)
-    assert resources["pods"].namespaced and not resources["nodes"].namespaced
+    assert {
+        "pods",
+        "pods/status",
+        "pods/binding",
+        "services",
+        "configmaps",
+        "events",
+        "serviceaccounts",
+        "nodes",
+    } <= set(resources)
+    assert resources["pods"].namespaced
+    assert not resources["nodes"].namespaced
     assert "po" in resources["pods"].short_names
     apps = {r.name for r in client.AppsV1Api(k8s_api).get_api_resources().resources}
     assert {"deployments", "deployments/scale", "replicasets", "replicasets/scale"} <= apps
@@ -39,7 +49,9 @@ def test_version_and_discovery(k8s_api: client.ApiClient) -> None:
 def test_create_get_metadata(core: client.CoreV1Api, namespace: str) -> None:
     created = core.create_namespaced_config_map(namespace, {"metadata": {"name": "one"}, "data": {"a": "1"}})
     meta = created.metadata
-    assert meta.uid and meta.creation_timestamp and meta.resource_version
+    assert meta.uid
+    assert meta.creation_timestamp
+    assert meta.resource_version
     fetched = core.read_namespaced_config_map("one", namespace)
     assert fetched.metadata.uid == meta.uid
     assert fetched.data == {"a": "1"}
@@ -48,14 +60,18 @@ def test_create_get_metadata(core: client.CoreV1Api, namespace: str) -> None:
 def test_generate_name_and_already_exists(core: client.CoreV1Api, namespace: str) -> None:
     a = core.create_namespaced_config_map(namespace, {"metadata": {"generateName": "gen-"}})
     b = core.create_namespaced_config_map(namespace, {"metadata": {"generateName": "gen-"}})
-    assert a.metadata.name.startswith("gen-") and b.metadata.name.startswith("gen-")
+    assert a.metadata.name.startswith("gen-")
+    assert b.metadata.name.startswith("gen-")
     assert a.metadata.name != b.metadata.name
     with pytest.raises(client.ApiException) as info:
         core.create_namespaced_config_map(namespace, {"metadata": {"name": a.metadata.name}})
     assert info.value.status == 409
     status = json.loads(info.value.body)
-    assert status["kind"] == "Status" and status["reason"] == "AlreadyExists" and status["code"] == 409
-    assert status["details"]["name"] == a.metadata.name and status["details"]["kind"] == "configmaps"
+    assert status["kind"] == "Status"
+    assert status["reason"] == "AlreadyExists"
+    assert status["code"] == 409
+    assert status["details"]["name"] == a.metadata.name
+    assert status["details"]["kind"] == "configmaps"
 
 
 def test_not_found_status(core: client.CoreV1Api, namespace: str) -> None:
@@ -101,36 +117,53 @@ def test_patch_types(k8s_api: client.ApiClient, namespace: str) -> None:
     ]
     deployment = {
         "metadata": {"name": "p", "labels": {"app": "x"}},
-        "spec": {"selector": {"matchLabels": {"app": "x"}},
-                 "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": containers}}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": containers}},
+        },
     }
     client.AppsV1Api(k8s_api).create_namespaced_deployment(namespace, deployment)
     base = f"/apis/apps/v1/namespaces/{namespace}/deployments/p"
     # strategic merge: containers and env merge by name
-    strategic = {"spec": {"template": {"spec": {"containers": [
-        {"name": "a", "image": "busybox:2", "env": [{"name": "B", "value": "3"}]}]}}}}
+    strategic = {
+        "spec": {
+            "template": {
+                "spec": {"containers": [{"name": "a", "image": "busybox:2", "env": [{"name": "B", "value": "3"}]}]}
+            }
+        }
+    }
     out = _raw(k8s_api, "PATCH", base, strategic, "application/strategic-merge-patch+json")
     by_name = {c["name"]: c for c in out["spec"]["template"]["spec"]["containers"]}
     assert set(by_name) == {"a", "b"}
     assert by_name["a"]["image"] == "busybox:2"
     assert {e["name"]: e["value"] for e in by_name["a"]["env"]} == {"A": "1", "B": "3"}
     # JSON merge patch: null removes a key
-    out = _raw(k8s_api, "PATCH", base, {"metadata": {"labels": {"app": None, "tier": "t"}}}, "application/merge-patch+json")
+    out = _raw(
+        k8s_api, "PATCH", base, {"metadata": {"labels": {"app": None, "tier": "t"}}}, "application/merge-patch+json"
+    )
     assert out["metadata"]["labels"] == {"tier": "t"}
     # JSON patch
-    ops = [{"op": "add", "path": "/metadata/annotations", "value": {"k": "v"}}, {"op": "test", "path": "/metadata/name", "value": "p"}]
+    ops = [
+        {"op": "add", "path": "/metadata/annotations", "value": {"k": "v"}},
+        {"op": "test", "path": "/metadata/name", "value": "p"},
+    ]
     out = _raw(k8s_api, "PATCH", base, ops, "application/json-patch+json")
     assert out["metadata"]["annotations"] == {"k": "v"}
     # conditions merge by type through the status subresource
     core = client.CoreV1Api(k8s_api)
-    core.create_namespaced_pod(namespace, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    )
     pod = f"/api/v1/namespaces/{namespace}/pods/p"
-    status = {"status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "Initialized", "status": "True"}]}}
+    status = {
+        "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "Initialized", "status": "True"}]}
+    }
     _raw(k8s_api, "PATCH", pod + "/status", status, "application/strategic-merge-patch+json")
     status = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     out = _raw(k8s_api, "PATCH", pod + "/status", status, "application/strategic-merge-patch+json")
     conditions = {c["type"]: c["status"] for c in out["status"]["conditions"]}
-    assert conditions["Ready"] == "True" and conditions["Initialized"] == "True"
+    assert conditions["Ready"] == "True"
+    assert conditions["Initialized"] == "True"
     # a running pod's spec is immutable apart from images and a few fields
     with pytest.raises(client.ApiException) as info:
         core.patch_namespaced_pod("p", namespace, {"spec": {"restartPolicy": "Never"}})
@@ -138,7 +171,9 @@ def test_patch_types(k8s_api: client.ApiClient, namespace: str) -> None:
 
 
 def test_pod_status_subresource_and_binding(core: client.CoreV1Api, namespace: str) -> None:
-    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    pod = core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    )
     assert pod.status.phase == "Pending"
     # writes to the main resource ignore status
     core.patch_namespaced_pod("b", namespace, {"status": {"phase": "Running"}, "metadata": {"labels": {"x": "y"}}})
@@ -147,7 +182,9 @@ def test_pod_status_subresource_and_binding(core: client.CoreV1Api, namespace: s
     assert core.read_namespaced_pod("b", namespace).status.phase == "Running"
     node = f"node-{namespace}"
     core.create_namespaced_binding(
-        namespace, {"metadata": {"name": "b"}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}}, _preload_content=False
+        namespace,
+        {"metadata": {"name": "b"}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+        _preload_content=False,
     )
     assert core.read_namespaced_pod("b", namespace).spec.node_name == node
 
@@ -205,36 +242,68 @@ def test_list_pagination(core: client.CoreV1Api, namespace: str) -> None:
 
 def test_other_resources_crud(k8s_api: client.ApiClient, namespace: str) -> None:
     coordination = client.CoordinationV1Api(k8s_api)
-    lease = coordination.create_namespaced_lease(namespace, {
-        "metadata": {"name": "job-chief"},
-        "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15, "leaseTransitions": 0,
-                 "renewTime": "2026-11-21T10:00:00.000000Z", "acquireTime": "2026-11-21T10:00:00.000000Z"},
-    })
+    lease = coordination.create_namespaced_lease(
+        namespace,
+        {
+            "metadata": {"name": "job-chief"},
+            "spec": {
+                "holderIdentity": "pod-a",
+                "leaseDurationSeconds": 15,
+                "leaseTransitions": 0,
+                "renewTime": "2026-11-21T10:00:00.000000Z",
+                "acquireTime": "2026-11-21T10:00:00.000000Z",
+            },
+        },
+    )
     assert lease.spec.holder_identity == "pod-a"
-    coordination.patch_namespaced_lease("job-chief", namespace, {"spec": {"holderIdentity": "pod-b", "leaseTransitions": 1}})
+    coordination.patch_namespaced_lease(
+        "job-chief", namespace, {"spec": {"holderIdentity": "pod-b", "leaseTransitions": 1}}
+    )
     assert coordination.read_namespaced_lease("job-chief", namespace).spec.lease_transitions == 1
     rbac = client.RbacAuthorizationV1Api(k8s_api)
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "rb"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
-    })
+    rbac.create_namespaced_role(
+        namespace, {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "rb"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+        },
+    )
     assert [r.metadata.name for r in rbac.list_namespaced_role_binding(namespace).items] == ["rb"]
     core = client.CoreV1Api(k8s_api)
-    core.create_namespaced_service(namespace, {"metadata": {"name": "svc"}, "spec": {"clusterIP": "None", "selector": {"a": "b"}, "ports": [{"port": 2222}]}})
+    core.create_namespaced_service(
+        namespace,
+        {"metadata": {"name": "svc"}, "spec": {"clusterIP": "None", "selector": {"a": "b"}, "ports": [{"port": 2222}]}},
+    )
     assert core.read_namespaced_service("svc", namespace).spec.cluster_ip == "None"
-    core.create_namespaced_event(namespace, {
-        "metadata": {"name": "ev1"}, "involvedObject": {"kind": "Pod", "name": "x", "namespace": namespace},
-        "reason": "Test", "message": "hello", "type": "Normal",
-    })
+    core.create_namespaced_event(
+        namespace,
+        {
+            "metadata": {"name": "ev1"},
+            "involvedObject": {"kind": "Pod", "name": "x", "namespace": namespace},
+            "reason": "Test",
+            "message": "hello",
+            "type": "Normal",
+        },
+    )
     assert core.list_namespaced_event(namespace, field_selector="involvedObject.name=x").items[0].reason == "Test"
     events = client.EventsV1Api(k8s_api)
-    events.create_namespaced_event(namespace, {
-        "metadata": {"name": "ev2"}, "eventTime": "2026-11-21T10:00:00.000000Z", "reportingController": "ttj/test",
-        "reportingInstance": "t", "action": "Tested", "reason": "Test", "type": "Normal",
-        "regarding": {"kind": "Pod", "name": "x", "namespace": namespace},
-    })
+    events.create_namespaced_event(
+        namespace,
+        {
+            "metadata": {"name": "ev2"},
+            "eventTime": "2026-11-21T10:00:00.000000Z",
+            "reportingController": "ttj/test",
+            "reportingInstance": "t",
+            "action": "Tested",
+            "reason": "Test",
+            "type": "Normal",
+            "regarding": {"kind": "Pod", "name": "x", "namespace": namespace},
+        },
+    )
     assert events.read_namespaced_event("ev2", namespace).reason == "Test"
     sa = core.read_namespaced_service_account("default", namespace)  # every namespace gets one
     assert sa.metadata.name == "default"
@@ -244,8 +313,11 @@ def test_deployment_generation_and_scale(k8s_api: client.ApiClient, namespace: s
     apps = client.AppsV1Api(k8s_api)
     body = {
         "metadata": {"name": "d"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
-                 "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
     }
     created = apps.create_namespaced_deployment(namespace, body)
     assert created.metadata.generation == 1
@@ -253,8 +325,10 @@ def test_deployment_generation_and_scale(k8s_api: client.ApiClient, namespace: s
     assert apps.read_namespaced_deployment("d", namespace).metadata.generation == 1
     apps.patch_namespaced_deployment_scale("d", namespace, {"spec": {"replicas": 3}})
     scaled = apps.read_namespaced_deployment("d", namespace)
-    assert scaled.spec.replicas == 3 and scaled.metadata.generation == 2
+    assert scaled.spec.replicas == 3
+    assert scaled.metadata.generation == 2
     scale = apps.read_namespaced_deployment_scale("d", namespace)
-    assert scale.spec.replicas == 3 and scale.status.selector == "app=d"
+    assert scale.spec.replicas == 3
+    assert scale.status.selector == "app=d"
     apps.patch_namespaced_deployment_status("d", namespace, {"status": {"replicas": 3}})
     assert apps.read_namespaced_deployment("d", namespace).metadata.generation == 2

@@ -36,7 +36,9 @@ def test_defaulting_and_pruning(custom: client.CustomObjectsApi, namespace: str)
     created = _create(custom, namespace, body)
     spec = created["spec"]
     assert "notAField" not in spec
-    assert spec["model"] == "resnet32" and spec["backoffLimit"] == 3 and spec["learningRateScaling"] == "activeWorkers"
+    assert spec["model"] == "resnet32"
+    assert spec["backoffLimit"] == 3
+    assert spec["learningRateScaling"] == "activeWorkers"
     assert spec["checkpoint"]["uri"] == "/tmp/x"
     assert created["metadata"]["generation"] == 1
 
@@ -46,7 +48,8 @@ def test_schema_validation(custom: client.CustomObjectsApi, namespace: str) -> N
     with pytest.raises(client.ApiException) as info:
         _create(custom, namespace, body)
     status = json.loads(info.value.body)
-    assert info.value.status == 422 and status["reason"] == "Invalid"
+    assert info.value.status == 422
+    assert status["reason"] == "Invalid"
     assert "spec.batchSize" in status["message"]
     del body["spec"]["trainSteps"]
     body["spec"]["batchSize"] = 10
@@ -60,21 +63,27 @@ def test_cel_rule_refused_at_create(custom: client.CustomObjectsApi, namespace: 
     with pytest.raises(client.ApiException) as info:
         _create(custom, namespace, body)
     status = json.loads(info.value.body)
-    assert info.value.status == 422 and status["kind"] == "Status" and status["reason"] == "Invalid"
+    assert info.value.status == 422
+    assert status["kind"] == "Status"
+    assert status["reason"] == "Invalid"
     assert "workers.minReplicas must not exceed workers.replicas" in status["message"]
 
 
 def test_status_subresource_and_generation(custom: client.CustomObjectsApi, namespace: str) -> None:
     _create(custom, namespace, minimal_job("gen", workers={"replicas": 2, "minReplicas": 1, "maxReplicas": 4}))
-    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "gen", {"status": {"phase": "Running"}})
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "gen", {"status": {"phase": "Running"}}
+    )
     job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen")
-    assert job["status"]["phase"] == "Running" and job["metadata"]["generation"] == 1
+    assert job["status"]["phase"] == "Running"
+    assert job["metadata"]["generation"] == 1
     # the main resource ignores status; metadata-only changes keep the generation
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "gen", {"status": {"phase": "Failed"}, "metadata": {"labels": {"a": "b"}}}
     )
     job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen")
-    assert job["status"]["phase"] == "Running" and job["metadata"]["generation"] == 1
+    assert job["status"]["phase"] == "Running"
+    assert job["metadata"]["generation"] == 1
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen", {"spec": {"trainSteps": 200}})
     job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gen")
     assert job["metadata"]["generation"] == 2
@@ -83,7 +92,8 @@ def test_status_subresource_and_generation(custom: client.CustomObjectsApi, name
 def test_scale_subresource_and_cel_on_scale(custom: client.CustomObjectsApi, namespace: str) -> None:
     _create(custom, namespace, minimal_job("sc", workers={"replicas": 3, "minReplicas": 2, "maxReplicas": 6}))
     scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sc")
-    assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3
+    assert scale["kind"] == "Scale"
+    assert scale["spec"]["replicas"] == 3
     custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sc", {"spec": {"replicas": 5}})
     job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "sc")
     assert job["spec"]["workers"]["replicas"] == 5

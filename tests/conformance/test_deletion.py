@@ -21,7 +21,13 @@ def _gone(read: Any, *args: Any) -> bool:
 
 
 def _owner_ref(obj: Any, kind: str = "ConfigMap", block: bool = False) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": kind, "name": obj.metadata.name, "uid": obj.metadata.uid, "blockOwnerDeletion": block}
+    return {
+        "apiVersion": "v1",
+        "kind": kind,
+        "name": obj.metadata.name,
+        "uid": obj.metadata.uid,
+        "blockOwnerDeletion": block,
+    }
 
 
 def test_finalizers_hold_deletion(core: client.CoreV1Api, namespace: str) -> None:
@@ -46,14 +52,18 @@ def test_pod_on_a_node_is_deleted_gracefully(core: client.CoreV1Api, namespace: 
 
 
 def test_unscheduled_pod_is_deleted_at_once(core: client.CoreV1Api, namespace: str) -> None:
-    core.create_namespaced_pod(namespace, {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    )
     core.delete_namespaced_pod("u", namespace)
     wait_for(lambda: _gone(core.read_namespaced_pod, "u", namespace), what="the pod to go")
 
 
 def test_background_garbage_collection(core: client.CoreV1Api, namespace: str) -> None:
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": "child", "ownerReferences": [_owner_ref(owner)]}})
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "child", "ownerReferences": [_owner_ref(owner)]}}
+    )
     core.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
     wait_for(lambda: _gone(core.read_namespaced_config_map, "child", namespace), what="the dependent to be collected")
 
@@ -62,14 +72,23 @@ def test_foreground_garbage_collection(core: client.CoreV1Api, namespace: str) -
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "fg-owner"}})
     core.create_namespaced_config_map(
         namespace,
-        {"metadata": {"name": "fg-child", "finalizers": ["example.com/hold"], "ownerReferences": [_owner_ref(owner, block=True)]}},
+        {
+            "metadata": {
+                "name": "fg-child",
+                "finalizers": ["example.com/hold"],
+                "ownerReferences": [_owner_ref(owner, block=True)],
+            }
+        },
     )
     core.delete_namespaced_config_map("fg-owner", namespace, propagation_policy="Foreground")
 
     def owner_waits() -> bool:
         current = core.read_namespaced_config_map("fg-owner", namespace)
         child = core.read_namespaced_config_map("fg-child", namespace)
-        return "foregroundDeletion" in (current.metadata.finalizers or []) and child.metadata.deletion_timestamp is not None
+        return (
+            "foregroundDeletion" in (current.metadata.finalizers or [])
+            and child.metadata.deletion_timestamp is not None
+        )
 
     wait_for(owner_waits, what="the owner to wait for its dependent")
     core.patch_namespaced_config_map("fg-child", namespace, {"metadata": {"finalizers": None}})
@@ -78,7 +97,9 @@ def test_foreground_garbage_collection(core: client.CoreV1Api, namespace: str) -
 
 def test_orphan_propagation(core: client.CoreV1Api, namespace: str) -> None:
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "or-owner"}})
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": "or-child", "ownerReferences": [_owner_ref(owner)]}})
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "or-child", "ownerReferences": [_owner_ref(owner)]}}
+    )
     core.delete_namespaced_config_map("or-owner", namespace, propagation_policy="Orphan")
     wait_for(lambda: _gone(core.read_namespaced_config_map, "or-owner", namespace), what="the owner to go")
     child = core.read_namespaced_config_map("or-child", namespace)
@@ -88,7 +109,9 @@ def test_orphan_propagation(core: client.CoreV1Api, namespace: str) -> None:
 def test_delete_precondition(core: client.CoreV1Api, namespace: str) -> None:
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "pre"}})
     with pytest.raises(client.ApiException) as info:
-        core.delete_namespaced_config_map("pre", namespace, body=client.V1DeleteOptions(preconditions={"uid": "not-it"}))
+        core.delete_namespaced_config_map(
+            "pre", namespace, body=client.V1DeleteOptions(preconditions={"uid": "not-it"})
+        )
     assert info.value.status == 409
 
 

@@ -43,8 +43,13 @@ def test_watch_live_events_and_selector_transitions(core: client.CoreV1Api, name
 
     def consume() -> None:
         w = watch.Watch()
-        for event in w.stream(core.list_namespaced_config_map, namespace, label_selector="pick=yes",
-                              resource_version=start, timeout_seconds=10):
+        for event in w.stream(
+            core.list_namespaced_config_map,
+            namespace,
+            label_selector="pick=yes",
+            resource_version=start,
+            timeout_seconds=10,
+        ):
             seen.append((event["type"], event["object"].metadata.name))
             if len(seen) == 3:
                 w.stop()
@@ -65,7 +70,12 @@ def test_watch_live_events_and_selector_transitions(core: client.CoreV1Api, name
 def test_watch_bookmarks_and_timeout(k8s_api: client.ApiClient, core: client.CoreV1Api, namespace: str) -> None:
     rv = core.list_namespaced_config_map(namespace).metadata.resource_version
     response = core.list_namespaced_config_map(
-        namespace, watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=2, _preload_content=False
+        namespace,
+        watch=True,
+        resource_version=rv,
+        allow_watch_bookmarks=True,
+        timeout_seconds=2,
+        _preload_content=False,
     )
     lines = [json.loads(line) for line in response.read().splitlines() if line.strip()]
     response.release_conn()
@@ -84,7 +94,12 @@ def test_local_bookmarks_are_sent(local_cluster: LocalCluster | None, core: clie
     try:
         rv = core.list_namespaced_config_map(namespace).metadata.resource_version
         response = core.list_namespaced_config_map(
-            namespace, watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=1, _preload_content=False
+            namespace,
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=1,
+            _preload_content=False,
         )
         types = [json.loads(line)["type"] for line in response.read().splitlines() if line.strip()]
         response.release_conn()
@@ -93,12 +108,14 @@ def test_local_bookmarks_are_sent(local_cluster: LocalCluster | None, core: clie
     assert "BOOKMARK" in types
 
 
-def test_too_old_resource_version_is_gone(local_cluster: LocalCluster | None, core: client.CoreV1Api, namespace: str) -> None:
+def test_too_old_resource_version_is_gone(
+    local_cluster: LocalCluster | None, core: client.CoreV1Api, namespace: str
+) -> None:
     if local_cluster is None:
         pytest.skip("cannot force a real apiserver's watch cache to forget")
     start = core.list_namespaced_config_map(namespace).metadata.resource_version
     store = local_cluster.server.store
-    size = store._history_size  # noqa: SLF001 - shrink the history to make a version expire
+    size = store._history_size
     store.set_history_size(5)
     try:
         for i in range(10):
@@ -111,4 +128,5 @@ def test_too_old_resource_version_is_gone(local_cluster: LocalCluster | None, co
     finally:
         store.set_history_size(size)
     assert events[0]["type"] == "ERROR"
-    assert events[0]["object"]["code"] == 410 and events[0]["object"]["reason"] == "Expired"
+    assert events[0]["object"]["code"] == 410
+    assert events[0]["object"]["reason"] == "Expired"

@@ -230,7 +230,9 @@ class ApiServer:
                 paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self.store.resource_version}"}
             return _json_response({"paths": paths})
         rest = parts[2:]
-        group, version = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else (rest[1], rest[2]) if len(rest) == 3 else ("", "")
+        group, version = (
+            ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else (rest[1], rest[2]) if len(rest) == 3 else ("", "")
+        )
         if (group, version) not in gvs:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return _json_response(openapi.group_version_document(self.registry, group, version))
