@@ -86,11 +86,13 @@ class PodNetwork:
         with self._lock:
             if uid in self._by_uid:
                 return self._by_uid[uid]
-            if self._free:
+            # Fresh addresses first: a pod IP is not handed out again while millions are unused, so a
+            # peer that still holds a dead pod's address never reaches a different pod there.
+            if self._next > int(LAST_POD_IP):
+                if not self._free:
+                    raise RuntimeError("the local cluster ran out of pod IPs in 127.0.0.0/8")
                 ip = self._free.pop(0)
             else:
-                if self._next > int(LAST_POD_IP):
-                    raise RuntimeError("the local cluster ran out of pod IPs in 127.0.0.0/8")
                 ip = str(ipaddress.IPv4Address(self._next))
                 self._next += 1
                 # Skip .0 and .255 so no address looks like a network or broadcast one.
