@@ -85,8 +85,17 @@ def run_command(args: argparse.Namespace) -> int | None:
     if sum(1 for w in wanted if w) > 1:
         print("ttj local-cluster: give one of --preempt-node, --preempt-pod, --restore-pool, --status", file=sys.stderr)
         return 2
+    from pathlib import Path
+
     from .control import ControlClient
 
+    if not Path(args.kubeconfig).is_file():
+        print(
+            f"ttj local-cluster: no kubeconfig at {args.kubeconfig}: is `ttj local-cluster --kubeconfig "
+            f"{args.kubeconfig}` running?",
+            file=sys.stderr,
+        )
+        return 1
     try:
         control = ControlClient.from_kubeconfig(args.kubeconfig)
         if args.preempt_node:
