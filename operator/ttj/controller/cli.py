@@ -74,6 +74,8 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not args.verbose:  # kopf logs every handled event at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     configuration = client.Configuration()
     try:
         if os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):

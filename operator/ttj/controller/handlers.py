@@ -33,6 +33,14 @@ from ttj.planner.observed import FINALIZER, LABEL_JOB
 log = logging.getLogger("ttj.controller")
 
 JobKey = tuple[str, str]
+#: The job's children other than pods and the Lease: kind → kopf resource.
+CHILD_RESOURCES = {
+    "Service": "services",
+    "Deployment": "deployments.v1.apps",
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles.v1.rbac.authorization.k8s.io",
+    "RoleBinding": "rolebindings.v1.rbac.authorization.k8s.io",
+}
 #: Nodes are big (images, allocatable…): the planner needs only these parts.
 _NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")
 
@@ -106,26 +114,21 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     kopf.index("leases.v1.coordination.k8s.io", labels=job_labels, registry=registry, id="leases_by_job")(
         child_index("Lease")
     )
-    for kind, resource in (
-        ("Service", "services"),
-        ("Deployment", "deployments.v1.apps"),
-        ("ServiceAccount", "serviceaccounts"),
-        ("Role", "roles.v1.rbac.authorization.k8s.io"),
-        ("RoleBinding", "rolebindings.v1.rbac.authorization.k8s.io"),
-    ):
-        kopf.index(resource, labels=job_labels, registry=registry, id="children_by_job")(child_index(kind))
+    for kind, resource in CHILD_RESOURCES.items():
+        index_id = f"{kind.lower()}s_by_job"
+        kopf.index(resource, labels=job_labels, registry=registry, id=index_id)(child_index(kind))
 
-    @kopf.index("nodes", registry=registry)
+    @kopf.index("nodes", registry=registry, id="nodes_by_name")
     def nodes_by_name(name: str, body: kopf.Body, **_: Any) -> Any:
         return {name: _slim_node(body)}
 
-    @kopf.on.event("nodes", registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event("nodes", registry=registry, id="node_changed")  # type: ignore[arg-type]
     def node_changed(name: str, pods_by_job: kopf.Index[JobKey, Any], **_: Any) -> None:
         for key, store in list(pods_by_job.items()):
             if any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
                 ctx.poke(key)
 
-    @kopf.index(GROUP, VERSION, PLURAL, registry=registry)  # type: ignore[arg-type]
+    @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="jobs")  # type: ignore[arg-type]
     def jobs(namespace: str, name: str, **_: Any) -> Any:
         ctx.poke((namespace, name))
         return {(namespace, name): True}
@@ -134,6 +137,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         "pods",
         labels=job_labels,
         registry=registry,
+        id="orphan_pod",
         when=lambda body, **_: (
             bool(body.metadata.get("deletionTimestamp")) and FINALIZER in (body.metadata.get("finalizers") or [])
         ),
@@ -146,7 +150,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         if key is not None and key not in jobs:
             Applier(ctx.api)._remove_finalizer(namespace, name)
 
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)  # type: ignore[arg-type]
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", cancellation_timeout=10, backoff=1)  # type: ignore[arg-type]
     async def reconcile_job(
         *,
         stopped: kopf.DaemonStopped,
@@ -155,17 +159,17 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         body: kopf.Body,
         pods_by_job: kopf.Index[JobKey, Any],
         leases_by_job: kopf.Index[JobKey, Any],
-        children_by_job: kopf.Index[JobKey, Any],
         nodes_by_name: kopf.Index[str, Any],
-        **_: Any,
+        **kwargs: Any,
     ) -> None:
+        children = [kwargs[f"{kind.lower()}s_by_job"] for kind in CHILD_RESOURCES]
         key = (namespace, name)
         wakeup = ctx.wakeups.setdefault(key, asyncio.Event())
         reconciler = JobReconciler(ctx, key)
         try:
             while not stopped:
                 wakeup.clear()
-                delay = await reconciler.run_pass(body, pods_by_job, leases_by_job, children_by_job, nodes_by_name)
+                delay = await reconciler.run_pass(body, pods_by_job, leases_by_job, children, nodes_by_name)
                 if delay is None:
                     return
                 with_timeout = asyncio.wait_for(wakeup.wait(), timeout=max(0.01, delay))
@@ -184,7 +188,7 @@ def observe(
     key: JobKey,
     pods_by_job: kopf.Index[JobKey, Any],
     leases_by_job: kopf.Index[JobKey, Any],
-    children_by_job: kopf.Index[JobKey, Any],
+    children: list[kopf.Index[JobKey, Any]],
     nodes_by_name: kopf.Index[str, Any],
 ) -> Observed:
     observed = Observed()
@@ -197,8 +201,9 @@ def observe(
     for _kind, name, lease in leases_by_job.get(key, []):
         if name == f"{key[1]}-chief":
             observed.lease = lease
-    for kind, name, child in children_by_job.get(key, []):
-        observed.children[(kind, name)] = child
+    for index in children:
+        for kind, name, child in index.get(key, []):
+            observed.children[(kind, name)] = child
     return observed
 
 
@@ -215,12 +220,19 @@ class JobReconciler:
             return copy.deepcopy(written[1])  # the watch has not caught up with our own status write yet
         return job
 
-    async def run_pass(self, body: kopf.Body, *indexes: kopf.Index[Any, Any]) -> float | None:
+    async def run_pass(
+        self,
+        body: kopf.Body,
+        pods_by_job: kopf.Index[JobKey, Any],
+        leases_by_job: kopf.Index[JobKey, Any],
+        children: list[kopf.Index[JobKey, Any]],
+        nodes_by_name: kopf.Index[str, Any],
+    ) -> float | None:
         """One reconcile; returns seconds until the next timed pass, None when the job is gone."""
         namespace, name = self.key
         started = time.perf_counter()
         job = self._current_job(body)
-        observed = observe(self.key, *indexes)
+        observed = observe(self.key, pods_by_job, leases_by_job, children, nodes_by_name)
         result = plan(job, observed, self.ctx.clock(), self.ctx.planner)
         actions = [a for a in result.actions if not isinstance(a, DeleteJob)]
         try:

@@ -146,9 +146,10 @@ def _resources(requirements: Any, gpus: int = 0) -> Obj:
     out: Obj = {}
     if requirements is not None:
         dumped = requirements.model_dump(by_alias=True, exclude_none=True)
-        out = {k: dict(v) for k, v in dumped.items()}
+        # Quantities as strings, as the API server returns them (clients parse "1", not 1).
+        out = {k: {name: str(q) for name, q in v.items()} for k, v in dumped.items()}
     if gpus:
-        out.setdefault("limits", {})[GPU_RESOURCE] = gpus
+        out.setdefault("limits", {})[GPU_RESOURCE] = str(gpus)
     return out
 
 

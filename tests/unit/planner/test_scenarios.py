@@ -97,7 +97,7 @@ def test_children_of_a_new_job() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     container = spec["containers"][0]
     assert container["command"] == ["python", "-m", "ttj_trainer"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     env = {e["name"]: e for e in container["env"]}
     tf_config = json.loads(env["TF_CONFIG"]["value"])
     assert tf_config["task"] == {"type": "worker", "index": 1}
