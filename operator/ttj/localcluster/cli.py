@@ -11,8 +11,9 @@ from types import ModuleType
 from typing import Any
 
 #: The node pools, scheduler, controllers and kubelet simulation live in this package. When it is installed,
-#: its cli module's ``add_arguments(parser)`` adds its options and ``build_addons(args) -> list[Addon]`` returns
-#: the add-ons the cluster starts (in order) once the API server is ready.
+#: its cli module's ``add_arguments(parser)`` adds its options, ``build_addons(args) -> list[Addon]`` returns
+#: the add-ons the cluster starts (in order) once the API server is ready, and ``run_command(args)`` may
+#: handle the invocation itself (returning an exit status) instead of starting a cluster.
 ADDONS_MODULE = "ttj.localcluster.nodes.cli"
 
 
@@ -47,6 +48,13 @@ def build_addons(args: argparse.Namespace) -> list[Any]:
 
 def main(args: argparse.Namespace) -> int:
     from .cluster import LocalCluster
+
+    module = _addons_module()
+    if module is not None and hasattr(module, "run_command"):
+        # control options (preempt a node, …) act on a running cluster and exit instead of starting one
+        status = module.run_command(args)
+        if status is not None:
+            return int(status)
 
     module = _addons_module()
     if module is not None and hasattr(module, "run_command"):

@@ -9,9 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, cast
 
-import celpy
 import jsonschema
-from celpy.adapter import json_to_cel
 
 _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 
@@ -92,6 +90,8 @@ class CelRule:
 
 
 def _compile_rules(schema: dict[str, Any], where: str, errors: list[tuple[str, str]]) -> list[CelRule]:
+    import celpy  # imported on first use: it takes longer to import than the whole server takes to start
+
     env = celpy.Environment()
     rules: list[CelRule] = []
     for index, rule in enumerate(schema.get("x-kubernetes-validations") or []):
@@ -173,6 +173,8 @@ class CrdSchema:
         if not isinstance(schema, dict) or value is None:
             return
         for rule in self._rules.get(id(schema), ()):
+            from celpy.adapter import json_to_cel
+
             if rule.uses_old_self and old is None:
                 continue  # transition rules only apply to updates
             activation = {"self": json_to_cel(value)}
