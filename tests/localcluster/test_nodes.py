@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import textwrap
 from typing import Any
@@ -18,6 +19,7 @@ from kubernetes import config
 
 from ttj.localcluster.nodes.control import ControlClient
 from ttj.localcluster.nodes.fleet import SHUTDOWN_MESSAGE
+from ttj.localcluster.nodes.podnet import PodNetworkNamespaces
 from ttj.localcluster.nodes.pools import GPU_TAINT
 
 from .conftest import NodesCluster, wait_for
@@ -36,7 +38,11 @@ ECHO_SERVER = textwrap.dedent(
 ECHO_CLIENT = textwrap.dedent(
     """
     import os, socket, sys, time
-    print("KUBECONFIG=" + os.environ.get("KUBECONFIG", ""), "ME=" + os.environ["ME"])
+    print("ME=" + os.environ["ME"])
+    from kubernetes import client, config  # the API, through the KUBECONFIG the cluster gives pods
+    config.load_kube_config()
+    me = client.CoreV1Api().read_namespaced_pod(os.environ["ME"], "default")
+    print("API sees me on", me.spec.node_name, flush=True)
     for name in sys.argv[1:]:
         deadline = time.time() + 20
         while True:
@@ -176,7 +182,7 @@ def test_deployment_pods_run_on_the_right_pool_and_reach_each_other(nodes_cluste
         assert pod.metadata.owner_references[0].name == rs.metadata.name
         assert node_pool[pod.spec.node_name] == "cpu"
         assert pod.status.phase == "Running"
-        assert pod.status.pod_ip.startswith("127.")
+        assert pod.status.pod_ip.startswith("10." if c.fleet.podnet is not None else "127.")
     assert len({p.status.pod_ip for p in pods}) == 2
     wait_for(lambda: phase(c, "named-pod") == "Running", what="named pod running")
 
@@ -207,7 +213,7 @@ def test_deployment_pods_run_on_the_right_pool_and_reach_each_other(nodes_cluste
     assert state["exitCode"] == 0
     assert state["reason"] == "Completed"
     assert node_pool[final["spec"]["nodeName"]] == "gpu"
-    assert f"KUBECONFIG={c.kubeconfig}" in log
+    assert f"API sees me on {final['spec']['nodeName']}" in log
     assert core.read_namespaced_pod_log("echo-client", "default", tail_lines=1).count("\n") == 1
     assert "ME=echo-client" in log
     assert "named.echo.default.svc.cluster.local -> named" in log
@@ -380,3 +386,44 @@ def test_kubectl_logs_and_errors(nodes_cluster: NodesCluster) -> None:
     )
     assert missing.returncode != 0
     assert "container nope is not valid for pod talker" in missing.stderr
+
+
+WILDCARD_SERVER = textwrap.dedent(
+    """
+    import socket
+    s = socket.socket(); s.bind(("0.0.0.0", 2222)); s.listen()  # as TensorFlow's gRPC server binds
+    while True:
+        c, _ = s.accept(); c.sendall(socket.gethostname().encode()); c.close()
+    """
+)
+
+
+@pytest.mark.skipif(
+    not PodNetworkNamespaces.available(), reason="needs root, ip and nsenter for pod network namespaces"
+)
+def test_pods_have_their_own_network_stack(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    assert c.fleet.podnet is not None
+    for name in ("wild-a", "wild-b"):
+        c.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod_manifest(name, WILDCARD_SERVER))
+    ips = [
+        wait_for(lambda n=name: (c.pod(n) or {}).get("status", {}).get("podIP"), what="pod IP")
+        for name in ("wild-a", "wild-b")
+    ]  # type: ignore[misc]
+    for name in ("wild-a", "wild-b"):
+        wait_for(lambda n=name: phase(c, n) == "Running", what=f"{name} running")  # type: ignore[misc]
+    # Both bound 0.0.0.0:2222 without clashing; the host reaches each at its own pod IP.
+    for ip, name in zip(ips, ("wild-a", "wild-b"), strict=True):
+        answer = wait_for(lambda ip=ip: _try_recv(ip, 2222), what=f"{name} answering")  # type: ignore[misc]
+        assert answer == name
+    for name in ("wild-a", "wild-b"):
+        c.kube.delete(f"/api/v1/namespaces/default/pods/{name}")
+    wait_for(lambda: c.pod("wild-a") is None and c.pod("wild-b") is None, what="deleted")
+
+
+def _try_recv(ip: str, port: int) -> str | None:
+    try:
+        with socket.create_connection((ip, port), timeout=2) as conn:
+            return conn.recv(100).decode()
+    except OSError:
+        return None

@@ -27,11 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ttj.preemption.lifetimes import LifetimeDistribution, load_lifetimes
 
 from .kube import JSON, Informer, KubeClient, KubeError, WorkQueue, obj_key, pod_path, wait_synced
 from .network import PodNetwork, PodRecord, ServiceRecord, pod_hostname
+from .podnet import PodNetworkNamespaces
 from .pools import IMPENDING_TERMINATION_TAINT, NodePool, new_node_name, node_object, now_rfc3339, ready_condition
 from .runtime import ContainerRun, PodSandbox, ProcessRuntime, pod_environment
 from .scheduler import replace_condition
@@ -119,6 +121,7 @@ class NodeFleet:
         run_pods: bool = True,
         state_dir: str | Path | None = None,
         lease_renew_s: float = LEASE_RENEW_S,
+        pod_network: bool = True,
     ) -> None:
         self.pools = {p.name: p for p in pools}
         self.run_pods = run_pods
@@ -137,6 +140,9 @@ class NodeFleet:
         self.client: KubeClient | None = None
         self.kubeconfig: str | None = None
         self.network = PodNetwork(self.state_dir)
+        #: per-pod network namespaces (podnet.py) when asked for and possible, else the host's network
+        self.want_pod_network = pod_network
+        self.podnet: PodNetworkNamespaces | None = None
         self.runtime: ProcessRuntime | None = None
         self.pods: Informer | None = None
         self.services: Informer | None = None
@@ -148,7 +154,10 @@ class NodeFleet:
     def start(self, kubeconfig_path: str) -> None:
         self.kubeconfig = kubeconfig_path
         self.client = KubeClient(kubeconfig_path)
-        self.runtime = ProcessRuntime(self.state_dir, kubeconfig=kubeconfig_path, on_exit=self._on_container_exit)
+        pod_kubeconfig = kubeconfig_path
+        if self.run_pods and self.want_pod_network and PodNetworkNamespaces.available():
+            pod_kubeconfig = self._setup_pod_network(kubeconfig_path)
+        self.runtime = ProcessRuntime(self.state_dir, kubeconfig=pod_kubeconfig, on_exit=self._on_container_exit)
         self._ensure_namespace(NODE_LEASE_NAMESPACE)
         self._started_at = time.monotonic()
         from .control import ControlServer
@@ -186,6 +195,30 @@ class NodeFleet:
         wait_synced(informers)
         threading.Thread(target=self._heartbeat_loop, name="node-heartbeats", daemon=True).start()
 
+    def _setup_pod_network(self, kubeconfig_path: str) -> str:
+        """Bridge + namespaces; returns the kubeconfig pods use (the API through the gateway relay)."""
+        import yaml
+
+        podnet = PodNetworkNamespaces()
+        try:
+            podnet.setup()
+            config = yaml.safe_load(Path(kubeconfig_path).read_text(encoding="utf-8"))
+            server = urlsplit(str(config["clusters"][0]["cluster"]["server"]))
+            port = podnet.relay(
+                server.hostname or "127.0.0.1", server.port or (443 if server.scheme == "https" else 80)
+            )
+            for cluster in config["clusters"]:
+                cluster["cluster"]["server"] = f"{server.scheme}://{podnet.gateway}:{port}"
+            path = self.state_dir / "pod-kubeconfig"
+            path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        except (RuntimeError, OSError, KeyError, IndexError, TypeError) as exc:
+            log.warning("pods share the host's network (127.x pod IPs): no pod network namespaces: %s", exc)
+            podnet.teardown()
+            return kubeconfig_path
+        self.podnet = podnet
+        self.network = PodNetwork(self.state_dir, first_ip=podnet.first_pod_ip, last_ip=podnet.last_pod_ip)
+        return str(path)
+
     def stop(self) -> None:
         """Stops every pod process (SIGTERM, then SIGKILL after 5 s) and the fleet's threads."""
         self._stop.set()
@@ -208,6 +241,8 @@ class NodeFleet:
         for part in (self.pods, self.services, self.queue):
             if part is not None:
                 part.join(2)
+        if self.podnet is not None:
+            self.podnet.teardown()
 
     # nodes -------------------------------------------------------------------------------------
     def _ensure_namespace(self, name: str) -> None:
@@ -575,6 +610,15 @@ class NodeFleet:
         local.sandbox = self.runtime.sandbox(
             local.namespace, local.name, uid, ip=ip, hostname=hostname, hosts_file=hosts
         )
+        if self.podnet is not None:
+            try:
+                local.sandbox.netns = self.podnet.create(uid, ip)
+            except RuntimeError as exc:
+                log.warning("pod %s: no network namespace: %s", local.key, exc)
+                for state in local.containers.values():
+                    state.state = {"waiting": {"reason": "CreatePodSandboxError", "message": str(exc)}}
+                self._patch_status(local)
+                return
         for container in spec.get("containers") or []:
             self._start_container(local, pod, container)
         self._patch_status(local)
@@ -625,7 +669,7 @@ class NodeFleet:
             env = pod_environment(
                 view,
                 container,
-                base_environment(local.sandbox.hostname, self.kubeconfig),
+                base_environment(local.sandbox.hostname, self.runtime.kubeconfig),
                 self._lookup(local.namespace),
             )
             run = self.runtime.start(local.sandbox, container, env, container.get("workingDir"))
@@ -741,8 +785,19 @@ class NodeFleet:
         self.network.release_ip(local.uid)
 
     def _forget_network(self, local: LocalPod) -> None:
-        if self.run_pods:
-            self.network.remove_pod(local.namespace, local.name)
+        """Out of DNS; and once its processes are gone, its network namespace goes too."""
+        if not self.run_pods:
+            return
+        self.network.remove_pod(local.namespace, local.name)
+        sandbox = local.sandbox
+        if (
+            self.podnet is not None
+            and sandbox is not None
+            and all(r.exit_code is not None for r in sandbox.runs.values())
+        ):
+            if self.runtime is not None:
+                self.runtime.kill_group_leftovers(sandbox)
+            self.podnet.delete(local.uid)
 
     def _update_network(self, local: LocalPod, pod: JSON) -> None:
         if local.final or local.terminating:

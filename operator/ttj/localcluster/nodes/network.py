@@ -68,11 +68,18 @@ def pod_hostname(pod: Mapping[str, Any]) -> str:
 class PodNetwork:
     """Allocates pod IPs and keeps every running pod's hosts file current. Thread-safe."""
 
-    def __init__(self, state_dir: Path, cluster_domain: str = CLUSTER_DOMAIN) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        cluster_domain: str = CLUSTER_DOMAIN,
+        first_ip: str = str(FIRST_POD_IP),
+        last_ip: str = str(LAST_POD_IP),
+    ) -> None:
         self.state_dir = state_dir
         self.cluster_domain = cluster_domain
         self._lock = threading.Lock()
-        self._next = int(FIRST_POD_IP)
+        self._next = int(ipaddress.IPv4Address(first_ip))
+        self._last = int(ipaddress.IPv4Address(last_ip))
         self._by_uid: dict[str, str] = {}
         self._free: list[str] = []
         self._pods: dict[str, PodRecord] = {}  # key: namespace/name
@@ -88,9 +95,9 @@ class PodNetwork:
                 return self._by_uid[uid]
             # Fresh addresses first: a pod IP is not handed out again while millions are unused, so a
             # peer that still holds a dead pod's address never reaches a different pod there.
-            if self._next > int(LAST_POD_IP):
+            if self._next > self._last:
                 if not self._free:
-                    raise RuntimeError("the local cluster ran out of pod IPs in 127.0.0.0/8")
+                    raise RuntimeError("the local cluster ran out of pod IPs")
                 ip = self._free.pop(0)
             else:
                 ip = str(ipaddress.IPv4Address(self._next))

@@ -166,6 +166,8 @@ class PodSandbox:
     directory: Path
     hosts_file: Path | None
     runs: dict[str, ContainerRun] = field(default_factory=dict)
+    #: the pod's network namespace (podnet.py), entered with nsenter; None: the host's network
+    netns: str | None = None
 
 
 class ProcessRuntime:
@@ -226,6 +228,8 @@ class ProcessRuntime:
                 sandbox.hostname,
                 *argv,
             ]
+        if sandbox.netns is not None:
+            full_argv = ["nsenter", f"--net={sandbox.netns}", *full_argv]
         cwd = working_dir if working_dir and Path(working_dir).is_dir() else str(sandbox.directory)
         with log_path.open("ab") as log:
             process = subprocess.Popen(
