@@ -173,7 +173,8 @@ class FakeKubelet:
         for node in nodes:
             labels = node.metadata.labels or {}
             spot = labels.get("cloud.google.com/gke-spot") == "true"
-            if node.metadata.name not in self.dead_nodes and spot == (kind == "spot"):
+            mine = node.metadata.name.startswith(f"{self.namespace}-")  # other tests' nodes may be dead
+            if mine and node.metadata.name not in self.dead_nodes and spot == (kind == "spot"):
                 out.append(node.metadata.name)
         return sorted(out)
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
 from tests.e2e.operator_support import FakeKubelet, OperatorProcess, install_crd, wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -106,7 +105,8 @@ def test_worker_preempted_is_replaced_in_its_slot(env: dict[str, Any]) -> None:
     env["kubelet"].preempt_pod(victim.metadata.name)
     wait_for("the preemption counted", lambda: job_status(env).get("preemptions") == 1)
     status = running(env, epoch=1)
-    assert status["failures"] == 0 and status["replacements"] == 1
+    assert status["failures"] == 0
+    assert status["replacements"] == 1
     slots = sorted(slot_of(p) for p in workers(env))
     assert slots == ["0", "1", "2"]
     replacement = next(p for p in workers(env) if slot_of(p) == slot_of(victim))
@@ -127,9 +127,12 @@ def test_chief_preempted_elects_a_new_chief(env: dict[str, Any]) -> None:
     status = running(env, epoch=2)
     assert status["chief"]["pod"] != old
     assert chiefs(env) == [status["chief"]["pod"]]
-    assert status["chiefElections"] == 2 and status["preemptions"] == 1 and status["failures"] == 0
+    assert status["chiefElections"] == 2
+    assert status["preemptions"] == 1
+    assert status["failures"] == 0
     lease = client.CoordinationV1Api(env["api"]).read_namespaced_lease("train-chief", env["ns"])
-    assert lease.spec.holder_identity == status["chief"]["pod"] and lease.spec.lease_transitions == 2
+    assert lease.spec.holder_identity == status["chief"]["pod"]
+    assert lease.spec.lease_transitions == 2
     wait_for(
         "handover measured",
         lambda: (
@@ -165,7 +168,8 @@ def test_parameter_server_replaced_bumps_the_epoch(env: dict[str, Any]) -> None:
     env["core"].delete_namespaced_pod(ps, env["ns"])
     status = running(env, epoch=2)
     assert status["parameterServerPods"][0] != ps
-    assert status["chiefElections"] == 1 and status["preemptions"] == 1
+    assert status["chiefElections"] == 1
+    assert status["preemptions"] == 1
 
 
 def test_operator_killed_mid_recovery_converges_after_restart(env: dict[str, Any]) -> None:
@@ -180,9 +184,12 @@ def test_operator_killed_mid_recovery_converges_after_restart(env: dict[str, Any
     env["operator"].kill()  # in the middle of it
     env["operator"].start()
     status = running(env, epoch=2)
-    assert status["preemptions"] == 2 and status["failures"] == 0 and status["chiefElections"] == 2
+    assert status["preemptions"] == 2
+    assert status["failures"] == 0
+    assert status["chiefElections"] == 2
     assert status["replacements"] == 2
-    assert len(chiefs(env)) == 1 and status["chief"]["pod"] not in (old, other.metadata.name)
+    assert len(chiefs(env)) == 1
+    assert status["chief"]["pod"] not in (old, other.metadata.name)
 
 
 def test_code_failures_past_backoff_limit_fail_the_job(env: dict[str, Any]) -> None:
