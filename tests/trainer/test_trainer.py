@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.trainer.cluster_lease import ClusterLease
 from tests.trainer.lease_double import LeaseDouble
 from tests.trainer.processes import TrainerJob, free_port, wait_for
 
@@ -24,17 +26,26 @@ STARTUP = 90.0  # generous: several TensorFlow processes start at once on 2 shar
 
 
 @pytest.fixture
-def lease() -> Iterator[LeaseDouble]:
-    with LeaseDouble("default", "job-chief", holder="job-worker-0") as double:
-        yield double
+def lease(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The job's Lease, with job-worker-0 as the first chief: on the cluster under test (the local cluster
+    unless KUBECONFIG names one), or on the HTTP double when TTJ_TRAINER_TESTS_LEASE=double."""
+    if os.environ.get("TTJ_TRAINER_TESTS_LEASE") == "double":
+        with LeaseDouble("default", "job-chief", holder="job-worker-0") as double:
+            yield double
+        return
+    kubeconfig = request.getfixturevalue("kubeconfig")
+    with ClusterLease(kubeconfig, "job-chief", holder="job-worker-0") as on_cluster:
+        yield on_cluster
 
 
 @pytest.fixture
-def make_job(tmp_path: Path, lease: LeaseDouble, request: pytest.FixtureRequest) -> Iterator[Any]:
+def make_job(tmp_path: Path, lease: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     jobs: list[TrainerJob] = []
 
     def make(**settings: Any) -> TrainerJob:
-        job = TrainerJob(tmp_path, lease.write_kubeconfig(tmp_path / "kubeconfig"), **settings)
+        job = TrainerJob(
+            tmp_path, lease.write_kubeconfig(tmp_path / "kubeconfig"), namespace=lease.namespace, **settings
+        )
         jobs.append(job)
         return job
 
@@ -61,7 +72,7 @@ def latest(job: TrainerJob) -> Any:
 class ProgressRecorder(threading.Thread):
     """Samples the chief's published progress, to check that the global step never goes back."""
 
-    def __init__(self, lease: LeaseDouble) -> None:
+    def __init__(self, lease: Any) -> None:
         super().__init__(daemon=True)
         self.lease = lease
         self.samples: list[int] = []
@@ -125,7 +136,7 @@ def test_named_variables_are_shared_between_clients_of_one_server(tmp_path: Path
         ps.wait()
 
 
-def test_one_ps_three_workers_train_and_the_loss_falls(make_job: Any, lease: LeaseDouble) -> None:
+def test_one_ps_three_workers_train_and_the_loss_falls(make_job: Any, lease: Any) -> None:
     job = make_job(slots=3, TTJ_TRAIN_STEPS="240", TTJ_CHECKPOINT_INTERVAL_STEPS="80", TTJ_CHECKPOINTS_TO_KEEP="50")
     job.start("ps", 0)
     for slot in range(3):
@@ -149,7 +160,7 @@ def test_one_ps_three_workers_train_and_the_loss_falls(make_job: Any, lease: Lea
     assert evaluate_loss(final.path) < 0.5 * evaluate_loss(first)
 
 
-def test_chief_killed_another_worker_takes_over_without_losing_steps(make_job: Any, lease: LeaseDouble) -> None:
+def test_chief_killed_another_worker_takes_over_without_losing_steps(make_job: Any, lease: Any) -> None:
     job = make_job(slots=3)
     job.start("ps", 0)
     for slot in range(3):
@@ -170,7 +181,7 @@ def test_chief_killed_another_worker_takes_over_without_losing_steps(make_job: A
     assert not any(e.get("msg", "").startswith("parameter server restored") for e in job.logs())
 
 
-def test_sigterm_makes_the_chief_checkpoint_and_exit_143(make_job: Any, lease: LeaseDouble) -> None:
+def test_sigterm_makes_the_chief_checkpoint_and_exit_143(make_job: Any, lease: Any) -> None:
     job = make_job(slots=2, TTJ_CHECKPOINT_INTERVAL_STEPS="0", TTJ_CHECKPOINT_INTERVAL_SECONDS="0")
     job.start("ps", 0)
     job.start("worker", 0)
@@ -192,7 +203,7 @@ def test_sigterm_makes_the_chief_checkpoint_and_exit_143(make_job: Any, lease: L
     assert job.wait("worker", 1, 15) == 143
 
 
-def test_ps_restart_new_chief_restores_latest_checkpoint(make_job: Any, lease: LeaseDouble) -> None:
+def test_ps_restart_new_chief_restores_latest_checkpoint(make_job: Any, lease: Any) -> None:
     job = make_job(slots=2, TTJ_CHECKPOINT_INTERVAL_STEPS="50")
     job.start("ps", 0)
     job.start("worker", 0)
@@ -212,7 +223,7 @@ def test_ps_restart_new_chief_restores_latest_checkpoint(make_job: Any, lease: L
     wait_for(lambda: (c := latest(job)) and c.step >= saved.step + 100, 60, "training to resume after the restore")
 
 
-def test_stale_chief_cannot_write(make_job: Any, lease: LeaseDouble) -> None:
+def test_stale_chief_cannot_write(make_job: Any, lease: Any) -> None:
     """A chief frozen while another was elected wakes up and must not write a checkpoint of its old epoch."""
     # Two parameter servers here, so that spreading the variables over several is exercised too.
     job = make_job(slots=2, ps_count=2, TTJ_CHECKPOINT_INTERVAL_STEPS="20")

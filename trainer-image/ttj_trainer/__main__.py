@@ -54,5 +54,15 @@ def main() -> int:
         return EXIT_DATASET
 
 
+def run() -> None:
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: destroying TensorFlow's remote eager context can block for seconds when
+    # the PS is gone or busy, and a preempted pod has only its grace period. Everything is written by now.
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -23,6 +23,12 @@ HEARTBEAT_FRESH_SECONDS = 10.0
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)
 
 
+def _brief(err: BaseException) -> str:
+    """An OpError's message on one line (TensorFlow's start with a generic 'Graph execution error:')."""
+    text = " ".join(str(err).split()).replace("Graph execution error: ", "")
+    return f"{type(err).__name__}: {text[:400]}"
+
+
 def scaled_learning_rate(base: float, scaling: str, desired: int, active: int | None) -> float:
     """The paper's adaptive rate: base × min(1, active/desired); an unknown active count means all are active."""
     if scaling == "none" or active is None:
@@ -57,6 +63,7 @@ class Worker:
         self.last_checkpoint_time: float | None = None  # wall clock, for progress and metrics
         self.last_checkpoint_monotonic = time.monotonic()
         self.ready = False
+        self.sigterm_at = 0.0
         self.step_times: deque[float] = deque(maxlen=200)
 
     # -- plumbing ------------------------------------------------------------------------------------------
@@ -84,6 +91,7 @@ class Worker:
         if self.terminating.is_set():
             return
         self.terminating.set()
+        self.sigterm_at = time.monotonic()
         # If the PS or the API hangs, still leave inside the grace period Kubernetes gives us.
         grace = self.cfg.termination_grace_seconds
 
@@ -265,14 +273,15 @@ class Worker:
                     log,
                     "lost the parameter server; reconnecting",
                     logging.WARNING,
-                    error=str(err).splitlines()[0][:300],
+                    error=_brief(err),
+                    global_step=self.global_step,
                     retry_in=backoff,
                 )
                 self._sleep(backoff)
                 try:
                     self.connect()
                 except self.tf.errors.OpError as again:
-                    event(log, "reconnect failed", logging.WARNING, error=str(again).splitlines()[0][:300])
+                    event(log, "reconnect failed", logging.WARNING, error=_brief(again))
 
     def _train_one(self, view: LeaseView | None) -> None:
         images, labels = next(self.batches)
@@ -313,7 +322,7 @@ class Worker:
             self.store.heartbeat(self.cfg.task_index, 0.0)
             self.store.heartbeats()  # remote ops are asynchronous: make sure the write landed
         except self.tf.errors.OpError as err:
-            event(log, "could not clear the heartbeat", logging.WARNING, error=str(err).splitlines()[0][:300])
+            event(log, "could not clear the heartbeat", logging.WARNING, error=_brief(err))
 
     def _finish(self) -> int:
         event(log, "reached the last step", global_step=self.global_step, train_steps=self.cfg.train_steps)
@@ -328,9 +337,10 @@ class Worker:
             try:
                 self.checkpoint("sigterm")
             except self.tf.errors.OpError as err:
-                event(log, "could not checkpoint on SIGTERM", logging.ERROR, error=str(err).splitlines()[0][:300])
+                event(log, "could not checkpoint on SIGTERM", logging.ERROR, error=_brief(err))
         if self.ready:
             self._clear_heartbeat()
+        event(log, "stopped after SIGTERM", seconds=round(time.monotonic() - self.sigterm_at, 3))
         return 143
 
 
