@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
 import pytest
 
 from ttj_trainer import config
-from ttj_trainer.worker import scaled_learning_rate
+from ttj_trainer.worker import scaled_learning_rate, serving_address
 
 TF_CONFIG = json.dumps(
     {
@@ -95,3 +96,16 @@ def test_bad_configuration_exits_2_with_a_message() -> None:
     )
     assert result.returncode == 2
     assert "unknown model TTJ_MODEL='vgg'" in result.stderr
+
+
+def test_a_worker_whose_port_is_taken_on_this_host_serves_on_another() -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        port = taken.getsockname()[1]
+        tf_config = json.dumps(
+            {"cluster": {"ps": ["p:1"], "worker": [f"w:{port}"]}, "task": {"type": "worker", "index": 0}}
+        )
+        cfg = config.load(BASE_ENV | {"TF_CONFIG": tf_config, "POD_IP": "127.0.0.5"})
+        host, _, other = serving_address(cfg).rpartition(":")
+    assert host == "127.0.0.5"
+    assert int(other) != port

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,15 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+
+
+def scrape(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text: str = response.read().decode()
+    except OSError:
+        return None
+    return text if 'role="chief"} 1.0' in text else None
 
 
 def latest(job: TrainerJob) -> Any:
@@ -183,10 +193,17 @@ def test_chief_killed_another_worker_takes_over_without_losing_steps(make_job: A
 
 def test_sigterm_makes_the_chief_checkpoint_and_exit_143(make_job: Any, lease: Any) -> None:
     job = make_job(slots=2, TTJ_CHECKPOINT_INTERVAL_STEPS="0", TTJ_CHECKPOINT_INTERVAL_SECONDS="0")
+    metrics_port = free_port()
     job.start("ps", 0)
-    job.start("worker", 0)
+    job.start("worker", 0, TTJ_METRICS_PORT=str(metrics_port))
     job.start("worker", 1)
     wait_for(lambda: (p := lease.progress()) and p["globalStep"] >= 50, STARTUP, "training")
+    # The chief serves Prometheus metrics on its POD_IP.
+    metrics_url = f"http://{job.worker_addresses[0].rsplit(':', 1)[0]}:{metrics_port}/metrics"
+    text = wait_for(lambda: scrape(metrics_url), 30, "metrics")
+    assert 'ttj_trainer_role{role="chief"} 1.0' in text
+    assert "ttj_trainer_global_step " in text
+    assert "ttj_trainer_steps_per_second " in text
     step_before = lease.progress()["globalStep"]  # type: ignore[index]
     sent = time.monotonic()
     job.signal("worker", 0, signal.SIGTERM)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections import deque
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ttj_trainer import checkpoints, data, metrics, models
+from ttj_trainer import STARTED_AT, checkpoints, data, metrics, models
 from ttj_trainer.config import TrainerConfig
 from ttj_trainer.lease import LeaseClient, LeaseUnavailableError, LeaseView, LeaseWatcher
 from ttj_trainer.logs import event
@@ -20,6 +21,7 @@ from ttj_trainer.logs import event
 log = logging.getLogger("ttj_trainer.worker")
 HEARTBEAT_PERIOD_SECONDS = 1.0
 HEARTBEAT_FRESH_SECONDS = 10.0
+CHECKPOINT_RETRY_SECONDS = 5.0
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)
 
 
@@ -27,6 +29,27 @@ def _brief(err: BaseException) -> str:
     """An OpError's message on one line (TensorFlow's start with a generic 'Graph execution error:')."""
     text = " ".join(str(err).split()).replace("Graph execution error: ", "")
     return f"{type(err).__name__}: {text[:400]}"
+
+
+def serving_address(cfg: TrainerConfig) -> str:
+    """POD_IP and the port of this slot's TF_CONFIG entry; another free port when that one is taken.
+
+    Only the PS connects to a worker, at the address the worker itself announces when it connects, so a
+    worker may serve anywhere. TensorFlow's server listens on 0.0.0.0, so where pods share one network
+    namespace (the local cluster runs pods as processes) two workers with the same port would collide.
+    """
+    port = cfg.own_port
+    with socket.socket() as probe:
+        try:
+            probe.bind(("0.0.0.0", port))
+            return cfg.own_address
+        except OSError:
+            pass
+    with socket.socket() as probe:
+        probe.bind(("0.0.0.0", 0))
+        free = int(probe.getsockname()[1])
+    event(log, "port taken on this host; serving on another", wanted=port, port=free)
+    return f"{cfg.pod_ip}:{free}"
 
 
 def scaled_learning_rate(base: float, scaling: str, desired: int, active: int | None) -> float:
@@ -55,6 +78,7 @@ class Worker:
 
         self.store = ParameterStore(self.model, len(cfg.ps_addresses), len(cfg.worker_addresses), self.local_device)
         checkpoints.set_local_device(self.local_device)
+        self.serving_address = serving_address(cfg)
         self.lease = LeaseClient(cfg.pod_namespace, cfg.lease_name)
         self.watcher = LeaseWatcher(self.lease, cfg.pod_name, self._progress, cfg.lease_poll_seconds)
         self.chief_epoch: int | None = None  # the epoch this process is chief of, None while not chief
@@ -64,13 +88,15 @@ class Worker:
         self.last_checkpoint_monotonic = time.monotonic()
         self.ready = False
         self.sigterm_at = 0.0
+        self.retry_checkpoint_at = 0.0  # after a checkpoint could not be confirmed, wait before the next try
+        self.retry_election_at = 0.0
         self.step_times: deque[float] = deque(maxlen=200)
 
     # -- plumbing ------------------------------------------------------------------------------------------
     def connect(self) -> None:
         tf = self.tf
         cluster = tf.train.ClusterSpec(
-            {"ps": list(self.cfg.ps_addresses), "worker": {self.cfg.task_index: self.cfg.own_address}}
+            {"ps": list(self.cfg.ps_addresses), "worker": {self.cfg.task_index: self.serving_address}}
         )
         tf.config.experimental_connect_to_cluster(
             cluster, job_name="worker", task_index=self.cfg.task_index, protocol="grpc"
@@ -115,10 +141,7 @@ class Worker:
     # -- the chief's duties --------------------------------------------------------------------------------
     def _fence(self) -> None:
         """Raises StaleEpochError unless the Lease, read now, still names this pod in our epoch."""
-        try:
-            view = self.lease.get()
-        except LeaseUnavailableError as err:
-            raise checkpoints.StaleEpochError(f"cannot confirm the chief's epoch: {err}") from err
+        view = self.lease.get()  # LeaseUnavailableError: cannot confirm, so do not commit either
         self.watcher.observe(view)
         if not view.names(self.cfg.pod_name) or view.epoch != self.chief_epoch:
             raise checkpoints.StaleEpochError(
@@ -127,7 +150,7 @@ class Worker:
             )
 
     def checkpoint(self, reason: str) -> bool:
-        if self.chief_epoch is None:
+        if self.chief_epoch is None or time.monotonic() < self.retry_checkpoint_at:
             return False
         started = time.monotonic()
         try:
@@ -142,6 +165,17 @@ class Worker:
                 fence=self._fence,
                 keep=self.cfg.checkpoints_to_keep,
             )
+        except LeaseUnavailableError as err:
+            # Not proof of being deposed (the API may be briefly away): keep the role, retry a little later.
+            self.retry_checkpoint_at = time.monotonic() + CHECKPOINT_RETRY_SECONDS
+            event(
+                log,
+                "checkpoint not committed: cannot confirm the Lease",
+                logging.WARNING,
+                reason=reason,
+                error=str(err),
+            )
+            return False
         except checkpoints.StaleEpochError as err:
             metrics.checkpoints_refused.inc()
             event(log, "checkpoint refused: no longer chief", logging.WARNING, reason=reason, error=str(err))
@@ -176,6 +210,7 @@ class Worker:
         try:
             checkpoints.claim(self.cfg.checkpoint_uri, view.epoch, self.cfg.pod_name)
         except checkpoints.StaleEpochError as err:
+            self.retry_election_at = time.monotonic() + CHECKPOINT_RETRY_SECONDS
             event(log, "the Lease names this pod but its epoch is stale", logging.WARNING, error=str(err))
             return
         self.chief_epoch = view.epoch
@@ -213,7 +248,7 @@ class Worker:
         self.watcher.start()
         try:
             self.connect()
-            event(log, "connected", ps=self.cfg.ps_addresses, address=self.cfg.own_address)
+            event(log, "connected", ps=self.cfg.ps_addresses, address=self.serving_address)
             return self._loop()
         except Terminated:
             return self._terminate()
@@ -234,7 +269,12 @@ class Worker:
                     self.ready = self.store.initialized()
                     if self.ready:
                         self.global_step = self.store.global_step()
-                if is_holder and view is not None and self.chief_epoch != view.epoch:
+                if (
+                    is_holder
+                    and view is not None
+                    and self.chief_epoch != view.epoch
+                    and time.monotonic() >= self.retry_election_at
+                ):
                     self._become_chief(view)
                 elif not is_holder and self.chief_epoch is not None:
                     self._step_down()
@@ -289,6 +329,8 @@ class Worker:
         loss, step = self.store.train_step(images, labels, rate, self.cfg.momentum)
         self.global_step = step
         now = time.monotonic()
+        if not self.step_times:
+            event(log, "first step", global_step=step, seconds_since_start=round(now - STARTED_AT, 2))
         self.step_times.append(now)
         recent = [t for t in self.step_times if t > now - 10]
         metrics.local_steps.inc()
@@ -326,6 +368,7 @@ class Worker:
 
     def _finish(self) -> int:
         event(log, "reached the last step", global_step=self.global_step, train_steps=self.cfg.train_steps)
+        self.retry_checkpoint_at = 0.0
         if self.chief_epoch is not None and not self.checkpoint("final"):
             event(log, "final checkpoint refused; the new chief will write it", logging.WARNING)
         self._clear_heartbeat()
@@ -334,6 +377,7 @@ class Worker:
     def _terminate(self) -> int:
         event(log, "SIGTERM: stopping", chief=self.chief_epoch is not None, global_step=self.global_step)
         if self.chief_epoch is not None and self.ready:
+            self.retry_checkpoint_at = 0.0  # the last chance: try even right after a failed attempt
             try:
                 self.checkpoint("sigterm")
             except self.tf.errors.OpError as err:
