@@ -110,7 +110,7 @@ def test_pods_reach_each_other_by_service_dns_and_pod_ip(tmp_path: Path) -> None
     server_ip = network.allocate_ip("u1")
     client_ip = network.allocate_ip("u2")
     assert server_ip != client_ip
-    assert server_ip.startswith("127.1.")
+    assert server_ip.startswith("127.")
     network.set_pod(PodRecord("default", "echo-0", server_ip, {"app": "echo"}, "echo-0", "echo"))
     server_box = runtime.sandbox(
         "default", "echo-0", "u1", ip=server_ip, hostname="echo-0", hosts_file=network.hosts_file("default", "echo-0")

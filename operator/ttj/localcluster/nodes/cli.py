@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--simulate-pods", dest="run_pods", action="store_false", help="do not run containers: pods are Running at once"
     )
     group.add_argument(
+        "--pod-network",
+        choices=("namespaces", "host"),
+        default="namespaces",
+        help="namespaces: each pod its own network namespace and IP on a cluster bridge (needs root; falls back "
+        "to host when impossible); host: pods share this machine's network, with 127.x pod IPs [%(default)s]",
+    )
+    group.add_argument(
         "--state-dir", metavar="DIR", help="pod logs and hosts files go here [a new temporary directory]"
     )
     group.add_argument(
@@ -73,7 +80,12 @@ def build_addons(args: argparse.Namespace) -> list[Any]:
         pools = pools_from_args(args)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"ttj local-cluster: {exc}") from exc
-    fleet = NodeFleet(pools, run_pods=getattr(args, "run_pods", True), state_dir=getattr(args, "state_dir", None))
+    fleet = NodeFleet(
+        pools,
+        run_pods=getattr(args, "run_pods", True),
+        state_dir=getattr(args, "state_dir", None),
+        pod_network=getattr(args, "pod_network", "namespaces") == "namespaces",
+    )
     return [fleet, Scheduler(seed=getattr(args, "scheduler_seed", None)), DeploymentController()]
 
 

@@ -20,6 +20,7 @@ Services change. Records, as Kubernetes DNS gives them:
 from __future__ import annotations
 
 import ipaddress
+import random
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,9 +73,13 @@ class PodNetwork:
         self,
         state_dir: Path,
         cluster_domain: str = CLUSTER_DOMAIN,
-        first_ip: str = str(FIRST_POD_IP),
+        first_ip: str | None = None,
         last_ip: str = str(LAST_POD_IP),
     ) -> None:
+        if first_ip is None:
+            # Host network: start in a random /16 of 127/8, so that a second cluster on this machine (or the
+            # next run, while the last one's sockets sit in TIME_WAIT) does not hand out the same addresses.
+            first_ip = str(FIRST_POD_IP + random.randrange(0, 200) * 65536)
         self.state_dir = state_dir
         self.cluster_domain = cluster_domain
         self._lock = threading.Lock()

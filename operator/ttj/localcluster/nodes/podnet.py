@@ -20,6 +20,7 @@ import ipaddress
 import itertools
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -45,7 +46,7 @@ class PodNetworkNamespaces:
 
     def __init__(self) -> None:
         serial = next(_serials)
-        self.bridge = f"ttj{os.getpid():x}{serial:x}"[:15]
+        self.bridge = f"ttj{os.getpid():x}x{serial:x}"[:15]
         self._prefix = f"{self.bridge}-"
         self.subnet: ipaddress.IPv4Network | None = None
         self._relays: list[_TcpRelay] = []
@@ -71,11 +72,39 @@ class PodNetworkNamespaces:
         assert self.subnet is not None
         return str(self.subnet.broadcast_address - 1)
 
+    @staticmethod
+    def remove_stale() -> None:
+        """Bridges and namespaces left by a local cluster whose process died without cleaning up."""
+        owned = re.compile(r"^ttj([0-9a-f]+)x")
+
+        def dead(name: str) -> bool:
+            match = owned.match(name)
+            if not match:
+                return False
+            try:
+                os.kill(int(match.group(1), 16), 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False
+            return False
+
+        for line in _ip("netns", "list", check=False).stdout.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if dead(name):
+                _ip("netns", "del", name, check=False)
+        for line in _ip("-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
+            parts = line.split(":")
+            name = parts[1].strip() if len(parts) > 1 else ""
+            if dead(name):
+                _ip("link", "del", name, check=False)
+
     def setup(self) -> None:
         """Create the bridge on a 10.X.0.0/16 no interface of this machine uses."""
         LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
         with LOCK_FILE.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            self.remove_stale()
             used = _ip("-o", "-4", "addr", "show").stdout
             routes = _ip("-4", "route", "show").stdout
             for octet in SUBNET_SECOND_OCTETS:
