@@ -427,3 +427,21 @@ def _try_recv(ip: str, port: int) -> str | None:
             return conn.recv(100).decode()
     except OSError:
         return None
+
+
+@pytest.mark.skipif(
+    not PodNetworkNamespaces.available(), reason="needs root, ip and nsenter for pod network namespaces"
+)
+def test_unknown_names_fail_fast_inside_pods(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    code = (
+        "import socket, time\nstart = time.monotonic()\n"
+        "try:\n    socket.getaddrinfo('empty-slot.job.default.svc', 2222)\nexcept OSError:\n    pass\n"
+        "print('lookup took', round(time.monotonic() - start, 2))"
+    )
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod_manifest("lookup", code, restartPolicy="Never"))
+    wait_for(lambda: phase(c, "lookup") == "Succeeded", what="lookup done")
+    log = c.fleet.log_file("default", "lookup")
+    assert log is not None
+    took = float(log.read_text().split("lookup took")[1])
+    assert took < 1.0

@@ -46,7 +46,8 @@ if [ -n "$3" ]; then
   mount --bind "$2" "$3" 2>/dev/null || true
 fi
 hostname "$4"
-shift 4
+if [ -n "$5" ]; then mount --bind "$5" /etc/resolv.conf; fi
+shift 5
 exec "$@"
 """
 
@@ -186,6 +187,14 @@ class ProcessRuntime:
         self.on_exit = on_exit
         self.use_namespaces = namespaces_available() if use_namespaces is None else use_namespaces
         (state_dir / "pods").mkdir(parents=True, exist_ok=True)
+        # In its own network namespace a pod cannot reach this machine's DNS server: without this, a lookup
+        # of a name that is in no hosts file would wait for timeouts; the pod's own loopback refuses at once.
+        self.resolv_conf = state_dir / "resolv.conf"
+        self.resolv_conf.write_text(
+            "# ttj local cluster: cluster names come from /etc/hosts; no DNS server inside pods\n"
+            "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+            encoding="utf-8",
+        )
 
     def sandbox(
         self, namespace: str, name: str, uid: str, *, ip: str, hostname: str, hosts_file: Path | None
@@ -226,6 +235,7 @@ class ProcessRuntime:
                 str(termination_path),
                 in_container_path,
                 sandbox.hostname,
+                str(self.resolv_conf) if sandbox.netns is not None else "",
                 *argv,
             ]
         if sandbox.netns is not None:
