@@ -276,7 +276,14 @@ class NodeFleet:
         return name
 
     def _later(self, delay: float, function: Any, *args: Any) -> None:
-        timer = threading.Timer(max(0.0, delay), function, args=args)
+        def guarded() -> None:
+            try:
+                function(*args)
+            except Exception:
+                if not self._stop.is_set():
+                    log.exception("local cluster: %s%r failed", getattr(function, "__name__", function), args)
+
+        timer = threading.Timer(max(0.0, delay), guarded)
         timer.daemon = True
         with self._lock:
             self._timers.append(timer)
@@ -866,7 +873,7 @@ class NodeFleet:
         assert self.client is not None
         try:
             self.client.merge_patch(pod_path(local.namespace, local.name, "status"), {"status": self._status(local)})
-        except KubeError as exc:
+        except Exception as exc:  # the API may be going away at shutdown
             log.debug("status of %s not written: %s", local.key, exc)
 
     # logs ----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 TRAINER_IMAGE_HINT = "ttj-trainer"
 TRAINER_ENTRYPOINT = ("python", "-m", "ttj_trainer")
@@ -265,7 +268,12 @@ class ProcessRuntime:
         run.reason = "Completed" if run.exit_code == 0 else "Error"
         message = run.termination_path.read_bytes()[:MAX_TERMINATION_MESSAGE].decode(errors="replace").strip()
         run.message = message or None
-        self.on_exit(sandbox, run)
+        try:
+            self.on_exit(sandbox, run)
+        except Exception:
+            log.exception(
+                "pod %s/%s: handling the exit of container %s failed", sandbox.namespace, sandbox.name, run.name
+            )
 
     def fallback_message(self, run: ContainerRun) -> str:
         """terminationMessagePolicy FallbackToLogsOnError: the log's last lines."""
