@@ -104,7 +104,14 @@ def throughput(root: Path, workers: int, args: argparse.Namespace) -> float:
 
 
 def recovery(root: Path, args: argparse.Namespace) -> dict[str, list[float]]:
-    results: dict[str, list[float]] = {"chief": [], "ps": [], "ps_interval": [], "sigterm": [], "handover": []}
+    results: dict[str, list[float]] = {
+        "chief": [],
+        "ps": [],
+        "ps_interval": [],
+        "sigterm": [],
+        "handover": [],
+        "first_step": [],
+    }
     interval = 50
     with LeaseDouble("default", "job-chief", holder="job-worker-0") as lease:
         job = new_job(root, "recovery", lease, 3, args, TTJ_CHECKPOINT_INTERVAL_STEPS=str(interval))
@@ -148,7 +155,10 @@ def recovery(root: Path, args: argparse.Namespace) -> dict[str, list[float]]:
                     STARTUP,
                     "the restore",
                 )
-                at_loss = max(e["global_step"] for e in events(job, "lost the parameter server; reconnecting", since))
+                # A step in flight when the PS died may be in the checkpoint without any worker having seen its
+                # result, so the step at the loss is at least the checkpoint's.
+                lost_events = events(job, "lost the parameter server; reconnecting", since)
+                at_loss = max([saved.step, *(e["global_step"] for e in lost_events)])
                 results["ps"].append(at_loss - restored[0]["step"])
                 results["ps_interval"].append(at_loss - saved.step)
             # SIGTERM: time from the signal to the chief's exit with its checkpoint committed.
@@ -168,6 +178,7 @@ def recovery(root: Path, args: argparse.Namespace) -> dict[str, list[float]]:
                 successor = (chief + 1) % 3
                 lease.elect(f"job-worker-{successor}")
                 chief = successor
+            results["first_step"] = [e["seconds_since_start"] for e in events(job, "first step", "")]
         finally:
             sampler.stop.set()
             job.stop_all()
@@ -200,6 +211,11 @@ def main() -> int:
         print(
             f"PS SIGKILL ({len(results['ps'])}x): steps lost {results['ps']}; steps since last checkpoint at the loss "
             f"{results['ps_interval']} (interval 50 steps; the difference is steps in flight)"
+        )
+        first = results["first_step"]
+        print(
+            f"worker process start -> its first step ({len(first)}x, while the others train): "
+            f"p50 {percentile(first, 50):.1f}s p90 {percentile(first, 90):.1f}s max {max(first):.1f}s"
         )
         sig = results["sigterm"]
         print(

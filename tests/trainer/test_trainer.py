@@ -296,3 +296,22 @@ def test_checkpoint_fencing_refuses_an_older_epoch(tmp_path: Path) -> None:
     restored = checkpoints.restore(path, {"w": np.float32, "ttj/global_step": np.int64})
     assert restored["ttj/global_step"] == 7
     assert json.loads((tmp_path / "ckpt" / checkpoints.INDEX).read_text())["history"] == [path]
+
+
+@pytest.mark.slow
+def test_resnet32_trains_and_checkpoints(make_job: Any, lease: Any) -> None:
+    """The paper's model end to end on CPU (slow: a ResNet-32 step takes a while on 2 cores)."""
+    import tensorflow as tf
+
+    from ttj_trainer import models
+
+    job = make_job(slots=1, TTJ_MODEL="resnet32", TTJ_TRAIN_STEPS="6", TTJ_BATCH_SIZE="8")
+    job.start("ps", 0)
+    job.start("worker", 0)
+    assert job.wait("worker", 0, 280) == 0
+    final = latest(job)
+    assert final is not None
+    assert final.step >= 6
+    stored = tf.train.load_checkpoint(final.path).get_variable_to_shape_map()
+    for spec in models.build("resnet32").params:
+        assert tuple(stored[spec.name]) == spec.shape
