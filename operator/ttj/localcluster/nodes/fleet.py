@@ -500,9 +500,15 @@ class NodeFleet:
             local.reason = "Terminated"
             local.message = SHUTDOWN_MESSAGE
             local.final = True
+            runs = local.sandbox.runs if local.sandbox is not None else {}
             for container in local.containers.values():
                 container.ready = False
-                if "terminated" not in container.state:
+                run = runs.get(container.name)
+                if run is not None and run.exit_code is not None:
+                    # from the process itself: its exit handler may not have run yet
+                    container.state = {"terminated": self._terminated_state(local, run)}
+                elif "terminated" not in container.state:
+                    # a simulated container (or one that never started) ends as if it obeyed SIGTERM
                     container.state = {
                         "terminated": {
                             "exitCode": 143,
@@ -698,19 +704,7 @@ class NodeFleet:
             local = self._local.get(key)
         if local is None or local.uid != sandbox.uid or self.runtime is None:
             return
-        container_spec: JSON = next((c for c in local.spec.get("containers") or [] if c.get("name") == run.name), {})
-        message = run.message
-        if not message and run.exit_code and container_spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            message = self.runtime.fallback_message(run)
-        terminated: JSON = {
-            "exitCode": run.exit_code,
-            "reason": run.reason,
-            "startedAt": run.started_at,
-            "finishedAt": run.finished_at,
-            "containerID": f"ttj-local://{run.pid}",
-        }
-        if message:
-            terminated["message"] = message
+        terminated = self._terminated_state(local, run)
         with local.lock:
             state = local.containers[run.name]
             state.ready = False
@@ -737,6 +731,24 @@ class NodeFleet:
             self._later(backoff, self._restart_container, local, run.name)
         elif local.phase in ("Succeeded", "Failed"):
             self._forget_network(local)
+
+    def _terminated_state(self, local: LocalPod, run: ContainerRun) -> JSON:
+        """A container's ``terminated`` state from its finished run (exit code, reason, message)."""
+        container_spec: JSON = next((c for c in local.spec.get("containers") or [] if c.get("name") == run.name), {})
+        message = run.message
+        fallback = container_spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+        if not message and run.exit_code and fallback and self.runtime is not None:
+            message = self.runtime.fallback_message(run)
+        terminated: JSON = {
+            "exitCode": run.exit_code,
+            "reason": run.reason,
+            "startedAt": run.started_at,
+            "finishedAt": run.finished_at,
+            "containerID": f"ttj-local://{run.pid}",
+        }
+        if message:
+            terminated["message"] = message
+        return terminated
 
     def _restart_container(self, local: LocalPod, name: str) -> None:
         assert self.pods is not None
