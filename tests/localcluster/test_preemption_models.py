@@ -138,3 +138,56 @@ def test_simulated_pods_run_at_once_and_fail_on_preemption(simulated: NodesClust
         timeout=60,
         what="replacements running",
     )
+
+
+def test_controllers_converge_through_api_faults(simulated: NodesCluster) -> None:
+    """Failed writes (500/503) of bindings and status, and watches that drop: the controllers retry and
+    relist, as client-go based controllers do, and still bring a Deployment up."""
+    from ttj.localcluster.apiserver.faults import FaultRule
+
+    c = simulated
+    faults = c.cluster.faults
+    faults.configure(
+        seed=5,
+        rules=[
+            FaultRule(
+                probability=0.3,
+                codes=[500, 503],
+                verbs=["create", "patch"],
+                resources=["pods/status", "pods/binding", "replicasets/status", "deployments/status"],
+            )
+        ],
+        watch_drop_probability=0.1,
+    )
+    try:
+        replicas = 12
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "faulty"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "faulty"}},
+                "template": {
+                    "metadata": {"labels": {"app": "faulty"}},
+                    "spec": {
+                        "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu"},
+                        "containers": [{"name": "c", "image": "anything"}],
+                    },
+                },
+            },
+        }
+        c.kube.request("POST", "/apis/apps/v1/namespaces/default/deployments", body=deployment)
+        wait_for(
+            lambda: (
+                (c.kube.get("/apis/apps/v1/namespaces/default/deployments/faulty") or {})
+                .get("status", {})
+                .get("availableReplicas")
+                == replicas
+            ),
+            timeout=90,
+            what="all replicas available despite faults",
+        )
+        assert faults.rules[0].injected > 0
+    finally:
+        faults.clear()

@@ -198,7 +198,12 @@ class DeploymentController:
                 }
                 with self._lock:
                     self._creating.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
-                self.client.request("POST", pod_path(namespace), body=pod)
+                try:
+                    self.client.request("POST", pod_path(namespace), body=pod)
+                except Exception:
+                    with self._lock:
+                        self._creating.get(key, {}).pop(pod_name, None)
+                    raise
         elif count > wanted:
             # Delete the least useful first: unscheduled, then not ready, then the newest.
             candidates = sorted(
@@ -213,7 +218,12 @@ class DeploymentController:
                 pod_name = pod["metadata"]["name"]
                 with self._lock:
                     self._deleting.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
-                self.client.delete(pod_path(namespace, pod_name))
+                try:
+                    self.client.delete(pod_path(namespace, pod_name))
+                except Exception:
+                    with self._lock:
+                        self._deleting.get(key, {}).pop(pod_name, None)
+                    raise
         ready = [p for p in active if _pod_ready(p)]
         status = {
             "replicas": len(active),

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from ttj.preemption.lifetimes import LifetimeDistribution, load_lifetimes
 
-from .kube import JSON, Informer, KubeClient, KubeError, WorkQueue, obj_key, pod_path, wait_synced
+from .kube import JSON, Informer, KubeClient, KubeError, WorkQueue, obj_key, pod_path, retrying, wait_synced
 from .network import PodNetwork, PodRecord, ServiceRecord, pod_hostname
 from .podnet import PodNetworkNamespaces
 from .pools import IMPENDING_TERMINATION_TAINT, NodePool, new_node_name, node_object, now_rfc3339, ready_condition
@@ -262,8 +262,9 @@ class NodeFleet:
         node = node_object(runtime.pool, name, NODE_INTERNAL_IP)
         status = node.pop("status")
         status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.control.port if self.control else 0}}
-        self.client.request("POST", "/api/v1/nodes", body=node)
-        self.client.merge_patch(f"/api/v1/nodes/{name}/status", {"status": status})
+        client = self.client
+        retrying(lambda: client.create("/api/v1/nodes", node))
+        retrying(lambda: client.merge_patch(f"/api/v1/nodes/{name}/status", {"status": status}))
         self._renew_lease(name)
         if runtime.lifetimes is not None:
             lifetime = runtime.lifetimes.sample(runtime.rng)
@@ -404,20 +405,19 @@ class NodeFleet:
         pool = self._pools[record.pool].pool
         log.info("preempting node %s (%s)", node, record.cause)
         try:
-            current = self.client.get(f"/api/v1/nodes/{node}") or {}
+            client = self.client
+            current = retrying(lambda: client.get(f"/api/v1/nodes/{node}")) or {}
             taints = [
                 t
                 for t in (current.get("spec") or {}).get("taints") or []
                 if t.get("key") != IMPENDING_TERMINATION_TAINT["key"]
             ]
-            self.client.merge_patch(
-                f"/api/v1/nodes/{node}", {"spec": {"taints": [*taints, dict(IMPENDING_TERMINATION_TAINT)]}}
-            )
+            tainted = {"spec": {"taints": [*taints, dict(IMPENDING_TERMINATION_TAINT)]}}
+            retrying(lambda: client.merge_patch(f"/api/v1/nodes/{node}", tainted))
             conditions = ((current.get("status") or {}).get("conditions")) or []
             not_ready = ready_condition(False, "KubeletNotReady", "node is shutting down", now_rfc3339())
-            self.client.merge_patch(
-                f"/api/v1/nodes/{node}/status", {"status": {"conditions": replace_condition(conditions, not_ready)}}
-            )
+            shutting = {"status": {"conditions": replace_condition(conditions, not_ready)}}
+            retrying(lambda: client.merge_patch(f"/api/v1/nodes/{node}/status", shutting))
             victims = self._pods_on_node(node)
             record.pods = [obj_key(p) for p in victims]
             threads = [
@@ -432,8 +432,9 @@ class NodeFleet:
             for pod in self._pods_on_node(node):
                 if obj_key(pod) not in record.pods:
                     self._terminate_for_shutdown(pod, 0)
-            self.client.delete(f"/api/v1/nodes/{node}")
-            self.client.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{node}")
+            retrying(lambda: client.delete(f"/api/v1/nodes/{node}"))
+            lease = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{node}"
+            retrying(lambda: client.delete(lease))
         except Exception:
             log.exception("preemption of node %s failed half-way", node)
         finally:
@@ -487,7 +488,8 @@ class NodeFleet:
                     "conditions": conditions,
                 }
             }
-            self.client.merge_patch(pod_path(meta["namespace"], meta["name"], "status"), patch)
+            client = self.client
+            retrying(lambda: client.merge_patch(pod_path(meta["namespace"], meta["name"], "status"), patch))
             return
         with local.lock:
             local.extra_conditions = replace_condition(local.extra_conditions, disruption)
@@ -578,9 +580,31 @@ class NodeFleet:
             return None
         if local is None and not pod_is_terminal(pod) and not shutting:
             self._start_pod(pod)
-        elif local is not None and self.run_pods:
-            self._update_network(local, pod)
+        elif local is not None:
+            if self.run_pods:
+                self._update_network(local, pod)
+            if self._status_differs(pod, local):
+                self._patch_status(local)
         return None
+
+    def _status_differs(self, pod: JSON, local: LocalPod) -> bool:
+        """Whether the API holds another status than this kubelet reports (a write was lost)."""
+        have = pod.get("status") or {}
+        want = self._status(local)
+
+        def summary(status: JSON) -> tuple[Any, ...]:
+            containers = tuple(
+                (
+                    c.get("name"),
+                    tuple(sorted((c.get("state") or {}).keys())),
+                    c.get("restartCount"),
+                    ((c.get("state") or {}).get("terminated") or {}).get("exitCode"),
+                )
+                for c in status.get("containerStatuses") or []
+            )
+            return (status.get("phase"), status.get("podIP"), status.get("reason"), containers)
+
+        return summary(have) != summary(want)
 
     def _grace_of(self, local: LocalPod) -> float:
         return float(local.spec.get("terminationGracePeriodSeconds") or 30)
@@ -779,19 +803,18 @@ class NodeFleet:
         assert self.client is not None
         self._stop_processes(local, grace)
         self._forget_network(local)
+        client = self.client
+        options = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": local.uid},
+        }
+        path = pod_path(local.namespace, local.name)
         try:
-            self.client.request(
-                "DELETE",
-                pod_path(local.namespace, local.name),
-                body={
-                    "kind": "DeleteOptions",
-                    "apiVersion": "v1",
-                    "gracePeriodSeconds": 0,
-                    "preconditions": {"uid": local.uid},
-                },
-            )
-        except KubeError as exc:
-            if exc.status not in (404, 409):
+            retrying(lambda: client.request("DELETE", path, body=options))
+        except Exception as exc:
+            if not isinstance(exc, KubeError) or exc.status not in (404, 409):
                 log.warning("could not finish deleting pod %s: %s", local.key, exc)
         self._forget(local, 0.0)
 
@@ -883,10 +906,15 @@ class NodeFleet:
 
     def _patch_status(self, local: LocalPod) -> None:
         assert self.client is not None
+        client = self.client
+        path = pod_path(local.namespace, local.name, "status")
         try:
-            self.client.merge_patch(pod_path(local.namespace, local.name, "status"), {"status": self._status(local)})
-        except Exception as exc:  # the API may be going away at shutdown
+            retrying(lambda: client.merge_patch(path, {"status": self._status(local)}), attempts=3)
+        except Exception as exc:
+            # The pod's next sync compares and writes again (the kubelet's status manager does the same).
             log.debug("status of %s not written: %s", local.key, exc)
+            if self.queue is not None and not self._stop.is_set():
+                self.queue.add_after(local.key, 1.0)
 
     # logs ----------------------------------------------------------------------------------------
     def log_is_live(self, namespace: str, name: str, container: str | None) -> bool:

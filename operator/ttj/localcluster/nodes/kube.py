@@ -16,10 +16,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import kubernetes
+import urllib3
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,28 @@ class KubeClient:
                 self._open_watches.discard(response.response)
             with contextlib.suppress(Exception):
                 response.response.release_conn()
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth retrying: the server is overloaded or failing for now, or the connection broke."""
+    if isinstance(exc, KubeError):
+        return exc.status == 429 or exc.status >= 500
+    return isinstance(exc, OSError | urllib3.exceptions.HTTPError)
+
+
+T = TypeVar("T")
+
+
+def retrying(action: Callable[[], T], attempts: int = 6, delay: float = 0.1) -> T:
+    """Run ``action``, retrying transient failures with a doubling delay (0.1 s → 3.2 s)."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except Exception as exc:
+            if attempt == attempts - 1 or not transient(exc):
+                raise
+            time.sleep(delay * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def obj_key(obj: JSON) -> str:
