@@ -120,11 +120,13 @@ def draw(timeline: Timeline, path: Path, title: str) -> Path:
         if row not in rows:
             rows.append(row)
         y = rows.index(row)
-        start = span.running if span.running is not None else span.created
         stop = span.ended if span.ended is not None else end
-        lanes.barh(y, stop - start, left=start, height=0.6, color="#90caf9", edgecolor="#1565c0")
-        if span.running is not None and span.running > span.created:
-            lanes.barh(y, span.running - span.created, left=span.created, height=0.6, color="#e0e0e0")
+        if span.running is None:  # never ran: waiting for capacity the whole time
+            lanes.barh(y, stop - span.created, left=span.created, height=0.6, color="#e0e0e0")
+        else:
+            lanes.barh(y, stop - span.running, left=span.running, height=0.6, color="#90caf9", edgecolor="#1565c0")
+            if span.running > span.created:
+                lanes.barh(y, span.running - span.created, left=span.created, height=0.6, color="#e0e0e0")
         if span.ended is not None and span.outcome != "running":
             marker = "X" if span.outcome == "preempted" else "|"
             lanes.plot(stop, y, marker=marker, color=colours.get(span.outcome, "black"), markersize=11)
