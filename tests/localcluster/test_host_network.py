@@ -5,10 +5,13 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from ttj.localcluster.cluster import LocalCluster
 from ttj.localcluster.nodes.fleet import NodeFleet
 from ttj.localcluster.nodes.kube import KubeClient
 from ttj.localcluster.nodes.pools import NodePool
+from ttj.localcluster.nodes.runtime import namespaces_available
 from ttj.localcluster.nodes.scheduler import Scheduler
 
 from .conftest import wait_for
@@ -49,6 +52,7 @@ def pod(name: str, code: str, labels: dict[str, str]) -> dict[str, object]:
     }
 
 
+@pytest.mark.skipif(not namespaces_available(), reason="DNS names need root and unshare (per-pod /etc/hosts)")
 def test_host_network_pods_talk_by_service_name(tmp_path: Path) -> None:
     fleet = NodeFleet([NodePool(name="cpu", nodes=1)], run_pods=True, state_dir=tmp_path, pod_network=False)
     with LocalCluster(addons=[fleet, Scheduler()]) as cluster:

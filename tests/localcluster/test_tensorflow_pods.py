@@ -10,9 +10,15 @@ import textwrap
 
 import pytest
 
+from ttj.localcluster.nodes.podnet import PodNetworkNamespaces
+
 from .conftest import NodesCluster, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.tensorflow,
+    pytest.mark.skipif(not PodNetworkNamespaces.available(), reason="needs pod network namespaces (root)"),
+]
 
 CLUSTER = {"ps": ["ps-0.tfjob.default.svc:2222"], "worker": ["w-0.tfjob.default.svc:2222"]}
 
