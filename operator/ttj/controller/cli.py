@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import os
-from typing import Any
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 
@@ -58,7 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="price file for cost accrual (default: TTJ_PRICES_FILE or the packaged prices)",
     )
-    parser.add_argument("--no-cost", action="store_true", help="do not accrue cost (status.cost stays 0)")
+    parser.add_argument(
+        "--no-cost", action="store_true", help="do not accrue cost (status.cost stays 0; budgets are not checked)"
+    )
+    parser.add_argument(
+        "--no-placement-check",
+        action="store_true",
+        help="do not match jobs against the node pools (GKE API with TTJ_GKE_* settings, else Node labels)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -85,11 +91,23 @@ def main(args: argparse.Namespace) -> int:
     except config.ConfigException as exc:
         logging.getLogger("ttj").error("no cluster to talk to: %s (set KUBECONFIG, or run in a pod)", exc)
         return 2
-    prices: Any = None
-    if not args.no_cost:
-        from ttj.cost.prices import load_price_table
+    from ttj.controller.placement import PlacementSource
+    from ttj.cost.gke import GkeSettingsError
+    from ttj.cost.prices import PriceSource, PriceTableError
 
-        prices = load_price_table(args.prices)
+    prices: PriceSource | None = None
+    if not args.no_cost:
+        prices = PriceSource(args.prices)
+        try:
+            prices.current()  # a broken file stops the start; later broken edits keep the last good table
+        except PriceTableError as exc:
+            logging.getLogger("ttj").error("%s", exc)
+            return 2
+    try:
+        placement = None if args.no_placement_check else PlacementSource.from_env()
+    except GkeSettingsError as exc:
+        logging.getLogger("ttj").error("%s", exc)
+        return 2
     ctx = OperatorContext(
         api=client.ApiClient(configuration),
         metrics=Metrics(CollectorRegistry()),
@@ -98,9 +116,10 @@ def main(args: argparse.Namespace) -> int:
             chief_startup_seconds=args.chief_startup,
             node_grace_seconds=args.node_grace,
             resync_seconds=args.resync,
-            prices=prices,
         ),
         metrics_port=args.metrics_port or None,
+        prices=prices,
+        placement=placement,
     )
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(kopf.login_via_client)

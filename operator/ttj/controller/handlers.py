@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from ttj.api.models import GROUP, PLURAL, VERSION
 from ttj.controller.apply import Applier, Conflict
 from ttj.controller.metrics import Metrics
 from ttj.controller.patch import merge_patch
+from ttj.controller.placement import PlacementSource
+from ttj.cost.prices import PriceSource
 from ttj.planner import DeleteJob, Observed, PlannerConfig, plan
 from ttj.planner.observed import FINALIZER, LABEL_JOB
 
@@ -56,6 +59,10 @@ class OperatorContext:
     #: Extra pause before a pass to coalesce bursts of watch events (seconds).
     debounce_seconds: float = 0.0
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    #: Price table re-read when its file changes (a mounted ConfigMap), replacing ``planner.prices``.
+    prices: PriceSource | None = None
+    #: Node pools for the placement check; None: no check.
+    placement: PlacementSource | None = None
     wakeups: dict[JobKey, asyncio.Event] = field(default_factory=dict)
     #: (resourceVersion the last status write was based on, the job as that write left it), per job:
     #: used only while the watch has not yet delivered our own write (never across restarts).
@@ -233,7 +240,16 @@ class JobReconciler:
         started = time.perf_counter()
         job = self._current_job(body)
         observed = observe(self.key, pods_by_job, leases_by_job, children, nodes_by_name)
-        result = plan(job, observed, self.ctx.clock(), self.ctx.planner)
+        if self.ctx.placement is not None:
+
+            def nodes() -> list[dict[str, Any]]:
+                return [node for _name, store in nodes_by_name.items() for node in store]
+
+            observed.placement = await self.ctx.placement.check(job.get("spec") or {}, nodes)
+        config = self.ctx.planner
+        if self.ctx.prices is not None:
+            config = dataclasses.replace(config, prices=self.ctx.prices.current())  # a stat() when unchanged
+        result = plan(job, observed, self.ctx.clock(), config)
         actions = [a for a in result.actions if not isinstance(a, DeleteJob)]
         try:
             applied = await asyncio.to_thread(self.applier.apply, namespace, actions)

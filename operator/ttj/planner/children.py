@@ -9,6 +9,7 @@ Lease ``NAME-chief``, ServiceAccount/Role/RoleBinding ``NAME-trainer``. Every po
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -25,6 +26,12 @@ from ttj.planner.observed import (
 )
 
 TF_PORT = 2222
+#: terminationGracePeriodSeconds of worker pods: the chief's time to write its checkpoint after SIGTERM
+#: (the budget stops a job this long before the money runs out).
+WORKER_TERMINATION_GRACE_SECONDS = 30
+#: On a PS Deployment: fingerprint of what in its pod template a spec change may alter (see
+#: :func:`ps_template_fingerprint`).
+ANNOTATION_PS_TEMPLATE = "transient.training/ps-template"
 CONTAINER_NAME = "trainer"
 SPOT_LABEL = "cloud.google.com/gke-spot"
 PREEMPTIBLE_LABEL = "cloud.google.com/gke-preemptible"
@@ -201,6 +208,7 @@ def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation:
         "subdomain": service_name(name),
         "serviceAccountName": trainer_account_name(name),
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_SECONDS,
         "nodeSelector": node_selector,
         "tolerations": tolerations,
         "containers": [
@@ -238,6 +246,14 @@ def _on_demand_affinity() -> Obj:
     }
 
 
+def ps_template_fingerprint(spec: TransientTrainingJobSpec) -> str:
+    """What a spec change may alter in a PS pod template and that warrants a new PS pod: the image and
+    ``parameterServers.resources``. Other settings (worker counts, steps) do not restart a PS: its model
+    state is worth more than a stale environment variable it does not read."""
+    relevant = {"image": spec.image, "resources": _resources(spec.parameter_servers.resources)}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int) -> Obj:
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
@@ -256,10 +272,12 @@ def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int) -> Obj:
             )
         ],
     }
+    metadata = _metadata(job, ps_name(name, index), {LABEL_ROLE: "ps", LABEL_PS_INDEX: str(index)})
+    metadata["annotations"] = {ANNOTATION_PS_TEMPLATE: ps_template_fingerprint(spec)}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(job, ps_name(name, index), {LABEL_ROLE: "ps", LABEL_PS_INDEX: str(index)}),
+        "metadata": metadata,
         "spec": {
             "replicas": 1,
             # Recreate: never two pods of one PS index (one hostname, one model shard).

@@ -39,6 +39,7 @@ from ttj.planner.actions import (
     LabelPod,
     Observation,
     RemoveFinalizer,
+    ReplaceChild,
     UpdateLease,
 )
 from ttj.planner.classify import PodState, PodVerdict, classify_pod
@@ -339,6 +340,7 @@ class _Planner:
                 prices=self.config.prices,
                 requested_new_workers=missing,
                 pending_workers=sum(v.state == PodState.PENDING for v in alive),
+                stop_lead_seconds=children.WORKER_TERMINATION_GRACE_SECONDS,
             )
         elif self.config.cost is not None:
             status.cost = self.config.cost(spec, self.observed, self.prev.cost, now)
@@ -506,6 +508,20 @@ class _Planner:
             wanted_keys.add(key)
             if key not in observed:
                 self.actions.append(CreateChild(manifest))
+            elif key[0] == "Deployment":
+                # A spec change (image, parameterServers.resources) reaches the PS through its template:
+                # the Deployment controller recreates the pod, which step 4 sees as a PS loss.
+                fingerprint = annotations_of(manifest).get(children.ANNOTATION_PS_TEMPLATE)
+                if annotations_of(observed[key]).get(children.ANNOTATION_PS_TEMPLATE) != fingerprint:
+                    self.actions.append(ReplaceChild(manifest))
+                    self.events.append(
+                        EmitEvent(
+                            "Normal",
+                            "ParameterServerUpdated",
+                            f"{key[1]}: the spec changed its image or resources; the parameter server restarts "
+                            "and the chief restores the latest checkpoint",
+                        )
+                    )
         for kind, child_name in sorted(observed):
             if kind == "Deployment" and (kind, child_name) not in wanted_keys:
                 self.actions.append(DeleteChild(kind, child_name, reason="ParameterServersScaledDown"))
@@ -517,6 +533,7 @@ class _Planner:
         recorded = list(self.prev.parameter_server_pods or [])[:replicas]
         recorded += [""] * (replicas - len(recorded))
         running: dict[int, list[str]] = {}
+        template_hash: dict[str, str] = {}
         for pod in self.observed.pods:
             labels = labels_of(pod)
             if labels.get(LABEL_ROLE) != "ps" or meta(pod).get("deletionTimestamp"):
@@ -528,6 +545,7 @@ class _Planner:
             except ValueError:
                 continue
             running.setdefault(index, []).append(name_of(pod))
+            template_hash[name_of(pod)] = labels.get("pod-template-hash", "")
         ready, replaced = True, False
         for index in range(replicas):
             names = sorted(running.get(index, []))
@@ -538,6 +556,23 @@ class _Planner:
                 continue
             if recorded[index]:
                 replaced = True
+                # Deployment pods are named <deployment>-<pod-template-hash>-<suffix>: another hash means a
+                # rollout of a changed template (a spec change), which is no preemption.
+                prefix = f"{children.ps_name(self.name, index)}-"
+                rest = recorded[index][len(prefix) :].split("-") if recorded[index].startswith(prefix) else []
+                old_hash = rest[0] if len(rest) == 2 else ""
+                new_hash = template_hash.get(names[0], "")
+                if old_hash and new_hash and new_hash != old_hash:
+                    self.events.append(
+                        EmitEvent(
+                            "Normal",
+                            "ParameterServerReplaced",
+                            f"parameter server {index} is now {names[0]} (was {recorded[index]}) after a spec "
+                            "change: the chief restores the latest checkpoint",
+                        )
+                    )
+                    recorded[index] = names[0]
+                    continue
                 status.preemptions += 1
                 self.events.append(
                     EmitEvent(

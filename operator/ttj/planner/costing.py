@@ -66,6 +66,7 @@ def accrue_and_decide(
     prices: PriceTable,
     requested_new_workers: int,
     pending_workers: int,
+    stop_lead_seconds: float = 0.0,
 ) -> tuple[CostStatus, BudgetDecision]:
     fallback = expected_worker_node(spec, prices)
     cost = accrue(previous, observations(spec, observed, verdicts), now, prices, fallback_worker_node=fallback)
@@ -75,5 +76,6 @@ def accrue_and_decide(
         requested_new_workers=requested_new_workers,
         worker_usd_per_hour=worker_hourly_rate(spec, prices),
         pending_workers=pending_workers,
+        stop_lead_seconds=stop_lead_seconds,
     )
     return cost, decision

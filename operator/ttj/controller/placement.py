@@ -1,0 +1,98 @@
+"""Where can a job run? The cluster's node pools for the planner's placement check (``Observed.placement``).
+
+With ``TTJ_GKE_*`` settings the pools come from the GKE API (:class:`ttj.cost.gke.GkeNodePools`, a
+synchronous client: called in a thread, at most once a minute); otherwise, or when that call fails,
+from the labels of the Nodes the operator watches (:func:`ttj.cost.pools.pools_from_nodes`). A job
+whose workers or parameter servers match no pool gets the ``WorkersUnschedulable`` reason with a
+message naming what it asked for and what the cluster has, instead of pods pending forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from ttj.api.models import TransientTrainingJobSpec
+from ttj.cost.gke import GkeError, GkeNodePools, GkeSettings
+from ttj.cost.pools import NodePool, ObservedNode, PlacementCheck, pools_from_nodes, validate_placement
+
+log = logging.getLogger("ttj.controller")
+
+#: How long a list of pools is used before it is read again.
+POOLS_CACHE_SECONDS = 60.0
+#: Node-label pools are recomputed at most this often (every pass of every job asks).
+NODE_POOLS_CACHE_SECONDS = 2.0
+
+
+def observed_node(node: dict[str, Any]) -> ObservedNode:
+    """A (slim) Node as the placement check sees it: labels and ``nvidia.com/gpu`` capacity."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    raw = str(((node.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu") or "")
+    return ObservedNode(dict(labels), int(raw) if raw.isdigit() else None)
+
+
+class PlacementSource:
+    """Node pools for :func:`validate_placement`, from GKE or from Node labels, cached."""
+
+    def __init__(
+        self,
+        gke: GkeNodePools | None = None,
+        *,
+        cache_seconds: float = POOLS_CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.gke = gke
+        self.cache_seconds = cache_seconds
+        self.clock = clock
+        self._gke_pools: tuple[float, list[NodePool] | None] | None = None
+        self._node_pools: tuple[float, list[NodePool]] | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_env(cls) -> PlacementSource:
+        """GKE pools when ``TTJ_GKE_PROJECT/LOCATION/CLUSTER`` are set, else Node labels."""
+        settings = GkeSettings.from_env()
+        return cls(GkeNodePools(settings, cache_seconds=POOLS_CACHE_SECONDS) if settings else None)
+
+    async def pools(self, nodes: Callable[[], Iterable[dict[str, Any]]]) -> list[NodePool] | None:
+        """The cluster's pools; ``None`` when nothing is known (no Node yet and no GKE answer)."""
+        if self.gke is not None:
+            gke_pools = await self._from_gke()
+            if gke_pools is not None:
+                return gke_pools
+        now = self.clock()
+        if self._node_pools is None or now - self._node_pools[0] >= NODE_POOLS_CACHE_SECONDS:
+            self._node_pools = (now, pools_from_nodes(observed_node(n) for n in nodes()))
+        # No Node at all (a cluster scaling from zero, a watch not synced yet): no verdict rather than a wrong one.
+        return self._node_pools[1] or None
+
+    async def _from_gke(self) -> list[NodePool] | None:
+        assert self.gke is not None
+        cached = self._gke_pools
+        if cached is not None and self.clock() - cached[0] < self.cache_seconds:
+            return cached[1]
+        async with self._lock:  # one GKE call for all the jobs that ask at once
+            cached = self._gke_pools
+            if cached is not None and self.clock() - cached[0] < self.cache_seconds:
+                return cached[1]
+            try:
+                pools: list[NodePool] | None = await asyncio.to_thread(self.gke.list, refresh=True)
+            except GkeError as exc:
+                log.warning("%s; matching jobs against Node labels instead", exc)
+                pools = None
+            self._gke_pools = (self.clock(), pools)
+            return pools
+
+    async def check(self, spec: dict[str, Any], nodes: Callable[[], Iterable[dict[str, Any]]]) -> PlacementCheck | None:
+        """The verdict for a job's ``spec`` (raw JSON); ``None`` when the spec is invalid or no pool is known."""
+        try:
+            parsed = TransientTrainingJobSpec.model_validate(spec or {})
+        except ValidationError:
+            return None  # the planner reports an invalid spec itself
+        pools = await self.pools(nodes)
+        return validate_placement(parsed, pools) if pools is not None else None
