@@ -6,6 +6,7 @@ The control server listens on 127.0.0.1 (a free port) and publishes its URL in t
 - ``GET  /ttj-local/status``  → pools, live nodes, preemptions so far
 - ``POST /ttj-local/preempt`` ``{"node": NAME}`` or ``{"pod": "NAMESPACE/NAME"}``, optional ``"wait": true``
   (answer once the node is gone) → ``{"node", "pool", "pods", "done"}``
+- ``POST /ttj-local/lose`` ``{"node": NAME}``: the node's kubelet goes silent (``NodeFleet.lose_node``)
 - ``POST /ttj-local/restore`` ``{"pool": NAME}`` and optional ``"nodes": N`` → ``{"nodes": [new names]}``
 
 It is also the nodes' kubelet endpoint (``status.daemonEndpoints.kubeletEndpoint.Port`` of every node,
@@ -145,6 +146,11 @@ class ControlServer:
                         else:
                             raise ValueError('give "node": NAME or "pod": "NAMESPACE/NAME"')
                         self._answer(200, _record_json(record))
+                    elif path == f"{PREFIX}/lose":
+                        if not body.get("node"):
+                            raise ValueError('give "node": NAME')
+                        fleet.lose_node(str(body["node"]))
+                        self._answer(200, {"node": str(body["node"])})
                     elif path == f"{PREFIX}/restore":
                         if not body.get("pool"):
                             raise ValueError('give "pool": NAME')
@@ -242,6 +248,9 @@ class ControlClient:
 
     def preempt_pod(self, namespace: str, name: str, wait: bool = False) -> JSON:
         return self._call("POST", "/preempt", {"pod": f"{namespace}/{name}", "wait": wait})
+
+    def lose_node(self, node: str) -> JSON:
+        return self._call("POST", "/lose", {"node": node})
 
     def restore_pool(self, pool: str, nodes: int | None = None) -> JSON:
         body: JSON = {"pool": pool}

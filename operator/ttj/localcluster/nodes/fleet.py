@@ -99,6 +99,9 @@ class PoolRuntime:
     preempted: int = 0
 
 
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
 @dataclass
 class PreemptionRecord:
     node: str
@@ -134,6 +137,7 @@ class NodeFleet:
         self._node_pool: dict[str, str] = {}  # live node → pool
         self._shutting_down: set[str] = set()
         self._gone_nodes: set[str] = set()
+        self._unreachable: set[str] = set()  # lose_node(): kubelet silent, node object left to others
         self._local: dict[str, LocalPod] = {}
         self._timers: list[threading.Timer] = []
         self.preemptions: list[PreemptionRecord] = []
@@ -355,6 +359,47 @@ class NodeFleet:
             raise KeyError(f"pod {namespace}/{name} does not exist or is not on a node yet")
         return self.preempt_node(node, cause=f"injected via pod {namespace}/{name}", wait=wait)
 
+    def lose_node(self, node: str) -> None:
+        """The node's VM vanishes without a shutdown (hardware failure, network partition).
+
+        Its kubelet goes silent: no more heartbeats, pod statuses or finished deletions; its processes
+        die with it. As the node lifecycle controller does once heartbeats are overdue, the Node turns
+        ``Ready=Unknown`` (reason ``NodeStatusUnknown``) with the ``node.kubernetes.io/unreachable``
+        taints. Its pods keep the status the API last had until someone force-deletes them; the Node
+        stays until deleted (GKE's instance group would recreate the VM; here ``restore_pool`` adds one).
+        """
+        assert self.client is not None
+        with self._lock:
+            if node not in self._node_pool or node in self._shutting_down:
+                raise KeyError(f"no live node named {node!r}; nodes: {', '.join(self.node_names()) or 'none'}")
+            self._shutting_down.add(node)
+            self._unreachable.add(node)
+            lost = [p for p in self._local.values() if p.node == node]
+        for local in lost:
+            with local.lock:
+                local.terminating = True  # its exit is never reported
+            self._forget(local, 0.0)
+        client = self.client
+        current = retrying(lambda: client.get(f"/api/v1/nodes/{node}")) or {}
+        now = now_rfc3339()
+        unknown = {
+            "type": "Ready",
+            "status": "Unknown",
+            "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        conditions = replace_condition(((current.get("status") or {}).get("conditions")) or [], unknown)
+        retrying(lambda: client.merge_patch(f"/api/v1/nodes/{node}/status", {"status": {"conditions": conditions}}))
+        taints = [t for t in (current.get("spec") or {}).get("taints") or [] if t.get("key") != UNREACHABLE_TAINT]
+        taints += [
+            {"key": UNREACHABLE_TAINT, "effect": "NoSchedule"},
+            {"key": UNREACHABLE_TAINT, "effect": "NoExecute", "timeAdded": now},
+        ]
+        retrying(lambda: client.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"taints": taints}}))
+        log.info("node %s lost: its kubelet stopped", node)
+
     def restore_pool(self, pool: str, nodes: int | None = None) -> list[str]:
         """Bring a pool back to its size (or add ``nodes`` VMs) now; returns the new node names."""
         if pool not in self._pools:
@@ -563,6 +608,9 @@ class NodeFleet:
             threading.Thread(target=self._forget, args=(local, 0.0), daemon=True).start()
             local = None
         node = (pod.get("spec") or {}).get("nodeName")
+        with self._lock:
+            if node in self._unreachable:
+                return None  # its kubelet is silent (lose_node)
         if meta.get("deletionTimestamp"):
             grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             if local is None:
