@@ -193,6 +193,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--window", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--throughput-only", action="store_true", help="skip the chief/PS/SIGTERM rounds")
     parser.add_argument("--keep", action="store_true", help="keep the processes' logs and checkpoints")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ttj-trainer-bench-"))
@@ -202,6 +203,8 @@ def main() -> int:
         base = rates[min(rates)]
         for n, rate in rates.items():
             print(f"  workers={n}: {rate:7.1f} global steps/s  ({rate / base:4.2f}x of {min(rates)} worker)")
+        if args.throughput_only:
+            return 0
         results = recovery(root, args)
         print(
             f"chief SIGKILL ({len(results['chief'])}x): steps lost {results['chief']} (target 0); "

@@ -53,15 +53,9 @@ def make_job(tmp_path: Path, lease: Any, request: pytest.FixtureRequest) -> Iter
     yield make
     for job in jobs:
         job.stop_all()
-        if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
-            print(job.dump_logs())
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
-    setattr(item, f"rep_{report.when}", report)
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(job.dump_logs())  # shown by pytest with the failure
 
 
 def scrape(url: str) -> str | None:

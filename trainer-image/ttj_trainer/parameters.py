@@ -11,6 +11,7 @@ per worker slot (both on PS task 0).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,16 @@ class ParameterStore:
                 )
         self.handles = handles
         self._functions = {}
+
+    def close(self) -> None:
+        """Drops every remote handle (and the functions capturing them) while the lost PS is still down.
+
+        Otherwise they would be garbage-collected after reconnecting, and their deletion would be sent to
+        the new PS under ids that mean something else there (seen to crash a freshly started PS).
+        """
+        self.handles = {}
+        self._functions = {}
+        gc.collect()
 
     def _device(self, name: str) -> str:
         return ps_device(self.by_name[name].ps_index)

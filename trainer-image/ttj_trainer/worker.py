@@ -308,6 +308,7 @@ class Worker:
                 # The PS went away or lost its state (uninitialised variables): reconnect and re-check.
                 failures += 1
                 self.ready = False
+                self.store.close()
                 backoff = RECONNECT_BACKOFF_SECONDS[min(failures, len(RECONNECT_BACKOFF_SECONDS)) - 1]
                 event(
                     log,
@@ -318,10 +319,25 @@ class Worker:
                     retry_in=backoff,
                 )
                 self._sleep(backoff)
+                self._wait_for_ps_ports()
                 try:
                     self.connect()
                 except self.tf.errors.OpError as again:
                     event(log, "reconnect failed", logging.WARNING, error=_brief(again))
+
+    def _wait_for_ps_ports(self) -> None:
+        """Waits until every PS accepts TCP connections, so reconnecting does not race a server's start-up."""
+        while True:
+            down = []
+            for address in self.cfg.ps_addresses:
+                host, _, port = address.rpartition(":")
+                try:
+                    socket.create_connection((host, int(port)), timeout=2.0).close()
+                except OSError:
+                    down.append(address)
+            if not down:
+                return
+            self._sleep(1.0)
 
     def _train_one(self, view: LeaseView | None) -> None:
         images, labels = next(self.batches)
