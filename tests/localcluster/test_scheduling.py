@@ -28,11 +28,11 @@ def pod(**spec: Any) -> dict[str, Any]:
 
 
 def gpu_node() -> dict[str, Any]:
-    return node_object(default_pools()[1], "gke-ttj-local-gpu-pool-00000000-abcd", "10.0.0.1")
+    return node_object(default_pools()[1], "gke-ttj-local-t4-spot-00000000-abcd", "10.0.0.1")
 
 
 def cpu_node() -> dict[str, Any]:
-    return node_object(default_pools()[0], "gke-ttj-local-cpu-pool-00000000-abcd", "10.0.0.2")
+    return node_object(default_pools()[0], "gke-ttj-local-default-pool-00000000-abcd", "10.0.0.2")
 
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -63,7 +63,7 @@ def test_gke_labels_and_taint() -> None:
     labels = node["metadata"]["labels"]
     assert labels["cloud.google.com/gke-spot"] == "true"
     assert labels["cloud.google.com/gke-accelerator"] == "nvidia-tesla-t4"
-    assert labels["cloud.google.com/gke-nodepool"] == "gpu-pool"
+    assert labels["cloud.google.com/gke-nodepool"] == "t4-spot"
     assert labels["node.kubernetes.io/instance-type"] == "n1-standard-8"
     assert labels["topology.kubernetes.io/zone"] == "us-central1-a"
     assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]

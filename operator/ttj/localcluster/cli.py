@@ -46,15 +46,17 @@ def build_addons(args: argparse.Namespace) -> list[Any]:
     return list(module.build_addons(args))
 
 
-def main(args: argparse.Namespace) -> int:
-    from .cluster import LocalCluster
-
+def check_arguments(args: argparse.Namespace) -> None:
+    """Let the add-ons reject bad options (SystemExit with a message) before anything starts."""
     module = _addons_module()
-    if module is not None and hasattr(module, "run_command"):
-        # control options (preempt a node, …) act on a running cluster and exit instead of starting one
-        status = module.run_command(args)
-        if status is not None:
-            return int(status)
+    if module is not None and hasattr(module, "check_arguments"):
+        module.check_arguments(args)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Ready means: the kubeconfig is written as soon as the API server answers; the add-ons (nodes, scheduler,
+    controllers) start right after, and a second line says when the nodes are registered and Ready."""
+    from .cluster import LocalCluster
 
     module = _addons_module()
     if module is not None and hasattr(module, "run_command"):
@@ -62,6 +64,7 @@ def main(args: argparse.Namespace) -> int:
         status = module.run_command(args)
         if status is not None:
             return int(status)
+    check_arguments(args)
 
     stop = threading.Event()
 
@@ -70,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    cluster = LocalCluster(host=args.host, port=args.port, addons=build_addons(args), kubeconfig_path=args.kubeconfig)
+    cluster = LocalCluster(host=args.host, port=args.port, kubeconfig_path=args.kubeconfig)
     try:
         cluster.start()
     except (OSError, RuntimeError) as exc:
@@ -78,8 +81,15 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"ttj local-cluster: serving {cluster.url}; kubeconfig written to {args.kubeconfig}", flush=True)
     try:
+        addons = build_addons(args)
+        cluster.start_addons(addons)
+        if addons:
+            print("ttj local-cluster: nodes registered; scheduler and controllers running", flush=True)
         while not stop.wait(0.5):
             pass
+    except Exception as exc:
+        print(f"ttj local-cluster: the node add-ons did not start: {exc}", file=sys.stderr)
+        return 1
     finally:
         cluster.stop()
     print("ttj local-cluster: stopped", flush=True)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import tempfile
 import threading
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol
-
-import yaml
 
 from .apiserver import ApiServer
 from .apiserver.faults import FaultInjector
@@ -27,16 +26,28 @@ class Addon(Protocol):
 
 
 def kubeconfig_text(url: str, name: str = "ttj-local") -> str:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": url}}],
-        "users": [{"name": name, "user": {}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
-        "current-context": name,
-        "preferences": {},
-    }
-    return yaml.safe_dump(config, sort_keys=False)
+    """The kubeconfig as YAML, written by hand: importing a YAML library would delay the start by more than
+    the server itself takes to start. Scalars are JSON strings, which YAML reads as double-quoted scalars."""
+    q = json.dumps
+    return (
+        "apiVersion: v1\n"
+        "kind: Config\n"
+        "clusters:\n"
+        f"- name: {q(name)}\n"
+        "  cluster:\n"
+        f"    server: {q(url)}\n"
+        "users:\n"
+        f"- name: {q(name)}\n"
+        "  user: {}\n"
+        "contexts:\n"
+        f"- name: {q(name)}\n"
+        "  context:\n"
+        f"    cluster: {q(name)}\n"
+        f"    user: {q(name)}\n"
+        "    namespace: default\n"
+        f"current-context: {q(name)}\n"
+        "preferences: {}\n"
+    )
 
 
 class LocalCluster:
@@ -160,6 +171,19 @@ class LocalCluster:
         await self.astop()
 
     # -- shared ------------------------------------------------------------------------------------
+
+    def start_addons(self, addons: Sequence[Addon]) -> None:
+        """Start more add-ons (in order) on a running cluster; they are stopped with it, in reverse order.
+
+        ``ttj local-cluster`` writes its kubeconfig first and starts the node add-ons with this afterwards, so
+        that the API answers before the add-ons' imports (the kubernetes client) are paid for.
+        """
+        path = self.kubeconfig_path
+        for addon in addons:
+            if addon not in self.addons:
+                self.addons.append(addon)
+            addon.start(path)
+            self._started_addons.append(addon)
 
     def _after_server_started(self) -> None:
         if self._kubeconfig_path is not None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import jsonschema
+if TYPE_CHECKING:
+    import jsonschema
 
 _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 
@@ -139,6 +140,8 @@ class CrdSchema:
         self._rules: dict[int, list[CelRule]] = {}
         self._compile_all(schema, where, errors)
         self.definition_errors = errors
+        import jsonschema  # on first use: importing it takes longer than starting the whole server
+
         self._validator = jsonschema.Draft4Validator(_to_json_schema(schema))
 
     def _compile_all(self, schema: Any, where: str, errors: list[tuple[str, str]]) -> None:

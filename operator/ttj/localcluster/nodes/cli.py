@@ -70,6 +70,14 @@ def pools_from_args(args: argparse.Namespace) -> list[NodePool]:
     return check_pools(pools or default_pools())
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Bad pool options stop the command before the API server starts (and before a kubeconfig is written)."""
+    try:
+        pools_from_args(args)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"ttj local-cluster: {exc}") from exc
+
+
 def build_addons(args: argparse.Namespace) -> list[Any]:
     """Fleet (nodes, kubelets, pods, control server), scheduler, Deployment/ReplicaSet controllers."""
     from .deployments import DeploymentController

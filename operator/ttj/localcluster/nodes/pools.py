@@ -83,13 +83,21 @@ class NodePool:
         return self.provisioning in ("spot", "preemptible")
 
 
+#: The default pools' names: GKE calls a cluster's first pool ``default-pool``; ``t4-spot`` is the pool the
+#: examples select (examples/full.yaml: nodeSelector cloud.google.com/gke-nodepool: t4-spot).
+DEFAULT_CPU_POOL = "default-pool"
+DEFAULT_GPU_POOL = "t4-spot"
+#: Every example under examples/ at its desired size at once (3 + 4 + 4 workers), with a spare node.
+DEFAULT_GPU_NODES = 12
+
+
 def default_pools() -> list[NodePool]:
     """The contract's default: an on-demand CPU pool and a spot T4 pool, enough for the examples."""
     return [
-        NodePool(name="cpu-pool", nodes=2, cpu="4", memory="15Gi", machine_type="n1-standard-4"),
+        NodePool(name=DEFAULT_CPU_POOL, nodes=2, cpu="4", memory="15Gi", machine_type="n1-standard-4"),
         NodePool(
-            name="gpu-pool",
-            nodes=8,
+            name=DEFAULT_GPU_POOL,
+            nodes=DEFAULT_GPU_NODES,
             provisioning="spot",
             accelerator="nvidia-tesla-t4",
             gpus=1,
