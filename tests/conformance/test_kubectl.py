@@ -84,3 +84,106 @@ def test_kubectl_with_transient_training_jobs(
     assert "Train Steps:" in described
     assert "deleted" in kubectl(kubeconfig, "-n", namespace, "delete", "ttj", "kjob").stdout
     assert "kjob" not in kubectl(kubeconfig, "-n", namespace, "get", "ttj").stdout
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_kubectl_apply_the_examples_directory(kubeconfig: str, ttj_crd: dict[str, Any]) -> None:
+    """`kubectl apply -f examples/` as the README says; examples/full.yaml names namespace default."""
+    examples = str(REPO / "examples")
+    dry = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", examples).stdout
+    assert dry.count("(server dry run)") == 3, dry
+    try:
+        out = kubectl(kubeconfig, "apply", "-f", examples).stdout
+        for name in ("demo", "resnet32-full", "resnet32-cifar10"):
+            assert f"transienttrainingjob.transient.training/{name} created" in out
+        table = kubectl(kubeconfig, "get", "ttj", "resnet32-full", "demo").stdout.splitlines()
+        assert table[0].split() == ["NAME", "PHASE", "WORKERS", "CHIEF", "STEP", "COST", "AGE"]
+        assert [row.split()[0] for row in table[1:]] == ["resnet32-full", "demo"]
+        refused = kubectl(kubeconfig, "scale", "ttj/resnet32-full", "--replicas=9", check=False)
+        assert refused.returncode != 0
+        assert "workers.replicas must not exceed workers.maxReplicas" in refused.stderr
+        assert "scaled" in kubectl(kubeconfig, "scale", "ttj/resnet32-full", "--replicas=8").stdout
+        replicas = kubectl(kubeconfig, "get", "ttj/resnet32-full", "-o", "jsonpath={.spec.workers.replicas}").stdout
+        assert replicas == "8"
+        described = kubectl(kubeconfig, "describe", "ttj", "resnet32-full").stdout
+        assert "Max Replicas:" in described
+        assert "t4-spot" in described
+    finally:
+        out = kubectl(kubeconfig, "delete", "--ignore-not-found", "-f", examples).stdout
+    assert "deleted" in out
+    assert "resnet32-full" not in kubectl(kubeconfig, "get", "ttj").stdout
+
+
+def test_kubectl_explain_reads_the_crd_descriptions(kubeconfig: str, ttj_crd: dict[str, Any]) -> None:
+    explained = kubectl(kubeconfig, "explain", "ttj.spec.workers").stdout
+    assert "KIND:       TransientTrainingJob" in explained
+    assert "FIELD: workers <Object>" in explained
+    assert "FIELDS:" in explained
+    schema = ttj_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    workers = schema["properties"]["spec"]["properties"]["workers"]
+    for field, definition in workers["properties"].items():
+        assert f"  {field}\t<" in explained, field
+        first_words = " ".join(definition["description"].split()[:3])
+        assert first_words in " ".join(explained.split()), (field, first_words)
+    top = kubectl(kubeconfig, "explain", "ttj").stdout
+    assert "status\t<Object>" in top
+    nested = kubectl(kubeconfig, "explain", "ttj.spec.workers.tolerations").stdout
+    assert "FIELD: tolerations <[]Object>" in nested
+
+
+def test_kubectl_shows_events_from_both_apis(kubeconfig: str, ttj_crd: dict[str, Any], namespace: str) -> None:
+    """Events written through core/v1 (kopf's, the kubelet's) and events.k8s.io/v1 both appear in `kubectl get
+    events` and in the Events section of `kubectl describe`."""
+    job = minimal_job("evjob")
+    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+    uid = kubectl(kubeconfig, "-n", namespace, "get", "ttj", "evjob", "-o", "jsonpath={.metadata.uid}").stdout
+    regarding = {
+        "apiVersion": "transient.training/v1alpha1",
+        "kind": "TransientTrainingJob",
+        "name": "evjob",
+        "namespace": namespace,
+        "uid": uid,
+    }
+    core_event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "evjob.core"},
+        "involvedObject": regarding,
+        "reason": "WorkerPreempted",
+        "message": "worker slot 2 lost its node",
+        "type": "Warning",
+        "source": {"component": "ttj-operator"},
+        "firstTimestamp": "2026-11-21T10:00:00Z",
+        "lastTimestamp": "2026-11-21T10:00:00Z",
+        "count": 1,
+    }
+    new_event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "evjob.new"},
+        "eventTime": "2026-11-21T10:00:01.000000Z",
+        "reportingController": "transient.training/operator",
+        "reportingInstance": "ttj-operator-0",
+        "action": "Elect",
+        "reason": "ChiefElected",
+        "note": "evjob-worker-1-0 is the chief",
+        "type": "Normal",
+        "regarding": regarding,
+    }
+    for event in (core_event, new_event):
+        kubectl(kubeconfig, "-n", namespace, "create", "-f", "-", stdin=yaml.safe_dump(event))
+    listed = kubectl(kubeconfig, "-n", namespace, "get", "events").stdout
+    assert listed.splitlines()[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    for text in ("WorkerPreempted", "worker slot 2 lost its node", "ChiefElected", "evjob-worker-1-0 is the chief"):
+        assert text in listed
+    assert "transienttrainingjob/evjob" in listed
+    new_api = kubectl(kubeconfig, "-n", namespace, "get", "events.v1.events.k8s.io", "-o", "name").stdout.split()
+    assert sorted(new_api) == ["event.events.k8s.io/evjob.core", "event.events.k8s.io/evjob.new"]
+    described = kubectl(kubeconfig, "-n", namespace, "describe", "ttj", "evjob").stdout
+    events_section = described.split("Events:", 1)[1]
+    assert "WorkerPreempted" in events_section
+    assert "worker slot 2 lost its node" in events_section
+    assert "ChiefElected" in events_section
+    assert "evjob-worker-1-0 is the chief" in events_section

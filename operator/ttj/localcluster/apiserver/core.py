@@ -93,10 +93,17 @@ class ApiCore:
         return versions[0] if versions else None
 
     def _output(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """A stored object as the requested version presents it (CR versions differ only in apiVersion)."""
+        """A stored object as the requested version presents it (CR versions differ only in apiVersion; a view
+        such as events.k8s.io Events converts fields)."""
+        if rtype.from_storage is not None:
+            return rtype.from_storage(obj)
         if obj.get("apiVersion") != rtype.api_version:
             return {**obj, "apiVersion": rtype.api_version}
         return obj
+
+    @staticmethod
+    def _storage_form(rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        return rtype.to_storage(obj) if rtype.to_storage is not None else obj
 
     def _require_namespace(self, rtype: ResourceType, namespace: str, name: str) -> None:
         ns = self.store.get(NAMESPACES, "", namespace)
@@ -259,8 +266,9 @@ class ApiCore:
             meta = obj["metadata"]
             if start_after is not None and (meta.get("namespace", ""), meta["name"]) <= start_after:
                 continue
-            if all(m(obj) for m in matchers):
-                selected.append(self._output(rtype, obj))
+            shown = self._output(rtype, obj)  # selectors name the fields of the API asked, as in kube
+            if all(m(shown) for m in matchers):
+                selected.append(shown)
         token = None
         if limit and len(selected) > limit:
             selected = selected[:limit]
@@ -326,7 +334,7 @@ class ApiCore:
         obj = self._admit(rtype, obj, None)
         if dry_run:
             return obj
-        stored = self.store.put(rtype.storage_key, obj, None)
+        stored = self.store.put(rtype.storage_key, self._storage_form(rtype, obj), None)
         self._notify(rtype, stored, None)
         return self._output(rtype, stored)
 
@@ -367,6 +375,10 @@ class ApiCore:
         subresource: str | None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
+        """``old`` is the stored object, ``new`` the object as the API of ``rtype`` presents it."""
+        stored_old = old
+        if rtype.from_storage is not None:
+            old = rtype.from_storage(stored_old)
         old_meta = old["metadata"]
         if subresource == "status":
             new = {**copy.deepcopy(old), "status": new.get("status")}
@@ -411,11 +423,11 @@ class ApiCore:
             and not new["metadata"].get("finalizers")
             and not self._graceful_pending(rtype, new)
         ):
-            final = self.store.remove(rtype.storage_key, new)
+            final = self.store.remove(rtype.storage_key, self._storage_form(rtype, new))
             self._notify(rtype, None, final)
             return self._output(rtype, final)
-        stored = self.store.put(rtype.storage_key, new, old)
-        self._notify(rtype, stored, old)
+        stored = self.store.put(rtype.storage_key, self._storage_form(rtype, new), stored_old)
+        self._notify(rtype, stored, stored_old)
         return self._output(rtype, stored)
 
     def _graceful_pending(self, rtype: ResourceType, obj: dict[str, Any]) -> bool:
@@ -439,7 +451,9 @@ class ApiCore:
         old = self.store.get(rtype.storage_key, ns, name)
         if old is None:
             raise not_found(rtype.plural, rtype.group, name)
-        patched = patching.apply_patch(content_type, old, patch_body, strategic_allowed=not rtype.is_custom)
+        patched = patching.apply_patch(
+            content_type, self._output(rtype, old), patch_body, strategic_allowed=not rtype.is_custom
+        )
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
         wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import events
+
 #: Where one resource's objects are kept: (group, plural). All served versions of a CRD share it.
 StorageKey = tuple[str, str]
 
@@ -41,6 +43,11 @@ class ResourceType:
     printer_columns: list[dict[str, Any]] = field(default_factory=list)
     #: a custom resource's openAPIV3Schema, for the OpenAPI documents (kubectl explain)
     schema: dict[str, Any] | None = None
+    #: another resource's storage when this one is a view of it (events.k8s.io Events are core Events)
+    storage: StorageKey | None = None
+    #: for a view: the stored form → this API's form, and back
+    from_storage: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    to_storage: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def api_version(self) -> str:
@@ -48,7 +55,7 @@ class ResourceType:
 
     @property
     def storage_key(self) -> StorageKey:
-        return (self.group, self.plural)
+        return self.storage or (self.group, self.plural)
 
     @property
     def subresources(self) -> list[str]:
@@ -121,7 +128,18 @@ def builtin_types() -> list[ResourceType]:
         _core("Endpoints", "endpoints", short_names=("ep",)),
         _core("PersistentVolumeClaim", "persistentvolumeclaims", short_names=("pvc",), status_subresource=True),
         _core("Node", "nodes", False, short_names=("no",), status_subresource=True),
-        ResourceType("events.k8s.io", "v1", "Event", "events", "event", True, short_names=("ev",)),
+        ResourceType(
+            "events.k8s.io",
+            "v1",
+            "Event",
+            "events",
+            "event",
+            True,
+            short_names=("ev",),
+            storage=("", "events"),
+            from_storage=events.to_events_v1,
+            to_storage=events.to_core,
+        ),
         ResourceType(
             "apps",
             "v1",
@@ -222,7 +240,7 @@ class Registry:
         return self._types.get((group, version, plural))
 
     def versions_of(self, storage_key: StorageKey) -> list[ResourceType]:
-        return [t for (g, _v, p), t in self._types.items() if (g, p) == storage_key]
+        return [t for t in self._types.values() if t.storage_key == storage_key]
 
     def by_kind(self, api_version: str, kind: str) -> ResourceType | None:
         group, _, version = api_version.rpartition("/")

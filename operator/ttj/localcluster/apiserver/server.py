@@ -435,6 +435,10 @@ class ApiServer:
         matcher: Matcher | None = None
         if matchers:
             matcher = (lambda obj: all(m(obj) for m in matchers)) if len(matchers) > 1 else matchers[0]
+        if matcher is not None and rtype.from_storage is not None:
+            # the store holds another API's form: select on the fields of the API being watched
+            select, convert = matcher, rtype.from_storage
+            matcher = lambda obj: select(convert(obj))  # noqa: E731
         namespace = target.namespace if rtype.namespaced else None
         watcher = Watcher(rtype.storage_key, namespace, matcher)
         rv_text = query.get("resourceVersion", "")
@@ -517,6 +521,9 @@ class ApiServer:
     def _event_line(
         self, event_type: str, obj: dict[str, Any], rtype: ResourceType, as_table: bool, obj_json: str | None = None
     ) -> bytes:
+        if rtype.from_storage is not None and obj.get("apiVersion") != rtype.api_version:
+            obj_json = None
+            obj = rtype.from_storage(obj)
         if as_table:
             obj = rtype_obj = tables.table(rtype, [obj], obj["metadata"]["resourceVersion"])
             return json.dumps({"type": event_type, "object": rtype_obj}, separators=(",", ":")).encode() + b"\n"

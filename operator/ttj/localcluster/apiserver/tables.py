@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from . import events
 from .resources import ResourceType
 
 Column = tuple[str, str, str, int, Callable[[dict[str, Any]], Any]]  # name, type, format, priority, value
@@ -150,7 +151,7 @@ BUILTIN_COLUMNS: dict[tuple[str, str], list[Column]] = {
             "string",
             "",
             0,
-            lambda o: _age(o.get("lastTimestamp") or o.get("eventTime") or o["metadata"].get("creationTimestamp")),
+            lambda o: _age(events.last_seen(o)),
         ),
         ("Type", "string", "", 0, _get(".type")),
         ("Reason", "string", "", 0, _get(".reason")),
@@ -159,9 +160,12 @@ BUILTIN_COLUMNS: dict[tuple[str, str], list[Column]] = {
             "string",
             "",
             0,
-            lambda o: f"{(_path(o, '.involvedObject.kind') or '').lower()}/{_path(o, '.involvedObject.name') or ''}",
+            lambda o: (
+                f"{(events.involved_object(o).get('kind') or '').lower()}/{events.involved_object(o).get('name') or ''}"
+            ),
         ),
-        ("Message", "string", "", 0, _get(".message")),
+        # the same Events through core/v1 (message) or events.k8s.io/v1 (note)
+        ("Message", "string", "", 0, lambda o: o.get("message", o.get("note"))),
     ],
     ("apps", "deployments"): [
         _NAME,
