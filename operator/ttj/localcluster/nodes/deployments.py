@@ -172,7 +172,10 @@ class DeploymentController:
         pods = self._owned_pods(rs)
         seen = {p["metadata"]["name"] for p in pods}
         active = [p for p in pods if not pod_is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
-        creating = {n: t for n, t in self._pending(self._creating, key).items() if n not in seen}
+        with self._lock:  # a creation once observed is no longer expected (even if the pod is gone again)
+            for observed in seen & set(self._creating.get(key, {})):
+                del self._creating[key][observed]
+        creating = self._pending(self._creating, key)
         deleting = self._pending(self._deleting, key)
         active_names = {p["metadata"]["name"] for p in active} - set(deleting)
         count = len(active_names) + len(creating)
