@@ -138,8 +138,11 @@ def recovery(root: Path, args: argparse.Namespace) -> dict[str, list[float]]:
                 first = next(s for _, e, s in sampler.samples if e == epoch)
                 results["handover"].append(next(t for t, e, _ in sampler.samples if e == epoch) - killed)
                 results["chief"].append(max(0, before - first))
+                started = iso_now()
                 job.start("worker", chief)  # the replacement pod
                 chief = successor
+                # Start the next round only once the replacement trains (it may be elected next).
+                wait_for(lambda started=started: events(job, "first step", started), STARTUP, "the replacement")
             # PS losses: SIGKILL the PS, start a new one; the chief restores the latest checkpoint. The step at
             # the loss is the highest a worker had reached (each logs it when it loses the PS).
             for _ in range(args.rounds):
@@ -176,8 +179,14 @@ def recovery(root: Path, args: argparse.Namespace) -> dict[str, list[float]]:
                 results["sigterm"].append(elapsed)
                 job.start("worker", chief)
                 successor = (chief + 1) % 3
-                lease.elect(f"job-worker-{successor}")
+                epoch = lease.elect(f"job-worker-{successor}")
                 chief = successor
+                # The next round needs a chief that is running (it may be a replacement still starting).
+                wait_for(
+                    lambda epoch=epoch: (c := checkpoints.latest(job.checkpoint_uri)) and c.epoch == epoch,
+                    STARTUP,
+                    "the new chief's first checkpoint",
+                )
             results["first_step"] = [e["seconds_since_start"] for e in events(job, "first step", "")]
         finally:
             sampler.stop.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 # Before TensorFlow is imported: its C++ logs are not structured, keep them to errors.
@@ -14,6 +15,8 @@ EXIT_DATASET = 3
 
 
 def main() -> int:
+    # Until a role installs its own handler, SIGTERM finds nothing to save: exit as a stopped trainer does.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     from ttj_trainer import logs
     from ttj_trainer.config import ConfigError, load
 
