@@ -14,6 +14,7 @@ Needs root and ``ip``/``nsenter``; ``PodNetworkNamespaces.available()`` says whe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import ipaddress
@@ -49,7 +50,7 @@ class PodNetworkNamespaces:
         self.bridge = f"ttj{os.getpid():x}x{serial:x}"[:15]
         self._prefix = f"{self.bridge}-"
         self.subnet: ipaddress.IPv4Network | None = None
-        self._relays: list[_TcpRelay] = []
+        self._relays: list[TcpRelay] = []
         self._lock = threading.Lock()
         self._namespaces: dict[str, str] = {}  # pod uid → netns name
 
@@ -152,7 +153,7 @@ class PodNetworkNamespaces:
 
     def relay(self, target_host: str, target_port: int) -> int:
         """Listen on the gateway address and forward to target (the API server); returns the port."""
-        relay = _TcpRelay(self.gateway, (target_host, target_port))
+        relay = TcpRelay(self.gateway, (target_host, target_port))
         relay.start()
         self._relays.append(relay)
         return relay.port
@@ -166,49 +167,122 @@ class PodNetworkNamespaces:
             _ip("link", "del", self.bridge, check=False)
 
 
-class _TcpRelay:
-    """A plain TCP forwarder (thread per direction), enough for API calls and watches from pods."""
+class TcpRelay:
+    """Forwards TCP connections (pods' API calls and watches) from ``host`` to ``target``.
+
+    One asyncio loop in its own thread serves every connection: accepting never waits on a connection in
+    progress (the relay lives in the cluster's process, beside the API server and the kubelets, and gets the
+    interpreter only now and then while that process is busy); a deep listen backlog lets the kernel complete
+    a burst of connects (every trainer of a job starting at once) while the loop catches up; an error on one
+    connection (a reset, a pod whose network namespace vanished) ends that connection only; keepalive closes
+    the connections of pods that disappeared without a word, instead of leaking them.
+    """
+
+    BACKLOG = 4096
+    CONNECT_TIMEOUT_S = 10.0
+    CHUNK = 256 * 1024
 
     def __init__(self, host: str, target: tuple[str, int]) -> None:
         self.target = target
-        self._server = socket.create_server((host, 0))
-        self.port = int(self._server.getsockname()[1])
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name=f"api-relay-{host}", daemon=True)
+        # bound now, so that the port is known before the loop runs
+        self._socket = socket.create_server((host, 0), backlog=self.BACKLOG)
+        self.port = int(self._socket.getsockname()[1])
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._transports: set[asyncio.WriteTransport] = set()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"api-relay-{host}", daemon=True)
+        #: connections relayed so far, and open now
+        self.accepted = 0
+        self.failed_upstream = 0
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._transports) // 2
 
     def start(self) -> None:
         self._thread.start()
+        self._started.wait()
 
     def stop(self) -> None:
-        self._stopped.set()
-        with contextlib.suppress(OSError):
-            self._server.shutdown(socket.SHUT_RDWR)
-        self._server.close()
+        if not self._thread.is_alive():
+            self._socket.close()
+            return
 
-    def _accept(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            for transport in list(self._transports):
+                transport.abort()
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._server = self._loop.run_until_complete(
+                asyncio.start_server(self._relay, sock=self._socket, backlog=self.BACKLOG, limit=self.CHUNK)
+            )
+        finally:
+            self._started.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
     @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _keepalive(writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self._keepalive(writer)
         try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(*self.target, limit=self.CHUNK), self.CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            self.failed_upstream += 1
+            log.warning("API relay: cannot reach %s:%s: %s", *self.target, exc)
+            writer.transport.abort()
+            return
+        ends = (writer.transport, up_writer.transport)
+        self._transports.update(ends)
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer, ends), self._pipe(up_reader, writer, ends))
         finally:
-            with contextlib.suppress(OSError):
-                sink.shutdown(socket.SHUT_WR)
-            with contextlib.suppress(OSError):
-                source.close()
+            for transport in ends:
+                transport.close()
+                self._transports.discard(transport)
+
+    @classmethod
+    async def _pipe(
+        cls, source: asyncio.StreamReader, sink: asyncio.StreamWriter, ends: tuple[asyncio.WriteTransport, ...]
+    ) -> None:
+        """Copy until end of stream, then half-close the sink (HTTP keeps working both ways); on any error
+        tear both connections down, so that the other direction ends too."""
+        try:
+            while data := await source.read(cls.CHUNK):
+                sink.write(data)
+                await sink.drain()
+            if sink.can_write_eof():
+                sink.write_eof()
+        except (OSError, ConnectionError, RuntimeError):
+            for transport in ends:
+                transport.abort()
