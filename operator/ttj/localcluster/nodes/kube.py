@@ -306,6 +306,9 @@ class Informer:
                 backoff = min(5.0, backoff * 2)
 
 
+_WAKE = "\0wake"  # not a key: wakes the worker so that it notices the stop
+
+
 class WorkQueue:
     """A de-duplicating queue of keys with delayed re-adds, served by one worker thread."""
 
@@ -323,6 +326,7 @@ class WorkQueue:
 
     def join(self, timeout: float) -> None:
         if self._thread.is_alive():
+            self._queue.put(_WAKE)  # the worker sees the stop now, not after its poll interval
             self._thread.join(timeout)
 
     def add(self, key: str) -> None:
@@ -343,6 +347,8 @@ class WorkQueue:
             try:
                 key = self._queue.get(timeout=0.5)
             except queue.Empty:
+                continue
+            if key == _WAKE:
                 continue
             with self._lock:
                 self._pending.discard(key)
