@@ -36,7 +36,8 @@ class ParamSpec:
             return np.ones(self.shape, np.float32)
         fan_in = int(np.prod(self.shape[:-1]))
         if self.init == "he":
-            return (rng.standard_normal(self.shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+            he: np.ndarray = rng.standard_normal(self.shape).astype(np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+            return he
         limit = np.sqrt(6.0 / (fan_in + self.shape[-1]))
         return rng.uniform(-limit, limit, self.shape).astype(np.float32)
 
