@@ -35,7 +35,8 @@ def percentile(values: list[float], share: float) -> float:
 def server_of(kubeconfig: Path) -> str:
     for line in kubeconfig.read_text(encoding="utf-8").splitlines():
         if line.strip().startswith("server:"):
-            return str(json.loads(line.split(":", 1)[1].strip()))
+            value = line.split(":", 1)[1].strip()
+            return str(json.loads(value)) if value.startswith('"') else value
     raise RuntimeError(f"no server in {kubeconfig}")
 
 

@@ -159,8 +159,14 @@ class NodeFleet:
         self.kubeconfig = kubeconfig_path
         self.client = KubeClient(kubeconfig_path)
         pod_kubeconfig = kubeconfig_path
-        if self.run_pods and self.want_pod_network and PodNetworkNamespaces.available():
-            pod_kubeconfig = self._setup_pod_network(kubeconfig_path)
+        if self.run_pods and self.want_pod_network:
+            if PodNetworkNamespaces.available():
+                pod_kubeconfig = self._setup_pod_network(kubeconfig_path)
+            else:
+                log.warning(
+                    "pods share the host's network (127.x pod IPs): pod network namespaces need root and "
+                    "ip/nsenter/unshare/mount; TensorFlow parameter-server training will not work"
+                )
         self.runtime = ProcessRuntime(self.state_dir, kubeconfig=pod_kubeconfig, on_exit=self._on_container_exit)
         self._ensure_namespace(NODE_LEASE_NAMESPACE)
         self._started_at = time.monotonic()

@@ -46,11 +46,13 @@ class KubeClient:
         self.kubeconfig = kubeconfig
         self._open_watches: set[Any] = set()
         self._watch_lock = threading.Lock()
+        self._closed = False
         self.api = kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         """Ends open watches at once (their threads see the stream end) and closes the connection pool."""
         with self._watch_lock:
+            self._closed = True
             watches = list(self._open_watches)
         for response in watches:
             with contextlib.suppress(Exception):
@@ -156,6 +158,9 @@ class KubeClient:
         buffer = b""
         with self._watch_lock:
             self._open_watches.add(response.response)
+            if self._closed:  # closed while this watch was being opened: end it now, not at its timeout
+                with contextlib.suppress(Exception):
+                    response.response.shutdown()
         try:
             for chunk in response.response.stream(amt=None, decode_content=False):
                 buffer += chunk
