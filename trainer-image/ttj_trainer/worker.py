@@ -108,6 +108,8 @@ class Worker:
             return None
         progress: dict[str, Any] = {"globalStep": self.global_step}
         if self.last_checkpoint is not None:
+            # The step was read before the checkpoint's own read of the PS; the PS never holds less.
+            progress["globalStep"] = max(self.global_step, self.last_checkpoint.step)
             progress["checkpointStep"] = self.last_checkpoint.step
             progress["checkpointPath"] = self.last_checkpoint.path
             progress["checkpointTime"] = checkpoints._rfc3339(self.last_checkpoint_time or time.time())
