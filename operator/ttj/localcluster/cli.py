@@ -53,6 +53,16 @@ def check_arguments(args: argparse.Namespace) -> None:
         module.check_arguments(args)
 
 
+def _import_crd_validation() -> None:
+    """Import what the first CRD needs (jsonschema, cel-python) once the cluster is up and idle, rather than
+    in the API server's event loop when someone applies it (a pause of up to a second on this machine)."""
+    try:
+        importlib.import_module("jsonschema")
+        importlib.import_module("celpy")
+    except ImportError:
+        pass  # reported when a CRD needs them
+
+
 def main(args: argparse.Namespace) -> int:
     """Ready means: the kubeconfig is written as soon as the API server answers; the add-ons (nodes, scheduler,
     controllers) start right after, and a second line says when the nodes are registered and Ready."""
@@ -85,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
         cluster.start_addons(addons)
         if addons:
             print("ttj local-cluster: nodes registered; scheduler and controllers running", flush=True)
+        threading.Thread(target=_import_crd_validation, name="warm-up", daemon=True).start()
         while not stop.wait(0.5):
             pass
     except Exception as exc:

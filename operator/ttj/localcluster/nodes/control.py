@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -204,6 +205,10 @@ def _read_log(path: Path, tail_lines: str | None, limit_bytes: str | None) -> by
     return data
 
 
+#: how long a control command waits for a just-started local cluster's nodes (they follow its kubeconfig)
+STARTUP_WAIT_S = 30.0
+
+
 class ControlClient:
     """Talks to a running local cluster's control server (found through its kubeconfig)."""
 
@@ -213,8 +218,15 @@ class ControlClient:
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> ControlClient:
         client = KubeClient(kubeconfig)
+        path = f"/api/v1/namespaces/{CONTROL_NAMESPACE}/configmaps/{CONTROL_CONFIGMAP}"
         try:
-            configmap = client.get(f"/api/v1/namespaces/{CONTROL_NAMESPACE}/configmaps/{CONTROL_CONFIGMAP}")
+            configmap = client.get(path)
+            if configmap is None and "ttj.local" in str(client.request("GET", "/version").get("gitVersion")):
+                # A local cluster writes its kubeconfig before its nodes (and this ConfigMap) are up: wait a little.
+                deadline = time.monotonic() + STARTUP_WAIT_S
+                while configmap is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    configmap = client.get(path)
         finally:
             client.close()
         url = ((configmap or {}).get("data") or {}).get("url")
