@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -134,3 +135,40 @@ def test_a_core_watch_sees_events_written_through_events_k8s_io(k8s_api: client.
     assert seen[0]["type"] == "ADDED"
     assert seen[0]["object"].message == "trainer-1 is the chief"
     assert seen[0]["object"].involved_object.name == "trainer-1"
+
+
+def test_an_events_k8s_io_watch_with_a_selector_sees_core_writes(k8s_api: client.ApiClient, namespace: str) -> None:
+    events_api = client.EventsV1Api(k8s_api)
+    start = events_api.list_namespaced_event(namespace).metadata.resource_version
+    seen: list[dict[str, Any]] = []
+
+    def watch_events_v1() -> None:
+        # raw: the typed client cannot read an events.k8s.io Event whose eventTime is null (kube serves those)
+        path = (
+            f"{EVENTS_V1.format(ns=namespace)}?watch=1&resourceVersion={start}"
+            "&fieldSelector=regarding.name%3Dtrainer-0&timeoutSeconds=20"
+        )
+        method, url, headers, body, _ = k8s_api.param_serialize(
+            "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
+        response = k8s_api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        buffer = b""
+        for chunk in response.response.stream(amt=None, decode_content=False):
+            buffer += chunk
+            if b"\n" in buffer:
+                seen.append(json.loads(buffer.split(b"\n", 1)[0])["object"])
+                response.response.shutdown()
+                return
+
+    watcher = threading.Thread(target=watch_events_v1, daemon=True)
+    watcher.start()
+    other = core_event(namespace, "not-selected")
+    other["involvedObject"]["name"] = "trainer-9"
+    raw_request(k8s_api, "POST", CORE.format(ns=namespace), other)
+    raw_request(k8s_api, "POST", CORE.format(ns=namespace), core_event(namespace, "selected"))
+    wait_for(lambda: seen, timeout=20, what="the events.k8s.io watch to see the core event")
+    watcher.join(5)
+    assert seen[0]["metadata"]["name"] == "selected"
+    assert seen[0]["apiVersion"] == "events.k8s.io/v1"
+    assert seen[0]["note"] == "the node was preempted"
+    assert "message" not in seen[0]
