@@ -145,7 +145,7 @@ def draw(timeline: Timeline, path: Path, title: str) -> Path:
         Rectangle((0, 0), 1, 1, color="#6a1b9a", label="chief"),
         Line2D([], [], marker="X", color="#ef6c00", linestyle="", label="preempted"),
     ]
-    lanes.legend(handles=handles, loc="lower right", fontsize=8)
+    lanes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     if timeline.steps:
         times, values = zip(*timeline.steps, strict=True)
         steps.step(times, values, where="post", color="#1565c0", label="global step")
@@ -160,7 +160,7 @@ def draw(timeline: Timeline, path: Path, title: str) -> Path:
         steps.annotate(f"epoch {epoch}", (when, 0), fontsize=8, color="#6a1b9a")
     steps.set_xlabel("seconds since the job was applied")
     steps.set_ylabel("global step")
-    steps.legend(loc="upper left", fontsize=8)
+    steps.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
