@@ -379,6 +379,9 @@ class _Planner:
 
         # 4. Parameter servers: a different PS pod means the model state is gone.
         ps_ready, ps_replaced = self._parameter_servers()
+        # A replacement PS holds no model state until the chief restores it: recovering, even when the
+        # Deployment had the new pod running before any pass saw the old one missing.
+        ps_ready = ps_ready and not ps_replaced
 
         # 5. Worker slots: keep `desired` slots filled, replace lost pods at once in their slot.
         active, pending, unschedulable = self._worker_slots(workers, verdicts, holder, job_obj)
