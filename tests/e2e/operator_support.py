@@ -1,18 +1,20 @@
-"""Support for the operator's end-to-end tests: the operator as a real process, and a small stand-in
-for scheduler + kubelet + Deployment controller that runs no containers (pods "run" by status only),
-so that preemptions can be injected exactly. Needs the embedded cluster (it writes pod status and
-nodes, which a real cluster's kubelets own)."""
+"""Support for the operator's end-to-end tests: the operator as a real process (``ttj operator``), the
+local cluster with its real node add-ons (fleet, scheduler, Deployment controller; pods simulated),
+and a chief heartbeat standing in for the trainer (simulated pods run no code, so nobody else would
+renew the chief's Lease)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -72,11 +74,12 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
 class OperatorProcess:
     """``ttj operator`` in a subprocess, so a test can kill it at any moment and start it again."""
 
-    def __init__(self, kubeconfig: str, namespace: str, log_dir: Path) -> None:
+    def __init__(self, kubeconfig: str, namespace: str, log_dir: Path, *extra: str) -> None:
         self.kubeconfig, self.namespace, self.log_dir = kubeconfig, namespace, log_dir
         self.process: subprocess.Popen[bytes] | None = None
         self.metrics_port = free_port()
         self.runs = itertools.count()
+        self.extra = list(extra)
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": self.kubeconfig}
@@ -101,6 +104,7 @@ class OperatorProcess:
                 "2",
                 "--resync",
                 "2",
+                *self.extra,
             ],
             env=env,
             stdout=log,
@@ -120,37 +124,69 @@ class OperatorProcess:
             return str(answer.read().decode())
 
 
-class FakeKubelet:
-    """Scheduler, kubelet and Deployment controller for one namespace, by status writes only."""
+def e2e_pools() -> list[Any]:
+    """An on-demand CPU pool for the parameter servers and a spot T4 pool, nodes back 1 s after a loss."""
+    from ttj.localcluster.nodes.pools import NodePool
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.namespace = namespace
-        self.dead_nodes: set[str] = set()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.counter = itertools.count()
-        self.lock = threading.Lock()
+    return [
+        NodePool(name="cpu-pool", nodes=2, cpu="8", memory="30Gi"),
+        NodePool(
+            name="gpu-pool",
+            nodes=12,
+            provisioning="spot",
+            accelerator="nvidia-tesla-t4",
+            gpus=1,
+            cpu="8",
+            memory="30Gi",
+            machine_type="n1-standard-8",
+            restore_after=1.0,
+        ),
+    ]
 
-    def add_node(self, name: str, kind: str) -> None:
-        labels = {"kubernetes.io/hostname": name}
-        if kind == "spot":
-            labels |= {"cloud.google.com/gke-spot": "true", "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
-        body = {
-            "metadata": {"name": name, "labels": labels},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now_text()}],
-                "capacity": {"nvidia.com/gpu": "1" if kind == "spot" else "0"},
-            },
-        }
+
+@contextlib.contextmanager
+def cluster_with_nodes(pools: Sequence[Any] | None = None) -> Iterator[tuple[str, Any]]:
+    """(kubeconfig, control client or None): KUBECONFIG's cluster when set, else a local cluster with the
+    real node add-ons and simulated pods. The control client (preemption, node loss) exists only on a
+    ttj local cluster; on another cluster those tests skip."""
+    from ttj.localcluster.cluster import LocalCluster
+    from ttj.localcluster.nodes.control import ControlClient
+    from ttj.localcluster.nodes.deployments import DeploymentController
+    from ttj.localcluster.nodes.fleet import NodeFleet
+    from ttj.localcluster.nodes.scheduler import Scheduler
+
+    real = os.environ.get("KUBECONFIG")
+    if real:
         try:
-            self.core.create_node(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+            control: Any = ControlClient.from_kubeconfig(real)
+        except Exception as exc:  # a real cluster: no injection endpoint
+            logging.getLogger(__name__).info("no local-cluster control: %s", exc)
+            control = None
+        yield real, control
+        return
+    fleet = NodeFleet(list(pools or e2e_pools()), run_pods=False, pod_network=False)
+    with LocalCluster(addons=[fleet, Scheduler(seed=1), DeploymentController()]) as cluster:
+        yield cluster.kubeconfig_path, ControlClient.from_kubeconfig(cluster.kubeconfig_path)
 
-    def __enter__(self) -> FakeKubelet:
+
+class ChiefHeartbeat:
+    """What a chief trainer does with its Lease: renew ``renewTime`` while it runs.
+
+    Simulated pods run no trainer, so this stands in for it: every Lease of a ttj job whose holder is a
+    Running, undeleted pod on a Ready node is renewed every ``period`` seconds. A chief that was
+    preempted (pod Failed) or whose node was lost (not Ready) falls silent, as a real one would.
+    """
+
+    def __init__(self, api: Any, period: float = 1.0) -> None:
+        from kubernetes import client as k8s
+
+        self.core = k8s.CoreV1Api(api)
+        self.coordination = k8s.CoordinationV1Api(api)
+        self.period = period
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="chief-heartbeat", daemon=True)
+
+    def __enter__(self) -> ChiefHeartbeat:
         self.thread.start()
         return self
 
@@ -159,142 +195,32 @@ class FakeKubelet:
         self.thread.join(10)
 
     def _loop(self) -> None:
-        while not self.stop.is_set():
+        while not self.stop.wait(self.period):
             try:
-                with self.lock:
-                    self._sync()
-            except ApiException:
-                pass
-            self.stop.wait(0.1)
+                self.beat()
+            except Exception as exc:  # the API may blip; the next beat tries again
+                logging.getLogger(__name__).debug("heartbeat: %s", exc)
 
-    def _nodes(self, kind: str) -> list[str]:
-        nodes = self.core.list_node().items
-        out = []
-        for node in nodes:
-            labels = node.metadata.labels or {}
-            spot = labels.get("cloud.google.com/gke-spot") == "true"
-            mine = node.metadata.name.startswith(f"{self.namespace}-")  # other tests' nodes may be dead
-            if mine and node.metadata.name not in self.dead_nodes and spot == (kind == "spot"):
-                out.append(node.metadata.name)
-        return sorted(out)
+    def _alive(self, namespace: str, pod_name: str) -> bool:
+        try:
+            pod = self.core.read_namespaced_pod(pod_name, namespace)
+        except ApiException:
+            return False
+        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp or not pod.spec.node_name:
+            return False
+        try:
+            node = self.core.read_node(pod.spec.node_name)
+        except ApiException:
+            return False
+        ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+        return ready is not None and ready.status == "True"
 
-    def _renew_chief(self) -> None:
-        """What the chief trainer does: renew the Lease while it runs."""
-        coordination = client.CoordinationV1Api(self.core.api_client)
-        for lease in coordination.list_namespaced_lease(self.namespace, label_selector=JOB).items:
+    def beat(self) -> None:
+        for lease in self.coordination.list_lease_for_all_namespaces(label_selector=JOB).items:
             holder = lease.spec.holder_identity
-            if not holder:
+            if not holder or not self._alive(lease.metadata.namespace, holder):
                 continue
-            try:
-                pod = self.core.read_namespaced_pod(holder, self.namespace)
-            except ApiException:
-                continue
-            if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
-                if pod.spec.node_name in self.dead_nodes:
-                    continue
-                stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-                coordination.patch_namespaced_lease(lease.metadata.name, self.namespace, {"spec": {"renewTime": stamp}})
-
-    def _sync(self) -> None:
-        self._renew_chief()
-        for deployment in self.apps.list_namespaced_deployment(self.namespace).items:
-            selector = ",".join(f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items())
-            pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
-            if not [p for p in pods if not p.metadata.deletion_timestamp]:
-                template = client.ApiClient().sanitize_for_serialization(deployment.spec.template)
-                template["metadata"]["name"] = f"{deployment.metadata.name}-{next(self.counter):05d}"
-                template["metadata"]["ownerReferences"] = [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "Deployment",
-                        "name": deployment.metadata.name,
-                        "uid": deployment.metadata.uid,
-                    }
-                ]
-                self.core.create_namespaced_pod(self.namespace, template)
-        used = {p.spec.node_name for p in self.core.list_namespaced_pod(self.namespace).items if p.spec.node_name}
-        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=JOB).items:
-            name, meta = pod.metadata.name, pod.metadata
-            if pod.spec.node_name in self.dead_nodes:
-                continue  # its kubelet is gone with the node
-            if meta.deletion_timestamp:
-                if meta.deletion_grace_period_seconds:
-                    if pod.status.phase in ("Pending", "Running"):
-                        self._set_status(name, "Failed", exit_code=143)
-                    self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
-                continue
-            if not pod.spec.node_name:
-                kind = "on-demand" if meta.labels.get("transient.training/role") == "ps" else "spot"
-                free = [n for n in self._nodes(kind) if kind == "on-demand" or n not in used]
-                if free:
-                    self.core.create_namespaced_pod_binding(
-                        name,
-                        self.namespace,
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Binding",
-                            "metadata": {"name": name},
-                            "target": {"apiVersion": "v1", "kind": "Node", "name": free[0]},
-                        },
-                        _preload_content=False,
-                    )
-                    used.add(free[0])
-                continue
-            if pod.status.phase == "Pending":
-                self._set_status(name, "Running")
-
-    def _set_status(self, name: str, phase: str, exit_code: int | None = None, reason: str | None = None) -> None:
-        status: dict[str, Any] = {
-            "phase": phase,
-            "startTime": now_text(),
-            "podIP": "127.0.0.1",
-            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now_text()}],
-        }
-        if exit_code is None:
-            status["containerStatuses"] = [
-                {
-                    "name": "trainer",
-                    "ready": True,
-                    "restartCount": 0,
-                    "image": "x",
-                    "imageID": "",
-                    "state": {"running": {"startedAt": now_text()}},
-                }
-            ]
-        else:
-            status["containerStatuses"] = [
-                {
-                    "name": "trainer",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "x",
-                    "imageID": "",
-                    "state": {"terminated": {"exitCode": exit_code, "finishedAt": now_text()}},
-                }
-            ]
-        if reason:
-            status["reason"] = reason
-        self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
-
-    # -- injected faults ---------------------------------------------------------------------------------
-    def preempt_pod(self, name: str) -> None:
-        """GKE's graceful node shutdown: the kubelet ends the pod with reason Terminated."""
-        with self.lock:
-            self._set_status(name, "Failed", exit_code=143, reason="Terminated")
-
-    def node_not_ready(self, node: str) -> None:
-        with self.lock:
-            self.dead_nodes.add(node)
-            self.core.patch_node_status(
-                node,
-                {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": now_text()}]}},
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            self.coordination.patch_namespaced_lease(
+                lease.metadata.name, lease.metadata.namespace, {"spec": {"renewTime": stamp}}
             )
-
-    def delete_node(self, node: str) -> None:
-        with self.lock:
-            self.dead_nodes.add(node)
-            self.core.delete_node(node)
-
-    def crash(self, name: str, exit_code: int = 1, message: str = "boom") -> None:
-        with self.lock:
-            self._set_status(name, "Failed", exit_code=exit_code)

@@ -110,6 +110,8 @@ class Applier:
                     raise Conflict(f"lease {action.name} changed") from exc
                 if exc.status in (404, 409):
                     continue  # gone already / exists already: the action's intent holds
+                if exc.status == 403 and "being terminated" in str(exc.body or ""):
+                    continue  # the namespace is going away, and the job with it
                 raise
         return done
 
@@ -138,6 +140,14 @@ class Applier:
             self._call("PATCH", self.path("Lease", namespace, action.name), lease_patch(action), MERGE_PATCH)
         elif isinstance(action, DeleteJob):
             raise AssertionError("DeleteJob is applied by the handler")  # pragma: no cover
+
+    def release_finalizer(self, namespace: str, pod: str) -> None:
+        """Remove our finalizer from a pod whose job is gone; a pod already gone is fine."""
+        try:
+            self._remove_finalizer(namespace, pod)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("could not release pod %s/%s: %s", namespace, pod, exc.reason)
 
     def _remove_finalizer(self, namespace: str, pod: str) -> None:
         path = self.path("Pod", namespace, pod)

@@ -10,7 +10,6 @@ planner's timer. Nothing the next pass needs is kept only in memory.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import dataclasses
 import logging
@@ -155,7 +154,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         """A worker of a job that no longer exists must not hang on our finalizer."""
         key = _job_key(namespace, labels)
         if key is not None and key not in jobs:
-            Applier(ctx.api)._remove_finalizer(namespace, name)
+            Applier(ctx.api).release_finalizer(namespace, name)
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", cancellation_timeout=10, backoff=1)  # type: ignore[arg-type]
     async def reconcile_job(
@@ -179,9 +178,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
                 delay = await reconciler.run_pass(body, pods_by_job, leases_by_job, children, nodes_by_name)
                 if delay is None:
                     return
-                with_timeout = asyncio.wait_for(wakeup.wait(), timeout=max(0.01, delay))
-                with contextlib.suppress(TimeoutError):
-                    await with_timeout
+                await _sleep(wakeup, stopped, delay)
                 if ctx.debounce_seconds:
                     await asyncio.sleep(ctx.debounce_seconds)
         finally:
@@ -189,6 +186,34 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
             ctx.written.pop(key, None)
             if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
                 ctx.metrics.forget(namespace, name)
+                # The job is gone: its workers must not hang on our finalizer (the garbage collector
+                # deletes them; a pod deleted later is caught by orphan_pod).
+                held = [
+                    pod_name
+                    for _kind, pod_name, pod in pods_by_job.get(key, [])
+                    if FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or [])
+                ]
+                applier = Applier(ctx.api)
+
+                def release() -> None:
+                    for pod_name in held:
+                        applier.release_finalizer(namespace, pod_name)
+
+                await asyncio.shield(asyncio.to_thread(release))
+
+
+async def _sleep(wakeup: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:
+    """Until the job's wake-up, the daemon's stop (so cleanup runs before kopf cancels), or ``seconds``."""
+
+    async def until_stopped() -> None:
+        await stopped.wait()
+
+    waiters = [asyncio.ensure_future(wakeup.wait()), asyncio.ensure_future(until_stopped())]
+    try:
+        await asyncio.wait(waiters, timeout=max(0.01, seconds), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def observe(

@@ -326,6 +326,11 @@ class _Planner:
         # 3. The end: success, too many failures, deadline, budget.
         lease = self.observed.lease
         holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        if lease is None and self.prev.chief is not None and self.prev.chief.epoch > 0:
+            # The status names a chief, so the Lease was made: our watch has not delivered it yet, or
+            # someone deleted it. Recreate it as the status says rather than elect again (which would
+            # bump the epoch for nothing).
+            holder = self.prev.chief.pod
         status.progress = _progress(lease, self.prev.progress)
         self.budget: BudgetDecision | None = None
         if self.config.prices is not None:

@@ -498,3 +498,19 @@ def test_cost_accrues_and_the_budget_stops_the_job() -> None:
     final = world.reconcile(now + hour, config).status
     assert final["phase"] == "Failed"
     assert next(c for c in final["conditions"] if c["type"] == "Failed")["reason"] == "BudgetExceeded"
+
+
+def test_a_lease_not_yet_seen_is_recreated_as_the_status_says_without_a_new_election() -> None:
+    """The watch has not delivered the Lease we just made (or someone deleted it): no second election."""
+    world = started()
+    status = copy.deepcopy(world.job["status"])
+    assert status["chief"]["epoch"] == 1
+    world.observed.lease = None
+    result = world.reconcile(T0 + S)
+    leases = [a.manifest for a in result.of_type(CreateChild) if a.kind == "Lease"]
+    assert len(leases) == 1
+    assert leases[0]["spec"]["holderIdentity"] == status["chief"]["pod"]
+    assert leases[0]["spec"]["leaseTransitions"] == 1
+    assert world.job["status"]["chief"]["epoch"] == 1
+    assert world.job["status"]["chiefElections"] == status["chiefElections"]
+    assert chief_labelled(world) == [status["chief"]["pod"]]
