@@ -1,0 +1,249 @@
+"""The operator at scale, end to end: ONE real ``ttj operator`` process, N jobs of 8 workers on the local
+cluster (real API server, scheduler, Deployment controller and node fleet; pods simulated).
+
+Measures, from the pod watch of this process (both ends of each interval seen the same way):
+- preemption seen → replacement pod created: from the first event showing a worker lost (Failed or
+  DisruptionTarget) to the ADDED event of the pod that takes its slot;
+- chief lost → new chief labelled: from the first event showing the chief lost to the event where
+  another worker of the job carries ``transient.training/chief=true``;
+and the operator process's memory (RSS now, and its peak). Nodes of the spot pool (8 T4s each) are
+preempted one by one, as GKE does, while every job runs. The chief's Lease is not renewed (no trainer
+runs), so the operator runs with a long ``--chief-startup``.
+
+Run: .venv/bin/python bench/operator_scale.py --jobs 100 [--preemptions 10] [--deadline 900]
+It stops by itself: at ``--deadline`` seconds everything is torn down and what was measured is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = "transient.training/job-name"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process in KiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields.get("VmRSS", "0 kB").split()[0]), int(fields.get("VmHWM", "0 kB").split()[0])
+
+
+class PodLog:
+    """Watches the namespace's pods and keeps, per pod, when it was added, lost, and labelled chief."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.added: dict[str, float] = {}
+        self.lost: dict[str, float] = {}
+        self.chief_at: dict[str, float] = {}
+        self.slot: dict[str, tuple[str, str]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from kubernetes import client, watch
+
+        core = client.CoreV1Api(self.api)
+        version = core.list_namespaced_pod(self.namespace, limit=1).metadata.resource_version
+        while not self.stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=f"{JOB},transient.training/role=worker",
+                    resource_version=version,
+                    timeout_seconds=30,
+                ):
+                    now = time.monotonic()
+                    pod = event["object"]
+                    version = pod.metadata.resource_version
+                    self._record(event["type"], pod, now)
+                    if self.stop.is_set():
+                        stream.stop()
+                        break
+            except Exception as exc:  # a watch that ends (410 or a blip) starts again from a fresh list
+                print(f"pod watch: {exc}", file=sys.stderr)
+                version = core.list_namespaced_pod(self.namespace, limit=1).metadata.resource_version
+
+    def _record(self, kind: str, pod: Any, now: float) -> None:
+        name = pod.metadata.name
+        labels = pod.metadata.labels or {}
+        self.slot.setdefault(name, (labels.get(JOB, ""), labels.get("transient.training/slot", "")))
+        if kind == "ADDED":
+            self.added.setdefault(name, now)
+        disrupted = any(c.type == "DisruptionTarget" and c.status == "True" for c in pod.status.conditions or [])
+        if (pod.status.phase == "Failed" or disrupted) and name not in self.lost:
+            self.lost[name] = now
+        if labels.get("transient.training/chief") == "true" and name not in self.chief_at:
+            self.chief_at[name] = now
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--preemptions", type=int, default=10, help="spot nodes preempted one after another")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between preemptions")
+    parser.add_argument("--deadline", type=float, default=900.0, help="stop after this many seconds, whatever state")
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.deadline
+
+    from kubernetes import client, config
+    from tests.e2e.operator_support import install_crd
+
+    from ttj.localcluster.cluster import LocalCluster
+    from ttj.localcluster.nodes.deployments import DeploymentController
+    from ttj.localcluster.nodes.fleet import NodeFleet
+    from ttj.localcluster.nodes.pools import NodePool
+    from ttj.localcluster.nodes.scheduler import Scheduler
+
+    gpu_nodes = math.ceil(args.jobs * args.workers / 8 * 1.25) + 2
+    pools = [
+        NodePool(name="cpu-pool", nodes=max(2, math.ceil(args.jobs / 100) + 1), cpu="16", memory="60Gi"),
+        NodePool(
+            name="gpu-pool",
+            nodes=gpu_nodes,
+            provisioning="spot",
+            accelerator="nvidia-tesla-t4",
+            gpus=8,
+            cpu="96",
+            memory="360Gi",
+            machine_type="n1-standard-96",
+            grace=0.0,
+            restore_after=None,
+        ),
+    ]
+    fleet = NodeFleet(pools, run_pods=False, pod_network=False)
+    namespace = "bench"
+    logs = Path(tempfile.mkdtemp(prefix="ttj-operator-scale-"))
+    operator: subprocess.Popen[bytes] | None = None
+    peak_rss = 0
+    with LocalCluster(addons=[fleet, Scheduler(seed=1), DeploymentController()]) as cluster:
+        api = config.new_client_from_config(config_file=cluster.kubeconfig_path)
+        install_crd(api)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        core.create_namespace({"metadata": {"name": namespace}})
+        env = {**os.environ, "KUBECONFIG": cluster.kubeconfig_path}
+        command = [sys.executable, "-m", "ttj", "operator", "-n", namespace, "--metrics-port", "0"]
+        command += ["--liveness", "none", "--chief-startup", "36000", "--node-grace", "5", "--no-placement-check"]
+        with open(logs / "operator.log", "wb") as log:
+            operator = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            started = time.monotonic()
+            for i in range(args.jobs):
+                custom.create_namespaced_custom_object(
+                    "transient.training",
+                    "v1alpha1",
+                    namespace,
+                    "transienttrainingjobs",
+                    {
+                        "apiVersion": "transient.training/v1alpha1",
+                        "kind": "TransientTrainingJob",
+                        "metadata": {"name": f"job-{i}"},
+                        "spec": {
+                            "trainSteps": 64000,
+                            "checkpoint": {"uri": "/tmp/bench"},
+                            "workers": {"replicas": args.workers, "minReplicas": 1},
+                        },
+                    },
+                )
+
+            def phases() -> dict[str, str]:
+                items = custom.list_namespaced_custom_object(
+                    "transient.training", "v1alpha1", namespace, "transienttrainingjobs"
+                )["items"]
+                return {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in items}
+
+            while time.monotonic() < deadline:
+                running = sum(p == "Running" for p in phases().values())
+                peak_rss = max(peak_rss, rss_kib(operator.pid)[0])
+                if running == args.jobs:
+                    break
+                time.sleep(2)
+            ready_s = time.monotonic() - started
+            print(f"{args.jobs} jobs x {args.workers} workers Running after {ready_s:.1f}s", flush=True)
+            pods = PodLog(api, namespace)
+            pods.thread.start()
+            time.sleep(2)
+            chiefs_before = {
+                p.metadata.name
+                for p in core.list_namespaced_pod(namespace, label_selector="transient.training/chief=true").items
+            }
+            victims = fleet.nodes_of("gpu-pool")[: args.preemptions]
+            for node in victims:
+                if time.monotonic() > deadline:
+                    break
+                fleet.preempt_node(node)
+                time.sleep(args.interval)
+            while time.monotonic() < deadline and sum(p == "Running" for p in phases().values()) < args.jobs:
+                peak_rss = max(peak_rss, rss_kib(operator.pid)[0])
+                time.sleep(1)
+            time.sleep(2)
+            pods.stop.set()
+            rss, hwm = rss_kib(operator.pid)
+        finally:
+            if operator is not None:
+                operator.terminate()
+                try:
+                    operator.wait(15)
+                except subprocess.TimeoutExpired:
+                    operator.kill()
+            api.close()
+
+    # Pair each lost worker with the pod that took its slot, and each lost chief with the next chief.
+    recovery, handover = [], []
+    by_slot: dict[tuple[str, str], list[str]] = {}
+    for name, key in pods.slot.items():
+        by_slot.setdefault(key, []).append(name)
+    for name, lost_at in pods.lost.items():
+        key = pods.slot.get(name)
+        if key is None:
+            continue
+        later = [pods.added[n] for n in by_slot.get(key, []) if n != name and pods.added.get(n, 0) > lost_at - 5]
+        if later:
+            recovery.append(min(later) - lost_at)
+        if name in chiefs_before or name in pods.chief_at:
+            job = key[0]
+            new = [t for n, t in pods.chief_at.items() if n != name and pods.slot.get(n, ("", ""))[0] == job]
+            new = [t for t in new if t >= lost_at]
+            if new:
+                handover.append(min(new) - lost_at)
+    print(f"preempted nodes: {len(victims)}; workers lost: {len(pods.lost)}; chiefs among them: {len(handover)}")
+    for label, values in (("preemption seen -> replacement created", recovery), ("chief lost -> new chief", handover)):
+        if not values:
+            print(f"{label}: no samples")
+            continue
+        p50, p90, p99 = (percentile(values, q) for q in (50, 90, 99))
+        print(
+            f"{label}: n={len(values)} p50={p50 * 1000:.0f} ms p90={p90 * 1000:.0f} ms p99={p99 * 1000:.0f} ms "
+            f"max={max(values) * 1000:.0f} ms mean={statistics.mean(values) * 1000:.0f} ms; p99/1s = {p99:.2f}"
+        )
+    print(f"operator RSS: {rss / 1024:.0f} MiB now, peak {max(hwm, peak_rss) / 1024:.0f} MiB (VmHWM)")
+    print(f"operator log: {logs / 'operator.log'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())
