@@ -235,7 +235,7 @@ def wait_for_learning_rate(run: Run, expected: float, count: int) -> None:
         for pod in run.running_workers():
             try:
                 seen[pod["metadata"]["name"]] = run.trainer_metrics(pod).get("ttj_trainer_learning_rate", -1.0)
-            except OSError:
+            except (OSError, run.stack.client().ApiException):
                 return None  # a trainer still starting serves no metrics yet
         if len(seen) == count and all(abs(rate - expected) < 1e-9 for rate in seen.values()):
             return seen
