@@ -293,13 +293,6 @@ def test_scale_workers_down_and_up(stack: Stack, new_run: Any) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known bug: a worker's desired count is TTJ_DESIRED_WORKERS, fixed when the pod was made, so after "
-    "kubectl scale down the survivors train at active/old-desired of the rate (proposed fix: the operator "
-    "publishes the desired count on the Lease beside active-workers)",
-)
 def test_scaling_down_keeps_the_base_learning_rate(stack: Stack, new_run: Any) -> None:
     base = 0.08
     run: Run = new_run(

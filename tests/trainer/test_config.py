@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +99,16 @@ def test_bad_configuration_exits_2_with_a_message() -> None:
     assert "unknown model TTJ_MODEL='vgg'" in result.stderr
 
 
+def test_fatal_errors_become_the_termination_message(tmp_path: Path) -> None:
+    termination_log = tmp_path / "termination-log"
+    env = {"PATH": "/usr/bin:/bin", **BASE_ENV, "TTJ_MODEL": "vgg", "TTJ_TERMINATION_LOG": str(termination_log)}
+    result = subprocess.run(
+        [sys.executable, "-m", "ttj_trainer"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert termination_log.read_text().startswith("configuration error: unknown model TTJ_MODEL='vgg'")
+
+
 def test_a_worker_whose_port_is_taken_on_this_host_serves_on_another() -> None:
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
@@ -109,3 +120,19 @@ def test_a_worker_whose_port_is_taken_on_this_host_serves_on_another() -> None:
         host, _, other = serving_address(cfg).rpartition(":")
     assert host == "127.0.0.5"
     assert int(other) != port
+
+
+def test_lease_view_reads_the_worker_counts_the_operator_publishes() -> None:
+    from types import SimpleNamespace
+
+    from ttj_trainer.lease import _view
+
+    def lease(annotations: dict[str, str]) -> SimpleNamespace:
+        spec = SimpleNamespace(holder_identity="w-0", lease_transitions=2, lease_duration_seconds=30)
+        return SimpleNamespace(spec=spec, metadata=SimpleNamespace(annotations=annotations, resource_version="7"))
+
+    view = _view(lease({"transient.training/active-workers": "1", "transient.training/desired-workers": "1"}))
+    assert (view.holder, view.epoch, view.active_workers, view.desired_workers) == ("w-0", 2, 1, 1)
+    # Before the operator publishes a desired count (or with a broken one) the pod's env applies.
+    assert _view(lease({})).desired_workers is None
+    assert _view(lease({"transient.training/desired-workers": "many"})).desired_workers is None

@@ -12,6 +12,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 EXIT_CONFIG = 2
 EXIT_DATASET = 3
+#: Kubernetes shows this file's text as the container's termination message (and so does the operator).
+TERMINATION_LOG = os.environ.get("TTJ_TERMINATION_LOG", "/dev/termination-log")
+
+
+def fatal(message: str) -> None:
+    """Say why the trainer gives up: on stderr, and in the termination message Kubernetes reports."""
+    print(f"ttj-trainer: {message}", file=sys.stderr)
+    try:
+        with open(TERMINATION_LOG, "w", encoding="utf-8") as out:
+            out.write(message[:4000])
+    except OSError:
+        pass  # not in a container (or a read-only path): stderr has it
 
 
 def main() -> int:
@@ -26,7 +38,7 @@ def main() -> int:
         cfg = load()
     except ConfigError as err:
         logs.event(log, f"configuration error: {err}", logging.ERROR)
-        print(f"ttj-trainer: configuration error: {err}", file=sys.stderr)
+        fatal(f"configuration error: {err}")
         return EXIT_CONFIG
     logs.setup(pod=cfg.pod_name, job=cfg.job_name, role=cfg.role, task=cfg.task_index)
 
@@ -49,11 +61,11 @@ def main() -> int:
         return worker.run(cfg)
     except ConfigException as err:
         logs.event(log, f"cannot reach the Kubernetes API: {err}", logging.ERROR)
-        print(f"ttj-trainer: no Kubernetes API configuration (set KUBECONFIG, or run in a pod): {err}", file=sys.stderr)
+        fatal(f"no Kubernetes API configuration (set KUBECONFIG, or run in a pod): {err}")
         return EXIT_CONFIG
     except DatasetError as err:
         logs.event(log, f"dataset error: {err}", logging.ERROR)
-        print(f"ttj-trainer: dataset error: {err}", file=sys.stderr)
+        fatal(f"dataset error: {err}")
         return EXIT_DATASET
 
 

@@ -23,6 +23,8 @@ from ttj_trainer.logs import event
 
 PROGRESS_ANNOTATION = "transient.training/progress"
 ACTIVE_WORKERS_ANNOTATION = "transient.training/active-workers"
+# The desired count now; TTJ_DESIRED_WORKERS is only what it was when this pod was made.
+DESIRED_WORKERS_ANNOTATION = "transient.training/desired-workers"
 API_TIMEOUT_SECONDS = 5.0
 PROGRESS_PERIOD_SECONDS = 2.0
 
@@ -39,6 +41,7 @@ class LeaseView:
     epoch: int
     duration_seconds: int | None
     active_workers: int | None
+    desired_workers: int | None
     resource_version: str
 
     def names(self, pod: str) -> bool:
@@ -50,21 +53,29 @@ def micro_time(timestamp: float | None = None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _count(annotations: dict[str, str], key: str, minimum: int) -> int | None:
+    """An integer annotation, or None when it is absent or malformed (malformed ones are logged)."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    try:
+        return max(minimum, int(raw))
+    except ValueError:
+        log.warning("ignoring malformed annotation %s=%r", key, raw)
+        return None
+
+
 def _view(lease: Any) -> LeaseView:
     spec = lease.spec
     annotations = lease.metadata.annotations or {}
-    active: int | None = None
-    raw = annotations.get(ACTIVE_WORKERS_ANNOTATION)
-    if raw is not None:
-        try:
-            active = max(0, int(raw))
-        except ValueError:
-            log.warning("ignoring malformed annotation %s=%r", ACTIVE_WORKERS_ANNOTATION, raw)
+    active = _count(annotations, ACTIVE_WORKERS_ANNOTATION, minimum=0)
+    desired = _count(annotations, DESIRED_WORKERS_ANNOTATION, minimum=1)
     return LeaseView(
         holder=spec.holder_identity or None if spec else None,
         epoch=int((spec.lease_transitions if spec else None) or 0),
         duration_seconds=spec.lease_duration_seconds if spec else None,
         active_workers=active,
+        desired_workers=desired,
         resource_version=lease.metadata.resource_version or "",
     )
 
@@ -178,7 +189,12 @@ class LeaseWatcher(threading.Thread):
     def observe(self, view: LeaseView) -> None:
         old = self.view
         self.view = view
-        if old is None or (old.holder, old.epoch, old.active_workers) != (view.holder, view.epoch, view.active_workers):
+        if old is None or (old.holder, old.epoch, old.active_workers, old.desired_workers) != (
+            view.holder,
+            view.epoch,
+            view.active_workers,
+            view.desired_workers,
+        ):
             self.changed.set()
 
     def run(self) -> None:

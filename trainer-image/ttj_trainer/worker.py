@@ -136,9 +136,8 @@ class Worker:
 
     def learning_rate(self, view: LeaseView | None) -> float:
         active = view.active_workers if view is not None else None
-        return scaled_learning_rate(
-            self.cfg.learning_rate, self.cfg.learning_rate_scaling, self.cfg.desired_workers, active
-        )
+        desired = view.desired_workers if view is not None and view.desired_workers else self.cfg.desired_workers
+        return scaled_learning_rate(self.cfg.learning_rate, self.cfg.learning_rate_scaling, desired, active)
 
     # -- the chief's duties --------------------------------------------------------------------------------
     def _fence(self) -> None:

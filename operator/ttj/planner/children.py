@@ -17,6 +17,7 @@ from typing import Any
 from ttj.api.models import API_VERSION, KIND, TransientTrainingJobSpec
 from ttj.planner.observed import (
     ANNOTATION_ACTIVE_WORKERS,
+    ANNOTATION_DESIRED_WORKERS,
     FINALIZER,
     LABEL_JOB,
     LABEL_PS_INDEX,
@@ -304,14 +305,17 @@ def headless_service(job: Obj) -> Obj:
     }
 
 
-def lease(job: Obj, duration_seconds: int, active_workers: int) -> Obj:
+def lease(job: Obj, duration_seconds: int, active_workers: int, desired_workers: int) -> Obj:
     name = job["metadata"]["name"]
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {
             **_metadata(job, lease_name(name)),
-            "annotations": {ANNOTATION_ACTIVE_WORKERS: str(active_workers)},
+            "annotations": {
+                ANNOTATION_ACTIVE_WORKERS: str(active_workers),
+                ANNOTATION_DESIRED_WORKERS: str(desired_workers),
+            },
         },
         "spec": {"leaseDurationSeconds": duration_seconds, "leaseTransitions": 0},
     }

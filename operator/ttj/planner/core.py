@@ -47,6 +47,7 @@ from ttj.planner.conditions import Wanted, set_conditions
 from ttj.planner.election import Candidate, choose_chief
 from ttj.planner.observed import (
     ANNOTATION_ACTIVE_WORKERS,
+    ANNOTATION_DESIRED_WORKERS,
     ANNOTATION_PROGRESS,
     FINALIZER,
     LABEL_CHIEF,
@@ -766,10 +767,13 @@ class _Planner:
         new_epoch = epoch + 1 if bump and new_holder else epoch
 
         # The Lease: create it, or move holder/epoch under a resourceVersion precondition.
-        annotation = str(active)
+        published = {
+            ANNOTATION_ACTIVE_WORKERS: str(active),
+            ANNOTATION_DESIRED_WORKERS: str(self.spec.workers.replicas),
+        }
         lease_name = children.lease_name(self.name)
         if lease is None:
-            manifest = children.lease(self.job, config.lease_duration_seconds, active)
+            manifest = children.lease(self.job, config.lease_duration_seconds, active, self.spec.workers.replicas)
             manifest["spec"]["leaseTransitions"] = new_epoch
             if new_holder:
                 manifest["spec"].update(
@@ -783,9 +787,7 @@ class _Planner:
                 changes.update(lease_update)
             if lease_spec.get("leaseDurationSeconds") != config.lease_duration_seconds:
                 changes["lease_duration_seconds"] = config.lease_duration_seconds
-            annotations = {}
-            if annotations_of(lease).get(ANNOTATION_ACTIVE_WORKERS) != annotation:
-                annotations[ANNOTATION_ACTIVE_WORKERS] = annotation
+            annotations = {k: v for k, v in published.items() if annotations_of(lease).get(k) != v}
             if changes or annotations:
                 self.actions.append(UpdateLease(name=lease_name, annotations=annotations, **changes))
 

@@ -15,6 +15,8 @@ LABEL_SLOT = f"{GROUP}/slot"
 LABEL_PS_INDEX = f"{GROUP}/ps-index"
 LABEL_CHIEF = f"{GROUP}/chief"
 ANNOTATION_ACTIVE_WORKERS = f"{GROUP}/active-workers"
+#: The desired worker count now (spec.workers.replicas): pods' TTJ_DESIRED_WORKERS is fixed at creation.
+ANNOTATION_DESIRED_WORKERS = f"{GROUP}/desired-workers"
 ANNOTATION_PROGRESS = f"{GROUP}/progress"
 ANNOTATION_DELETED = f"{GROUP}/deleted-by-operator"
 FINALIZER = f"{GROUP}/accounting"

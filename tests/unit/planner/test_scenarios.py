@@ -159,6 +159,7 @@ def test_first_chief_and_running() -> None:
     assert lease["spec"]["holderIdentity"] == "mnist-worker-2-1"
     assert lease["spec"]["leaseTransitions"] == 1
     assert lease["metadata"]["annotations"]["transient.training/active-workers"] == "3"
+    assert lease["metadata"]["annotations"]["transient.training/desired-workers"] == "3"
     assert status["workers"]["summary"] == "3/3"
 
 
@@ -327,7 +328,10 @@ def test_scale(replicas: int, active: int) -> None:
     assert status["workers"]["desired"] == replicas
     assert status["phase"] == "Running"
     assert world.observed.lease is not None
-    assert world.observed.lease["metadata"]["annotations"]["transient.training/active-workers"] == str(active)
+    annotations = world.observed.lease["metadata"]["annotations"]
+    assert annotations["transient.training/active-workers"] == str(active)
+    # Pods keep the TTJ_DESIRED_WORKERS they were made with; the Lease says what is desired now.
+    assert annotations["transient.training/desired-workers"] == str(replicas)
     assert status["chief"]["pod"] == "mnist-worker-2-1", "scaling down never removes the chief"
     assert status["preemptions"] == 0
     assert status["failures"] == 0
