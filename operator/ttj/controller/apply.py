@@ -230,17 +230,7 @@ class Applier:
 
 
 def lease_patch(action: UpdateLease) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    for attribute, key in (
-        ("holder", "holderIdentity"),
-        ("epoch", "leaseTransitions"),
-        ("acquire_time", "acquireTime"),
-        ("renew_time", "renewTime"),
-        ("lease_duration_seconds", "leaseDurationSeconds"),
-    ):
-        value = getattr(action, attribute)
-        if value is not None:
-            spec[key] = value
+    spec = action.spec_fields()
     metadata: dict[str, Any] = {}
     if action.resource_version:
         metadata["resourceVersion"] = action.resource_version

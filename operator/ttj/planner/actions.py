@@ -90,6 +90,17 @@ class UpdateLease:
     lease_duration_seconds: int | None = None
     annotations: dict[str, str] = field(default_factory=dict)
 
+    def spec_fields(self) -> dict[str, Any]:
+        """The Lease ``spec`` fields this action sets, by their API names."""
+        fields = {
+            "holderIdentity": self.holder,
+            "leaseTransitions": self.epoch,
+            "acquireTime": self.acquire_time,
+            "renewTime": self.renew_time,
+            "leaseDurationSeconds": self.lease_duration_seconds,
+        }
+        return {key: value for key, value in fields.items() if value is not None}
+
 
 @dataclass(frozen=True)
 class EmitEvent:

@@ -127,17 +127,7 @@ class World:
             raise Conflict("lease not found")
         if action.resource_version is not None and action.resource_version != meta(lease).get("resourceVersion"):
             raise Conflict("lease changed")
-        spec = lease.setdefault("spec", {})
-        for attribute, key in (
-            ("holder", "holderIdentity"),
-            ("epoch", "leaseTransitions"),
-            ("acquire_time", "acquireTime"),
-            ("renew_time", "renewTime"),
-            ("lease_duration_seconds", "leaseDurationSeconds"),
-        ):
-            value = getattr(action, attribute)
-            if value is not None:
-                spec[key] = value
+        lease.setdefault("spec", {}).update(action.spec_fields())
         if action.annotations:
             meta(lease).setdefault("annotations", {}).update(action.annotations)
         self._stamp(lease, now)
