@@ -21,7 +21,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ttj", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="ttj",
+        description="TransientTrainingJob: distributed TensorFlow training on spot/preemptible GPUs "
+        "that survives preemption.",
+        epilog="Run `ttj COMMAND --help` for a command's options.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         try:
