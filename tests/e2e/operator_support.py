@@ -105,6 +105,7 @@ class OperatorProcess:
                 "--resync",
                 "2",
                 *self.extra,
+                *(["--verbose"] if os.environ.get("TTJ_E2E_OPERATOR_VERBOSE") else []),
             ],
             env=env,
             stdout=log,

@@ -140,14 +140,44 @@ def running(env: dict[str, Any], replicas: int = 3, epoch: int | None = None) ->
     try:
         return dict(wait_for(f"job Running with {replicas} workers (epoch {epoch})", check, timeout=60))
     except AssertionError as exc:
-        pods = [
-            (p.metadata.name, p.status.phase, p.spec.node_name, bool(p.metadata.deletion_timestamp))
-            for p in env["core"].list_namespaced_pod(env["ns"]).items
-        ]
-        status = job_status(env)
+        raise AssertionError(f"{exc}\n{diagnosis(env)}") from None
+
+
+def diagnosis(env: dict[str, Any], name: str = "train") -> str:
+    """What a failed wait needs to be understood from a CI log alone: the job's status, its events, the
+    pods, the chief Lease and the tail of the operator's log."""
+    lines = []
+    try:
+        status = job_status(env, name)
         brief = {k: status.get(k) for k in ("phase", "chief", "workers", "preemptions", "chiefElections")}
-        reasons = [(c["type"], c["reason"], c.get("message")) for c in status.get("conditions") or []]
-        raise AssertionError(f"{exc}\nstatus: {brief} {reasons}\npods: {pods}") from None
+        lines.append(f"status: {brief}")
+        lines += [
+            f"  condition {c['type']}={c['status']} {c['reason']}: {c.get('message')}"
+            for c in status.get("conditions") or []
+        ]
+        lines.append("events:")
+        events = sorted(job_events(env, name), key=lambda e: str(e.last_timestamp or e.event_time or ""))
+        lines += [f"  {e.last_timestamp} {e.type} {e.reason}: {e.message}" for e in events]
+        lines.append("pods:")
+        for p in env["core"].list_namespaced_pod(env["ns"]).items:
+            lines.append(
+                f"  {p.metadata.name} {p.status.phase} node={p.spec.node_name}"
+                f" deleting={bool(p.metadata.deletion_timestamp)}"
+                f" chief={(p.metadata.labels or {}).get('transient.training/chief')}"
+            )
+        lease = client.CoordinationV1Api(env["api"]).read_namespaced_lease(f"{name}-chief", env["ns"])
+        lines.append(
+            f"lease: holder={lease.spec.holder_identity} transitions={lease.spec.lease_transitions}"
+            f" acquired={lease.spec.acquire_time} renewed={lease.spec.renew_time}"
+            f" duration={lease.spec.lease_duration_seconds}"
+        )
+    except Exception as exc:  # the diagnosis must not hide the failure it explains
+        lines.append(f"(diagnosis incomplete: {exc!r})")
+    logs = sorted(env["logs"].glob("operator-*.log"))
+    if logs:
+        lines.append(f"operator log {logs[-1].name} (tail):")
+        lines.append(logs[-1].read_text(errors="replace")[-6000:])
+    return "\n".join(lines)
 
 
 def slot_of(pod: Any) -> str:

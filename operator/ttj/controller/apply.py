@@ -3,7 +3,8 @@
 Creates of existing names, deletes of missing objects and patches of vanished pods are not errors:
 every action is idempotent, so a pass that repeats one after a lagging watch or a restart is safe.
 A Lease or status write whose resourceVersion precondition fails raises :class:`Conflict`: the pass
-stops there and the job is planned again from a fresh observation.
+stops there and the job is planned again from a fresh observation. So does a Lease create carrying an
+election that finds the Lease already there: the election did not happen, and the status must not say it did.
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ class Applier:
             except ApiException as exc:
                 if exc.status == 409 and isinstance(action, UpdateLease) and action.resource_version:
                     raise Conflict(f"lease {action.name} changed") from exc
+                if exc.status == 409 and isinstance(action, CreateChild) and _elects(action):
+                    # The pass saw no Lease (a lagging watch) and elected in the create: the existing Lease
+                    # does not hold that election, so the status must not claim it. Observe again.
+                    raise Conflict(f"lease {action.name} exists already") from exc
                 if exc.status in (404, 409):
                     continue  # gone already / exists already: the action's intent holds
                 if exc.status == 403 and "being terminated" in str(exc.body or ""):
@@ -227,6 +232,11 @@ class Applier:
             self._call("POST", f"/api/v1/namespaces/{metadata['namespace']}/events", body)
         except ApiException as exc:  # events are best effort
             log.warning("could not post event %s for %s: %s", event.reason, metadata["name"], exc.reason)
+
+
+def _elects(action: CreateChild) -> bool:
+    """A Lease create that carries a chief: its 409 means the election did not happen."""
+    return action.kind == "Lease" and bool((action.manifest.get("spec") or {}).get("holderIdentity"))
 
 
 def lease_patch(action: UpdateLease) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -45,6 +46,8 @@ CHILD_RESOURCES = {
 }
 #: Nodes are big (images, allocatable…): the planner needs only these parts.
 _NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")
+#: Job metadata that every write changes: not a reason to plan again.
+_VOLATILE_METADATA = ("resourceVersion", "managedFields")
 
 
 @dataclass
@@ -66,11 +69,37 @@ class OperatorContext:
     #: (resourceVersion the last status write was based on, the job as that write left it), per job:
     #: used only while the watch has not yet delivered our own write (never across restarts).
     written: dict[JobKey, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    #: Per job, its metadata and spec as last seen by the jobs index: a pass is due only when they change.
+    job_seen: dict[JobKey, str] = field(default_factory=dict)
+    #: The operator's event loop: index functions run in kopf's executor threads and wake daemons through it.
+    loop: asyncio.AbstractEventLoop | None = None
 
     def poke(self, key: JobKey) -> None:
         event = self.wakeups.get(key)
-        if event is not None:
-            event.set()
+        if event is None:
+            return
+        # asyncio.Event is not thread-safe: set from another thread, a waiter can miss it (and the loop is
+        # not woken), leaving the job to its resync timer.
+        if self.loop is not None and not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(event.set)
+                return
+            except RuntimeError:  # the loop closed meanwhile: the operator is stopping
+                return
+        event.set()
+
+    def job_changed(self, key: JobKey, body: kopf.Body) -> bool:
+        """Whether this event of the job carries more than a status (and resourceVersion) change.
+
+        Only the operator writes the status, and each pass accrues cost, so every pass writes one: waking
+        the job's daemon for that write made it write again at once, forever (~80 passes a second).
+        """
+        metadata = {k: v for k, v in dict(body.get("metadata") or {}).items() if k not in _VOLATILE_METADATA}
+        fingerprint = json.dumps([metadata, body.get("spec")], sort_keys=True, default=str)
+        if self.job_seen.get(key) == fingerprint:
+            return False
+        self.job_seen[key] = fingerprint
+        return True
 
 
 def _job_key(namespace: str | None, labels: dict[str, str]) -> JobKey | None:
@@ -100,6 +129,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         settings.persistence.finalizer = f"{GROUP}/operator"
         settings.posting.enabled = False  # our events go through the Applier, about the job only
         settings.watching.server_timeout = 300
+        ctx.loop = asyncio.get_running_loop()
         settings.networking.request_timeout = 60
         if ctx.metrics_port is not None:
             start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
@@ -135,8 +165,9 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
                 ctx.poke(key)
 
     @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="jobs")  # type: ignore[arg-type]
-    def jobs(namespace: str, name: str, **_: Any) -> Any:
-        ctx.poke((namespace, name))
+    def jobs(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
+        if ctx.job_changed((namespace, name), body):  # not for the status our own passes write
+            ctx.poke((namespace, name))
         return {(namespace, name): True}
 
     @kopf.on.event(  # type: ignore[arg-type]
@@ -184,6 +215,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         finally:
             ctx.wakeups.pop(key, None)
             ctx.written.pop(key, None)
+            ctx.job_seen.pop(key, None)
             if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
                 ctx.metrics.forget(namespace, name)
                 # The job is gone: its workers must not hang on our finalizer (the garbage collector
@@ -276,6 +308,15 @@ class JobReconciler:
             config = dataclasses.replace(config, prices=self.ctx.prices.current())  # a stat() when unchanged
         result = plan(job, observed, self.ctx.clock(), config)
         actions = [a for a in result.actions if not isinstance(a, DeleteJob)]
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s/%s: pass on job rv %s, lease rv %s: %s",
+                namespace,
+                name,
+                job.get("metadata", {}).get("resourceVersion"),
+                ((observed.lease or {}).get("metadata") or {}).get("resourceVersion"),
+                [repr(a)[:300] for a in result.actions] or "nothing to do",
+            )
         try:
             applied = await asyncio.to_thread(self.applier.apply, namespace, actions)
             old_status = job.get("status") or {}
