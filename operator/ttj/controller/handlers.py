@@ -3,8 +3,8 @@
 Level-based: every pass observes everything from kopf's indexes (fed by watches), asks the planner,
 applies its actions, writes the status once (only if it changed, with a resourceVersion
 precondition), then posts the events. A pass runs on create/resume (the daemon starts), on every
-change of the job or of one of its children (the index functions poke the job's daemon), and on the
-planner's timer. Nothing the next pass needs is kept only in memory.
+change of the job (but not of its status alone: that is our own write) or of one of its children (the
+index functions poke the job's daemon), and on the planner's timer. Nothing the next pass needs is kept only in memory.
 """
 
 from __future__ import annotations
