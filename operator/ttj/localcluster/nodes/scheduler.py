@@ -189,10 +189,13 @@ class Scheduler:
         }
         try:
             self.client.request("POST", pod_path(meta["namespace"], meta["name"], "binding"), body=binding)
-        except KubeError as exc:
+        except Exception as exc:
+            # Forget the assumption on every failure, a broken connection or a timeout included: an
+            # assumed pod is never scheduled again, so it would stay Pending for good. A retry of a bind
+            # that did land answers 409.
             with self._lock:
                 self._assumed.pop(key, None)
-            if exc.status in (404, 409):
+            if isinstance(exc, KubeError) and exc.status in (404, 409):
                 return  # gone, or someone bound it first
             raise
         self._event(pod, "Normal", "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}")
