@@ -160,10 +160,12 @@ def diagnosis(env: dict[str, Any], name: str = "train") -> str:
         lines += [f"  {e.last_timestamp} {e.type} {e.reason}: {e.message}" for e in events]
         lines.append("pods:")
         for p in env["core"].list_namespaced_pod(env["ns"]).items:
+            scheduled = next((c for c in p.status.conditions or [] if c.type == "PodScheduled"), None)
             lines.append(
                 f"  {p.metadata.name} {p.status.phase} node={p.spec.node_name}"
                 f" deleting={bool(p.metadata.deletion_timestamp)}"
                 f" chief={(p.metadata.labels or {}).get('transient.training/chief')}"
+                + (f" scheduled={scheduled.status} {scheduled.reason}: {scheduled.message}" if scheduled else "")
             )
         lease = client.CoordinationV1Api(env["api"]).read_namespaced_lease(f"{name}-chief", env["ns"])
         lines.append(
