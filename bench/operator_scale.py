@@ -99,12 +99,28 @@ class PodLog:
             self.chief_at[name] = now
 
 
+def progress(core: Any, namespace: str, phases: dict[str, str]) -> str:
+    """Where start-up stands: jobs per phase, and pods per role and state (a slow stage shows as a pile-up)."""
+    jobs: dict[str, int] = {}
+    for phase in phases.values():
+        jobs[phase or "-"] = jobs.get(phase or "-", 0) + 1
+    pods: dict[str, int] = {}
+    for pod in core.list_namespaced_pod(namespace).items:
+        role = (pod.metadata.labels or {}).get("transient.training/role", "other")
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        state = "ready" if ready else (pod.status.phase or "?") if pod.spec.node_name else "unbound"
+        pods[f"{role}:{state}"] = pods.get(f"{role}:{state}", 0) + 1
+    return f"jobs {dict(sorted(jobs.items()))} pods {dict(sorted(pods.items()))}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--preemptions", type=int, default=10, help="spot nodes preempted one after another")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between preemptions")
+    parser.add_argument("--progress", type=float, default=10.0, help="seconds between start-up progress lines")
+    parser.add_argument("--operator-verbose", action="store_true", help="the operator logs at debug level")
     parser.add_argument("--deadline", type=float, default=900.0, help="stop after this many seconds, whatever state")
     args = parser.parse_args()
     deadline = time.monotonic() + args.deadline
@@ -147,6 +163,7 @@ def main() -> int:
         env = {**os.environ, "KUBECONFIG": cluster.kubeconfig_path}
         command = [sys.executable, "-m", "ttj", "operator", "-n", namespace, "--metrics-port", "0"]
         command += ["--liveness", "none", "--chief-startup", "36000", "--node-grace", "5", "--no-placement-check"]
+        command += ["--verbose"] if args.operator_verbose else []
         with open(logs / "operator.log", "wb") as log:
             operator = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -175,11 +192,16 @@ def main() -> int:
                 )["items"]
                 return {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in items}
 
+            shown = 0.0
             while time.monotonic() < deadline:
-                running = sum(p == "Running" for p in phases().values())
+                now = phases()
+                running = sum(p == "Running" for p in now.values())
                 peak_rss = max(peak_rss, rss_kib(operator.pid)[0])
                 if running == args.jobs:
                     break
+                if time.monotonic() - shown >= args.progress:
+                    shown = time.monotonic()
+                    print(f"  {shown - started:6.1f}s  {progress(core, namespace, now)}", flush=True)
                 time.sleep(2)
             ready_s = time.monotonic() - started
             print(f"{args.jobs} jobs x {args.workers} workers Running after {ready_s:.1f}s", flush=True)

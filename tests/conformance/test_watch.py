@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -106,6 +107,68 @@ def test_local_bookmarks_are_sent(local_cluster: LocalCluster | None, core: clie
     finally:
         local_cluster.server.bookmark_interval_seconds = old
     assert "BOOKMARK" in types
+
+
+def test_bookmark_never_skips_events_a_slow_client_has_not_read(core: client.CoreV1Api, namespace: str) -> None:
+    """A watch that times out while events are still queued for a slow reader must not bookmark past them:
+    the client resumes from the bookmark, so it would never see those events (seen at 100 jobs × 8 workers:
+    the simulated kubelet missed bindings and pods stayed Pending for good)."""
+    start = core.list_namespaced_config_map(namespace).metadata.resource_version
+    created: set[int] = set()
+    for i in range(300):  # ~12 MB of events: more than the socket buffers hold
+        cm = core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": f"big-{i}"}, "data": {"x": "y" * 40_000}}
+        )
+        created.add(int(cm.metadata.resource_version))
+    response = core.list_namespaced_config_map(
+        namespace,
+        watch=True,
+        resource_version=start,
+        allow_watch_bookmarks=True,
+        timeout_seconds=1,
+        _preload_content=False,
+    )
+    time.sleep(2.5)  # read nothing until the watch's timeout has passed: the server holds a backlog then
+    sent: set[int] = set()
+    for line in response.read().splitlines():
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        rv = int(event["object"]["metadata"]["resourceVersion"])
+        if event["type"] == "BOOKMARK":
+            missing = sorted(v for v in created if v <= rv and v not in sent)
+            assert not missing, f"bookmark at {rv} skips {len(missing)} events never sent (first {missing[:3]})"
+        else:
+            sent.add(rv)
+    response.release_conn()
+
+
+def test_local_bookmark_due_while_events_are_queued_delays_neither(
+    local_cluster: LocalCluster | None, core: client.CoreV1Api, namespace: str
+) -> None:
+    """A bookmark falling due while events wait must neither jump past them nor stall the stream."""
+    if local_cluster is None:
+        pytest.skip("bookmark timing is the apiserver's choice on a real cluster")
+    start = core.list_namespaced_config_map(namespace).metadata.resource_version
+    created = {
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": f"q-{i}"}}).metadata.name for i in range(200)
+    }
+    old = local_cluster.server.bookmark_interval_seconds
+    local_cluster.server.bookmark_interval_seconds = 0.0  # a bookmark is due before every event
+    try:
+        response = core.list_namespaced_config_map(
+            namespace,
+            watch=True,
+            resource_version=start,
+            allow_watch_bookmarks=True,
+            timeout_seconds=3,
+            _preload_content=False,
+        )
+        events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+        response.release_conn()
+    finally:
+        local_cluster.server.bookmark_interval_seconds = old
+    assert {e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"} == created
 
 
 def test_too_old_resource_version_is_gone(

@@ -4,6 +4,7 @@ streams, fault injection, and the ``/ttj-local/`` control endpoints. Runs on an 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -21,7 +22,7 @@ from .errors import ApiError, bad_request
 from .faults import FaultInjector
 from .resources import Registry, ResourceType
 from .selectors import Matcher, parse_field_selector, parse_label_selector
-from .store import Store, Watcher
+from .store import Store, Watcher, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -486,14 +487,23 @@ class ApiServer:
                     wait = min(wait, deadline - now)
                 if bookmarks:
                     wait = min(wait, max(0.0, next_bookmark - now))
-                try:
-                    item = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.0))
-                except TimeoutError:
-                    if bookmarks and time.monotonic() >= next_bookmark:
+                # Queued events first: wait_for with no time left cancels the get before it runs, so it
+                # would never take an event however many were queued (the watch spun, silent, for good).
+                got: list[tuple[str, WatchEvent] | None] = []
+                if not watcher.queue.empty():
+                    got.append(watcher.queue.get_nowait())
+                elif wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        got.append(await asyncio.wait_for(watcher.queue.get(), timeout=wait))
+                if not got:
+                    # A bookmark promises that every event up to its version was sent: the store's version
+                    # only while nothing is still queued for this watch (events may arrive as it times out).
+                    if bookmarks and time.monotonic() >= next_bookmark and watcher.queue.empty():
                         last_rv = str(self.store.resource_version)
                         await response.write(self._bookmark(rtype, last_rv))
                         next_bookmark = time.monotonic() + self.bookmark_interval_seconds
                     continue
+                item = got[0]
                 if item is None:
                     break
                 seen, event = item
@@ -502,7 +512,11 @@ class ApiServer:
                 if self.faults.should_drop_watch():
                     break
             if bookmarks and deadline is not None and time.monotonic() >= deadline:
-                await response.write(self._bookmark(rtype, str(self.store.resource_version)))
+                # A watch that times out with events still queued (a slow client) must not bookmark past
+                # them, or the client resumes after events it never saw: only up to the last one sent.
+                final_rv = str(self.store.resource_version) if watcher.queue.empty() else last_rv
+                if final_rv not in ("", "0"):
+                    await response.write(self._bookmark(rtype, final_rv))
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
