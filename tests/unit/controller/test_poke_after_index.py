@@ -1,0 +1,63 @@
+"""A child's change wakes its job's daemon only once kopf has stored it in the index.
+
+kopf keeps what an index function returns only after the function has returned; a pass woken from inside
+the function could read the child's previous state and then sleep until its timer. At 100 jobs × 8 workers
+that left jobs Pending or Recovering for ~40 s with all their pods running. So index functions only index,
+and an ``on.event`` handler per child resource (kopf runs those after indexing the event) pokes the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+from prometheus_client import CollectorRegistry
+
+from ttj.controller.handlers import CHILD_RESOURCES, OperatorContext, register
+from ttj.controller.metrics import Metrics
+from ttj.planner.observed import LABEL_JOB
+
+KEY = ("ns", "mnist")
+KINDS = ["Pod", "Lease", *CHILD_RESOURCES]
+
+
+def registered() -> tuple[OperatorContext, kopf.OperatorRegistry]:
+    ctx = OperatorContext(api=None, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
+    registry = kopf.OperatorRegistry()
+    register(registry, ctx)
+    return ctx, registry
+
+
+def by_id(handlers: Any) -> dict[str, Any]:
+    return {str(h.id): h for h in handlers.get_all_handlers()}
+
+
+def test_index_functions_index_without_waking_the_job() -> None:
+    ctx, registry = registered()
+    indexers = by_id(registry._indexing)
+    wakeup = ctx.wakeups.setdefault(KEY, asyncio.Event())
+    for kind in KINDS:
+        body = kopf.Body({"metadata": {"name": f"{kind.lower()}-1", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}})
+        indexed = indexers[f"{kind.lower()}s_by_job"].fn(
+            namespace="ns", name=f"{kind.lower()}-1", labels={LABEL_JOB: "mnist"}, body=body
+        )
+        assert indexed == {KEY: (kind, f"{kind.lower()}-1", dict(body))}
+        assert not wakeup.is_set(), f"the {kind} index function woke the job before kopf stored its result"
+
+
+def test_each_child_event_wakes_its_job_after_indexing() -> None:
+    ctx, registry = registered()
+    watchers = by_id(registry._watching)
+
+    async def scenario() -> None:
+        ctx.loop = asyncio.get_running_loop()
+        for kind in KINDS:
+            wakeup = ctx.wakeups.setdefault(KEY, asyncio.Event())
+            wakeup.clear()
+            await watchers[f"{kind.lower()}_changed"].fn(namespace="ns", labels={LABEL_JOB: "mnist"})
+            await asyncio.wait_for(wakeup.wait(), timeout=30)
+            other = ctx.wakeups.setdefault(("ns", "other"), asyncio.Event())
+            assert not other.is_set(), "only the child's own job is woken"
+
+    asyncio.run(scenario())
