@@ -9,6 +9,7 @@ STAMP := $(VENV)/.installed
 IMAGE_REPO ?= ghcr.io/transient-training
 VERSION ?= 0.1.0
 CRD_FILE := crds/transient.training_transienttrainingjobs.yaml
+PY_SOURCES := operator trainer-image localcluster tests bench
 PYTEST_ARGS ?=
 
 .PHONY: help setup test test-all lint fmt crds verify demo e2e image bench clean
@@ -16,13 +17,13 @@ PYTEST_ARGS ?=
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): operator/pyproject.toml trainer-image/pyproject.toml requirements-dev.txt
+$(STAMP): operator/pyproject.toml trainer-image/pyproject.toml localcluster/pyproject.toml requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install --quiet --disable-pip-version-check -e 'operator[viz]' -e 'trainer-image[cpu]' -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -e 'operator[viz]' -e 'trainer-image[cpu]' -e 'localcluster[demo]' -r requirements-dev.txt
 	@touch $@
 
-setup: $(STAMP) ## Create the development virtualenv (.venv) with both packages
+setup: $(STAMP) ## Create the development virtualenv (.venv) with the operator, trainer and local cluster
 	@echo "virtualenv ready: $(VENV)"
 
 test: $(STAMP) ## Run the test suite (all but the slow tests), with lint and CRD drift checks
@@ -33,15 +34,15 @@ test: $(STAMP) ## Run the test suite (all but the slow tests), with lint and CRD
 test-all: $(STAMP) ## Run every test, the slow ones included
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff, mypy --strict on the operator, import layering
-	$(BIN)/ruff check operator trainer-image tests bench
-	$(BIN)/ruff format --check operator trainer-image tests bench
+lint: $(STAMP) ## ruff, mypy --strict on the operator and the local cluster, import layering
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 fmt: $(STAMP) ## Format and fix what ruff can
-	$(BIN)/ruff format operator trainer-image tests bench
-	$(BIN)/ruff check --fix operator trainer-image tests bench
+	$(BIN)/ruff format $(PY_SOURCES)
+	$(BIN)/ruff check --fix $(PY_SOURCES)
 
 crds: $(STAMP) ## Regenerate crds/ from the pydantic models
 	$(BIN)/ttj crd -o $(CRD_FILE)
@@ -51,7 +52,7 @@ verify: $(STAMP) ## Fail when crds/ differs from what the models generate
 	  || { echo "crds/ is out of date: run 'make crds' and commit the result" >&2; exit 1; }
 
 demo: $(STAMP) ## Train on the embedded local cluster through injected preemptions
-	$(BIN)/python -m ttj.demo $(DEMO_ARGS)
+	$(BIN)/python -m ttj_demo $(DEMO_ARGS)
 
 e2e: $(STAMP) ## End-to-end suite against the cluster in KUBECONFIG (skipped when none is set)
 	@if [ -z "$$KUBECONFIG" ]; then echo "KUBECONFIG is not set: skipping the end-to-end suite (make test runs it on the local cluster)"; exit 0; fi; \

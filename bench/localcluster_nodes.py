@@ -16,12 +16,12 @@ import threading
 import time
 from typing import Any
 
-from ttj.localcluster.cluster import LocalCluster
-from ttj.localcluster.nodes.deployments import DeploymentController
-from ttj.localcluster.nodes.fleet import NodeFleet
-from ttj.localcluster.nodes.kube import Informer, KubeClient
-from ttj.localcluster.nodes.pools import NodePool
-from ttj.localcluster.nodes.scheduler import Scheduler
+from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes.deployments import DeploymentController
+from ttj_localcluster.nodes.fleet import NodeFleet
+from ttj_localcluster.nodes.kube import Informer, KubeClient
+from ttj_localcluster.nodes.pools import NodePool
+from ttj_localcluster.nodes.scheduler import Scheduler
 
 
 def percentile(values: list[float], share: float) -> float:

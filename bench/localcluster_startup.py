@@ -89,7 +89,7 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="options passed to ttj local-cluster (after --)")
     args = parser.parse_args()
     if args.nodes is None:
-        from ttj.localcluster.nodes.pools import default_pools
+        from ttj_localcluster.nodes.pools import default_pools
 
         args.nodes = sum(pool.nodes for pool in default_pools())
     runs = [one_start(args.extra, args.nodes) for _ in range(args.starts)]

@@ -128,11 +128,11 @@ def main() -> int:
     from kubernetes import client, config
     from tests.e2e.operator_support import install_crd
 
-    from ttj.localcluster.cluster import LocalCluster
-    from ttj.localcluster.nodes.deployments import DeploymentController
-    from ttj.localcluster.nodes.fleet import NodeFleet
-    from ttj.localcluster.nodes.pools import NodePool
-    from ttj.localcluster.nodes.scheduler import Scheduler
+    from ttj_localcluster.cluster import LocalCluster
+    from ttj_localcluster.nodes.deployments import DeploymentController
+    from ttj_localcluster.nodes.fleet import NodeFleet
+    from ttj_localcluster.nodes.pools import NodePool
+    from ttj_localcluster.nodes.scheduler import Scheduler
 
     gpu_nodes = math.ceil(args.jobs * args.workers / 8 * 1.25) + 2
     pools = [

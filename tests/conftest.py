@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ttj.localcluster.cluster import LocalCluster
-from ttj.localcluster.harness import cluster_session
+from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.harness import cluster_session
 
 
 @pytest.fixture(scope="session")

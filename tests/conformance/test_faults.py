@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from ttj.localcluster.apiserver import FaultRule
-from ttj.localcluster.cluster import LocalCluster
+from ttj_localcluster.apiserver import FaultRule
+from ttj_localcluster.cluster import LocalCluster
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from ttj.localcluster.cluster import LocalCluster
+from ttj_localcluster.cluster import LocalCluster
 
 
 def _events(core: client.CoreV1Api, namespace: str, **kwargs: Any) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ttj.demo.timeline import Timeline, draw
+from ttj_demo.timeline import Timeline, draw
 
 
 def pod(name: str, role: str, phase: str, slot: int | None = None, **status: Any) -> dict[str, Any]:

@@ -127,7 +127,7 @@ class OperatorProcess:
 
 def e2e_pools() -> list[Any]:
     """An on-demand CPU pool for the parameter servers and a spot T4 pool, nodes back 1 s after a loss."""
-    from ttj.localcluster.nodes.pools import NodePool
+    from ttj_localcluster.nodes.pools import NodePool
 
     return [
         NodePool(name="cpu-pool", nodes=2, cpu="8", memory="30Gi"),
@@ -150,11 +150,11 @@ def cluster_with_nodes(pools: Sequence[Any] | None = None) -> Iterator[tuple[str
     """(kubeconfig, control client or None): KUBECONFIG's cluster when set, else a local cluster with the
     real node add-ons and simulated pods. The control client (preemption, node loss) exists only on a
     ttj local cluster; on another cluster those tests skip."""
-    from ttj.localcluster.cluster import LocalCluster
-    from ttj.localcluster.nodes.control import ControlClient
-    from ttj.localcluster.nodes.deployments import DeploymentController
-    from ttj.localcluster.nodes.fleet import NodeFleet
-    from ttj.localcluster.nodes.scheduler import Scheduler
+    from ttj_localcluster.cluster import LocalCluster
+    from ttj_localcluster.nodes.control import ControlClient
+    from ttj_localcluster.nodes.deployments import DeploymentController
+    from ttj_localcluster.nodes.fleet import NodeFleet
+    from ttj_localcluster.nodes.scheduler import Scheduler
 
     real = os.environ.get("KUBECONFIG")
     if real:

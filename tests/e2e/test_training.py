@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tests.e2e.training_support import Run, checkpoint_uri, epoch, job_manifest, start_stack, step
 
-from ttj.demo.stack import Stack
+from ttj_demo.stack import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tensorflow, pytest.mark.timeout(900)]
 

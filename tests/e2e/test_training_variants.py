@@ -32,7 +32,7 @@ from tests.e2e.training_support import (
     step,
 )
 
-from ttj.demo.stack import Stack
+from ttj_demo.stack import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.tensorflow, pytest.mark.timeout(900)]
 

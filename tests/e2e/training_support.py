@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ttj.demo.stack import Stack
+from ttj_demo.stack import Stack
 
 #: Every wait below polls a condition; this is only the point at which a test gives up.
 DEADLINE = 400.0

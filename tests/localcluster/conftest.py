@@ -9,12 +9,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ttj.localcluster.cluster import LocalCluster
-from ttj.localcluster.nodes.deployments import DeploymentController
-from ttj.localcluster.nodes.fleet import NodeFleet
-from ttj.localcluster.nodes.kube import KubeClient
-from ttj.localcluster.nodes.pools import NodePool
-from ttj.localcluster.nodes.scheduler import Scheduler
+from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes.deployments import DeploymentController
+from ttj_localcluster.nodes.fleet import NodeFleet
+from ttj_localcluster.nodes.kube import KubeClient
+from ttj_localcluster.nodes.pools import NodePool
+from ttj_localcluster.nodes.scheduler import Scheduler
 
 T = TypeVar("T")
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from ttj.api.models import TransientTrainingJobSpec
-from ttj.localcluster.nodes.kube import KubeClient
-from ttj.localcluster.nodes.pools import DEFAULT_CPU_POOL, DEFAULT_GPU_NODES, DEFAULT_GPU_POOL, default_pools
 from ttj.planner.children import ps_deployment, worker_pod
+from ttj_localcluster.nodes.kube import KubeClient
+from ttj_localcluster.nodes.pools import DEFAULT_CPU_POOL, DEFAULT_GPU_NODES, DEFAULT_GPU_POOL, default_pools
 
 from .conftest import wait_for
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ttj.localcluster.cluster import LocalCluster
-from ttj.localcluster.nodes.fleet import NodeFleet
-from ttj.localcluster.nodes.kube import KubeClient
-from ttj.localcluster.nodes.pools import NodePool
-from ttj.localcluster.nodes.runtime import namespaces_available
-from ttj.localcluster.nodes.scheduler import Scheduler
+from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes.fleet import NodeFleet
+from ttj_localcluster.nodes.kube import KubeClient
+from ttj_localcluster.nodes.pools import NodePool
+from ttj_localcluster.nodes.runtime import namespaces_available
+from ttj_localcluster.nodes.scheduler import Scheduler
 
 from .conftest import wait_for
 

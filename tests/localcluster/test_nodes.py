@@ -17,11 +17,11 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config
 
-from ttj.localcluster.nodes.control import ControlClient
-from ttj.localcluster.nodes.fleet import SHUTDOWN_MESSAGE
-from ttj.localcluster.nodes.podnet import PodNetworkNamespaces
-from ttj.localcluster.nodes.pools import GPU_TAINT
-from ttj.localcluster.nodes.runtime import namespaces_available
+from ttj_localcluster.nodes.control import ControlClient
+from ttj_localcluster.nodes.fleet import SHUTDOWN_MESSAGE
+from ttj_localcluster.nodes.podnet import PodNetworkNamespaces
+from ttj_localcluster.nodes.pools import GPU_TAINT
+from ttj_localcluster.nodes.runtime import namespaces_available
 
 from .conftest import NodesCluster, wait_for
 

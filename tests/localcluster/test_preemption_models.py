@@ -7,13 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from ttj.localcluster.cluster import LocalCluster
-from ttj.localcluster.nodes.deployments import DeploymentController
-from ttj.localcluster.nodes.fleet import SHUTDOWN_MESSAGE, NodeFleet
-from ttj.localcluster.nodes.kube import KubeClient
-from ttj.localcluster.nodes.pools import NodePool
-from ttj.localcluster.nodes.scheduler import Scheduler
 from ttj.preemption.lifetimes import LifetimeDistribution
+from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes.deployments import DeploymentController
+from ttj_localcluster.nodes.fleet import SHUTDOWN_MESSAGE, NodeFleet
+from ttj_localcluster.nodes.kube import KubeClient
+from ttj_localcluster.nodes.pools import NodePool
+from ttj_localcluster.nodes.scheduler import Scheduler
 
 from .conftest import NodesCluster, wait_for
 
@@ -143,7 +143,7 @@ def test_simulated_pods_run_at_once_and_fail_on_preemption(simulated: NodesClust
 def test_controllers_converge_through_api_faults(simulated: NodesCluster) -> None:
     """Failed writes (500/503) of bindings and status, and watches that drop: the controllers retry and
     relist, as client-go based controllers do, and still bring a Deployment up."""
-    from ttj.localcluster.apiserver.faults import FaultRule
+    from ttj_localcluster.apiserver.faults import FaultRule
 
     c = simulated
     faults = c.cluster.faults

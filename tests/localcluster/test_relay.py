@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ttj.localcluster.cluster import LocalCluster
-from ttj.localcluster.nodes.podnet import TcpRelay
+from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes.podnet import TcpRelay
 
 from .conftest import wait_for
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ttj.localcluster.nodes.network import PodNetwork, PodRecord, ServiceRecord
-from ttj.localcluster.nodes.runtime import (
+from ttj_localcluster.nodes.network import PodNetwork, PodRecord, ServiceRecord
+from ttj_localcluster.nodes.runtime import (
     ContainerRun,
     PodSandbox,
     ProcessRuntime,

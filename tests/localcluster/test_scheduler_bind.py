@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import urllib3
 
-from ttj.localcluster.nodes.kube import obj_key
-from ttj.localcluster.nodes.pools import default_pools, node_object
-from ttj.localcluster.nodes.scheduler import Scheduler
+from ttj_localcluster.nodes.kube import obj_key
+from ttj_localcluster.nodes.pools import default_pools, node_object
+from ttj_localcluster.nodes.scheduler import Scheduler
 
 
 class Cache:

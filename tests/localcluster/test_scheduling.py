@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from ttj.localcluster.nodes.pools import (
+from ttj_localcluster.nodes.pools import (
     NodePool,
     default_pools,
     load_pools_file,
     node_object,
     parse_pool_option,
 )
-from ttj.localcluster.nodes.scheduling import (
+from ttj_localcluster.nodes.scheduling import (
     filter_node,
     parse_quantity,
     pod_requests,

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ttj.localcluster.apiserver.patching import merge_patch
+from ttj_localcluster.apiserver.patching import merge_patch
 
 PROGRESS = "transient.training/progress"
 

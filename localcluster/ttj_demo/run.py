@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from ttj.demo.stack import Stack
-from ttj.demo.timeline import Timeline, draw
+from ttj_demo.stack import Stack
+from ttj_demo.timeline import Timeline, draw
 
 REPO = Path(__file__).resolve().parents[3]
 TERMINAL = ("Succeeded", "Failed")
@@ -37,7 +37,7 @@ class Script:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ttj.demo", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser = argparse.ArgumentParser(prog="python -m ttj_demo", description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--job", default=str(REPO / "examples" / "demo.yaml"), help="the job to run [%(default)s]")
     parser.add_argument("--out", default=str(REPO / "out" / "demo"), help="logs, checkpoints, picture [%(default)s]")
     parser.add_argument("--timeout", type=float, default=1200, help="give up after this many seconds [%(default)s]")

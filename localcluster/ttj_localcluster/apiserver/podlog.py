@@ -1,6 +1,6 @@
 """``GET /api/v1/namespaces/NS/pods/NAME/log``: proxied to the kubelet of the pod's node, as kube-apiserver does.
 
-Owned by the node simulation (ttj.localcluster.nodes, which serves ``/containerLogs/NS/POD/CONTAINER`` on
+Owned by the node simulation (ttj_localcluster.nodes, which serves ``/containerLogs/NS/POD/CONTAINER`` on
 every node's ``status.daemonEndpoints.kubeletEndpoint.Port`` at its InternalIP); kept apart from the rest of
 the API server, which only routes the ``log`` subresource here. Plain HTTP: the local kubelet has no TLS.
 """

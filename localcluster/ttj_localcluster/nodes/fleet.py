@@ -113,7 +113,7 @@ class PreemptionRecord:
 
 
 class NodeFleet:
-    """The addon ``ttj.localcluster.nodes.fleet.NodeFleet``: node pools, kubelets, pod runtime and preemptions."""
+    """The addon ``ttj_localcluster.nodes.fleet.NodeFleet``: node pools, kubelets, pod runtime and preemptions."""
 
     name = "node-fleet"
 

@@ -47,7 +47,7 @@ def _record_json(record: PreemptionRecord) -> JSON:
 
 
 class ControlServer:
-    """The addon ``ttj.localcluster.nodes.control.ControlServer``: HTTP control of a NodeFleet."""
+    """The addon ``ttj_localcluster.nodes.control.ControlServer``: HTTP control of a NodeFleet."""
 
     name = "control"
     FOLLOW_POLL_S = 0.2

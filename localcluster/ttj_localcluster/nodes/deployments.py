@@ -80,7 +80,7 @@ def _scaled(value: Any, total: int, round_up: bool) -> int:
 
 
 class DeploymentController:
-    """The addon ``ttj.localcluster.nodes.deployments.DeploymentController`` (Deployments + ReplicaSets)."""
+    """The addon ``ttj_localcluster.nodes.deployments.DeploymentController`` (Deployments + ReplicaSets)."""
 
     name = "deployment-controller"
 

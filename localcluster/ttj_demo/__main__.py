@@ -1,5 +1,5 @@
 import sys
 
-from ttj.demo.run import main
+from ttj_demo.run import main
 
 sys.exit(main())

@@ -57,7 +57,7 @@ def replace_condition(conditions: list[JSON], condition: JSON) -> list[JSON]:
 
 
 class Scheduler:
-    """The addon ``ttj.localcluster.nodes.scheduler.Scheduler`` (also usable against any apiserver)."""
+    """The addon ``ttj_localcluster.nodes.scheduler.Scheduler`` (also usable against any apiserver)."""
 
     name = "scheduler"
 

@@ -10,11 +10,14 @@ import threading
 from types import ModuleType
 from typing import Any
 
+#: The ``ttj local-cluster`` line of ``ttj --help`` (this module is the ``ttj.commands`` entry point).
+HELP = "run the local Kubernetes cluster (API server, simulated GKE nodes) in the foreground"
+
 #: The node pools, scheduler, controllers and kubelet simulation live in this package. When it is installed,
 #: its cli module's ``add_arguments(parser)`` adds its options, ``build_addons(args) -> list[Addon]`` returns
 #: the add-ons the cluster starts (in order) once the API server is ready, and ``run_command(args)`` may
 #: handle the invocation itself (returning an exit status) instead of starting a cluster.
-ADDONS_MODULE = "ttj.localcluster.nodes.cli"
+ADDONS_MODULE = "ttj_localcluster.nodes.cli"
 
 
 def _addons_module() -> ModuleType | None:
@@ -105,3 +108,10 @@ def main(args: argparse.Namespace) -> int:
         cluster.stop()
     print("ttj local-cluster: stopped", flush=True)
     return 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    """``ttj-local-cluster``: the same command without the operator's ``ttj`` front end."""
+    parser = argparse.ArgumentParser(prog="ttj-local-cluster", description=HELP)
+    add_arguments(parser)
+    return main(parser.parse_args(argv))

@@ -166,7 +166,7 @@ class Stack:
     def preempt_pod_node(self, namespace: str, pod: str) -> None:
         """Take back the node a pod runs on, as GKE takes back a spot VM."""
         if self.local:
-            from ttj.localcluster.nodes.control import ControlClient
+            from ttj_localcluster.nodes.control import ControlClient
 
             ControlClient.from_kubeconfig(str(self.kubeconfig)).preempt_pod(namespace, pod)
             return
@@ -180,6 +180,6 @@ class Stack:
     def restore_gpu_pool(self) -> None:
         """Bring preempted spot capacity back (a no-op on a real cluster: its autoscaler does it)."""
         if self.local:
-            from ttj.localcluster.nodes.control import ControlClient
+            from ttj_localcluster.nodes.control import ControlClient
 
             ControlClient.from_kubeconfig(str(self.kubeconfig)).restore_pool(GPU_POOL)

@@ -1,6 +1,6 @@
 """Options of ``ttj local-cluster`` for node pools, pods and preemption, and the add-ons they build.
 
-Hooked into ``ttj.localcluster.cli``: ``add_arguments(parser)``, ``build_addons(args)`` and
+Hooked into ``ttj_localcluster.cli``: ``add_arguments(parser)``, ``build_addons(args)`` and
 ``run_command(args)`` (the control options talk to an already running cluster and exit).
 """
 
