@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 IMAGE_REPO ?= ghcr.io/transient-training
 VERSION ?= 0.1.0
 CRD_FILE := crds/transient.training_transienttrainingjobs.yaml
-PY_SOURCES := operator trainer-image localcluster tests bench
+PY_SOURCES := operator contract trainer-image localcluster tests bench
 PYTEST_ARGS ?=
 
 .PHONY: help setup test test-all lint fmt crds verify demo e2e image bench clean
@@ -17,10 +17,10 @@ PYTEST_ARGS ?=
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): operator/pyproject.toml trainer-image/pyproject.toml localcluster/pyproject.toml requirements-dev.txt
+$(STAMP): contract/pyproject.toml operator/pyproject.toml trainer-image/pyproject.toml localcluster/pyproject.toml requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install --quiet --disable-pip-version-check -e 'operator[viz]' -e 'trainer-image[cpu]' -e 'localcluster[demo]' -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -e contract -e 'operator[viz]' -e 'trainer-image[cpu]' -e 'localcluster[demo]' -r requirements-dev.txt
 	@touch $@
 
 setup: $(STAMP) ## Create the development virtualenv (.venv) with the operator, trainer and local cluster

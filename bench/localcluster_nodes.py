@@ -16,10 +16,11 @@ import threading
 import time
 from typing import Any
 
+from ttj.kubeapi import KubeClient
 from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.nodes.deployments import DeploymentController
 from ttj_localcluster.nodes.fleet import NodeFleet
-from ttj_localcluster.nodes.kube import Informer, KubeClient
+from ttj_localcluster.nodes.kube import Informer
 from ttj_localcluster.nodes.pools import NodePool
 from ttj_localcluster.nodes.scheduler import Scheduler
 
@@ -33,7 +34,7 @@ def run_deployment(replicas: int, run_pods: bool, nodes: int) -> tuple[list[floa
     pool = NodePool(name="cpu", nodes=nodes, cpu="64", memory="256Gi", grace=5.0, restore_after=None)
     fleet = NodeFleet([pool], run_pods=run_pods)
     with LocalCluster(addons=[fleet, Scheduler(seed=1), DeploymentController()]) as cluster:
-        kube = KubeClient(cluster.kubeconfig_path)
+        kube = KubeClient.from_kubeconfig(cluster.kubeconfig_path)
         stop = threading.Event()
         running: dict[str, float] = {}
         done = threading.Event()

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ttj.planner import CreateChild, LabelPod, plan
-from ttj.planner.observed import format_time
 from ttj.planner.world import World
+from ttj_contract import format_time
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

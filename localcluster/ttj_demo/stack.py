@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ttj.api import crd as crd_module
-from ttj.api.models import GROUP, PLURAL, VERSION
+from ttj_contract import GROUP, PLURAL, VERSION
 
 GPU_POOL = "gpu-pool"
 CPU_POOL = "cpu-pool"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ttj.api.models import CostStatus, Provisioning, TransientTrainingJobSpec
+from ttj.api.models import CostStatus, TransientTrainingJobSpec
 from ttj.cost.model import (
     NodeShape,
     PodObservation,
@@ -20,6 +20,7 @@ from ttj.cost.model import (
     worker_hourly_rate,
 )
 from ttj.cost.prices import load_price_table
+from ttj_contract import Provisioning
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 PRICES = load_price_table(table="gce-us-central1")

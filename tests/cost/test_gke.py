@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from ttj.api.models import Provisioning, TransientTrainingJobSpec
+from ttj.api.models import TransientTrainingJobSpec
 from ttj.cost.gke import GkeError, GkeNodePools, GkeSettings, GkeSettingsError, make_client
 from ttj.cost.pools import autoscaling_max_needed, validate_placement
+from ttj_contract import Provisioning
 
 CLUSTER_PATH = "/v1/projects/my-project/locations/us-central1/clusters/training"
 NODE_POOLS = {

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import ttj.cost
-from ttj.api.models import Provisioning
 from ttj.cost.model import NodeShape, PodObservation, accrue
 from ttj.cost.prices import HourlyPrice, PriceTable, load_price_table
+from ttj_contract import Provisioning
 
 
 def _data_dir() -> Path:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ttj.api.models import Provisioning, TransientTrainingJobSpec
+from ttj.api.models import TransientTrainingJobSpec
 from ttj.cost.model import NodeShape
 from ttj.cost.pools import (
     UNSCHEDULABLE,
@@ -16,6 +16,7 @@ from ttj.cost.pools import (
     pools_from_nodes,
     validate_placement,
 )
+from ttj_contract import Provisioning
 
 
 def node(

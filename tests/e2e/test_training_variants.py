@@ -210,7 +210,7 @@ def scale(stack: Stack, run: Run, replicas: int) -> None:
             timeout=60,
         )
         return
-    from ttj.api.models import GROUP, PLURAL, VERSION
+    from ttj_contract import GROUP, PLURAL, VERSION
 
     stack.client().CustomObjectsApi().patch_namespaced_custom_object_scale(
         GROUP, VERSION, run.namespace, PLURAL, run.name, {"spec": {"replicas": replicas}}

@@ -169,7 +169,7 @@ class Run:
         return {e.reason for e in self.events()}
 
     def delete(self) -> None:
-        from ttj.api.models import GROUP, PLURAL, VERSION
+        from ttj_contract import GROUP, PLURAL, VERSION
 
         custom = self.stack.client().CustomObjectsApi()
         try:

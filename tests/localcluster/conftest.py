@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from ttj.kubeapi import KubeClient
 from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.nodes.deployments import DeploymentController
 from ttj_localcluster.nodes.fleet import NodeFleet
-from ttj_localcluster.nodes.kube import KubeClient
 from ttj_localcluster.nodes.pools import NodePool
 from ttj_localcluster.nodes.scheduler import Scheduler
 
@@ -66,6 +66,6 @@ TEST_POOLS = [
 def nodes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodesCluster]:
     fleet = NodeFleet(TEST_POOLS, run_pods=True, state_dir=tmp_path_factory.mktemp("nodes-state"))
     with LocalCluster(addons=[fleet, Scheduler(seed=1), DeploymentController()]) as cluster:
-        kube = KubeClient(cluster.kubeconfig_path)
+        kube = KubeClient.from_kubeconfig(cluster.kubeconfig_path)
         yield NodesCluster(cluster, fleet, kube)
         kube.close()

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from ttj.api.models import TransientTrainingJobSpec
+from ttj.kubeapi import KubeClient
 from ttj.planner.children import ps_deployment, worker_pod
-from ttj_localcluster.nodes.kube import KubeClient
 from ttj_localcluster.nodes.pools import DEFAULT_CPU_POOL, DEFAULT_GPU_NODES, DEFAULT_GPU_POOL, default_pools
 
 from .conftest import wait_for
@@ -47,7 +47,7 @@ def default_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCl
         assert "serving" in serving, (serving, (workdir / "stderr.log").read_text())
         # The kubeconfig exists, and the API answers, before the add-ons report that nodes are registered.
         assert kubeconfig.is_file()
-        kube = KubeClient(str(kubeconfig))
+        kube = KubeClient.from_kubeconfig(str(kubeconfig))
         assert kube.request("GET", "/version")["gitVersion"]
         registered = process.stdout.readline()
         assert "nodes registered" in registered, (registered, (workdir / "stderr.log").read_text())

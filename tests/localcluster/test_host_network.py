@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from ttj.kubeapi import KubeClient
 from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.nodes.fleet import NodeFleet
-from ttj_localcluster.nodes.kube import KubeClient
 from ttj_localcluster.nodes.pools import NodePool
 from ttj_localcluster.nodes.runtime import namespaces_available
 from ttj_localcluster.nodes.scheduler import Scheduler
@@ -56,7 +56,7 @@ def pod(name: str, code: str, labels: dict[str, str]) -> dict[str, object]:
 def test_host_network_pods_talk_by_service_name(tmp_path: Path) -> None:
     fleet = NodeFleet([NodePool(name="cpu", nodes=1)], run_pods=True, state_dir=tmp_path, pod_network=False)
     with LocalCluster(addons=[fleet, Scheduler()]) as cluster:
-        kube = KubeClient(cluster.kubeconfig_path)
+        kube = KubeClient.from_kubeconfig(cluster.kubeconfig_path)
         service = {
             "apiVersion": "v1",
             "kind": "Service",

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from ttj.kubeapi import KubeClient
 from ttj.preemption.lifetimes import LifetimeDistribution
 from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.nodes.deployments import DeploymentController
 from ttj_localcluster.nodes.fleet import SHUTDOWN_MESSAGE, NodeFleet
-from ttj_localcluster.nodes.kube import KubeClient
 from ttj_localcluster.nodes.pools import NodePool
 from ttj_localcluster.nodes.scheduler import Scheduler
 
@@ -51,7 +51,7 @@ POOLS = [
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodesCluster]:
     fleet = NodeFleet(POOLS, run_pods=False, state_dir=tmp_path_factory.mktemp("sim-state"))
     with LocalCluster(addons=[fleet, Scheduler(seed=2), DeploymentController()]) as cluster:
-        kube = KubeClient(cluster.kubeconfig_path)
+        kube = KubeClient.from_kubeconfig(cluster.kubeconfig_path)
         yield NodesCluster(cluster, fleet, kube)
         kube.close()
 

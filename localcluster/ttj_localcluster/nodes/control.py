@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .kube import JSON, KubeClient
+from ttj.kubeapi import JSON, KubeClient
 
 if TYPE_CHECKING:
     from .fleet import NodeFleet, PreemptionRecord
@@ -170,7 +170,7 @@ class ControlServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}{PREFIX}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="ttj-local-control", daemon=True)
         self._thread.start()
-        client = KubeClient(kubeconfig_path)
+        client = KubeClient.from_kubeconfig(kubeconfig_path)
         try:
             client.create(
                 "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROL_NAMESPACE}}
@@ -217,7 +217,7 @@ class ControlClient:
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> ControlClient:
-        client = KubeClient(kubeconfig)
+        client = KubeClient.from_kubeconfig(kubeconfig)
         path = f"/api/v1/namespaces/{CONTROL_NAMESPACE}/configmaps/{CONTROL_CONFIGMAP}"
         try:
             configmap = client.get(path)

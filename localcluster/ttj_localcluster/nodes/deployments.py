@@ -18,7 +18,9 @@ import threading
 import time
 from typing import Any
 
-from .kube import JSON, Informer, KubeClient, WorkQueue, obj_key, pod_path, wait_synced
+from ttj.kubeapi import JSON, KubeClient
+
+from .kube import Informer, WorkQueue, obj_key, pod_path, wait_synced
 from .pools import now_rfc3339
 from .scheduler import replace_condition
 from .scheduling import pod_is_terminal
@@ -98,7 +100,7 @@ class DeploymentController:
         self.replicaset_queue: WorkQueue | None = None
 
     def start(self, kubeconfig_path: str) -> None:
-        self.client = KubeClient(kubeconfig_path)
+        self.client = KubeClient.from_kubeconfig(kubeconfig_path)
         self.deployments = Informer(self.client, "/apis/apps/v1/deployments", "deployments", self._stop)
         self.replicasets = Informer(self.client, "/apis/apps/v1/replicasets", "replicasets", self._stop)
         self.pods = Informer(self.client, "/api/v1/pods", "rs-pods", self._stop)

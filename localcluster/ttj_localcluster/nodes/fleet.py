@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ttj.kubeapi import JSON, KubeClient, KubeError
 from ttj.preemption.lifetimes import LifetimeDistribution, load_lifetimes
 
-from .kube import JSON, Informer, KubeClient, KubeError, WorkQueue, obj_key, pod_path, retrying, wait_synced
+from .kube import Informer, WorkQueue, obj_key, pod_path, retrying, wait_synced
 from .network import PodNetwork, PodRecord, ServiceRecord, pod_hostname
 from .podnet import PodNetworkNamespaces
 from .pools import IMPENDING_TERMINATION_TAINT, NodePool, new_node_name, node_object, now_rfc3339, ready_condition
@@ -157,7 +158,7 @@ class NodeFleet:
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, kubeconfig_path: str) -> None:
         self.kubeconfig = kubeconfig_path
-        self.client = KubeClient(kubeconfig_path)
+        self.client = KubeClient.from_kubeconfig(kubeconfig_path)
         pod_kubeconfig = kubeconfig_path
         if self.run_pods and self.want_pod_network:
             if PodNetworkNamespaces.available():

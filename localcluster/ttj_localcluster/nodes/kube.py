@@ -1,185 +1,24 @@
-"""A thin layer over the official ``kubernetes`` client for the simulated control plane and nodes.
+"""Informers and work queues for the simulated control plane and nodes.
 
 The controllers, scheduler and kubelets of the local cluster are API clients like their Kubernetes
-counterparts: they read and write over HTTP through ``kubernetes.client.ApiClient`` (auth, TLS and
-the kubeconfig handled by the client), with list+watch informers. Objects stay plain JSON dicts: the
-generated models would cost time at scale and drop fields the local code needs.
+counterparts: they read and write over HTTP through the operator's :class:`ttj.kubeapi.KubeClient`,
+with list+watch informers. Objects stay plain JSON dicts.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 from urllib.parse import quote
 
-import kubernetes
-import urllib3
+from ttj.kubeapi import JSON, KubeClient, transient
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
-MERGE_PATCH = "application/merge-patch+json"
-
-
-class KubeError(Exception):
-    def __init__(self, status: int, body: str) -> None:
-        self.status = status
-        self.body = body
-        try:
-            message = json.loads(body).get("message", body)
-        except (ValueError, AttributeError):
-            message = body
-        super().__init__(f"HTTP {status}: {message}")
-
-
-class KubeClient:
-    """JSON in, JSON out, over the official client's transport."""
-
-    def __init__(self, kubeconfig: str) -> None:
-        self.kubeconfig = kubeconfig
-        self._open_watches: set[Any] = set()
-        self._watch_lock = threading.Lock()
-        self._closed = False
-        self.api = kubernetes.config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-
-    def close(self) -> None:
-        """Ends open watches at once (their threads see the stream end) and closes the connection pool."""
-        with self._watch_lock:
-            self._closed = True
-            watches = list(self._open_watches)
-        for response in watches:
-            with contextlib.suppress(Exception):
-                response.shutdown()
-        with contextlib.suppress(Exception):
-            self.api.close()
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        query: Sequence[tuple[str, str]] = (),
-        content_type: str = "application/json",
-        timeout: float | tuple[float, float] = 30,
-    ) -> Any:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        method, url, headers, serialized, _ = self.api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        return self.api.call_api(method, url, header_params=headers, body=serialized, _request_timeout=timeout)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        query: Sequence[tuple[str, str]] = (),
-        content_type: str = "application/json",
-    ) -> JSON:
-        response = self._send(method, path, body=body, query=query, content_type=content_type)
-        data = response.read()
-        text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
-        if response.status >= 400:
-            raise KubeError(response.status, text)
-        return json.loads(text) if text else {}
-
-    # conveniences ----------------------------------------------------------------------------
-    def get(self, path: str) -> JSON | None:
-        try:
-            return self.request("GET", path)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def create(self, path: str, body: JSON) -> JSON | None:
-        """POST; None when it already exists."""
-        try:
-            return self.request("POST", path, body=body)
-        except KubeError as exc:
-            if exc.status == 409:
-                return None
-            raise
-
-    def merge_patch(self, path: str, patch: JSON) -> JSON | None:
-        """PATCH (merge); None when the object is gone."""
-        try:
-            return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def delete(self, path: str, grace_seconds: int | None = None, propagation: str | None = None) -> bool:
-        options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
-        if grace_seconds is not None:
-            options["gracePeriodSeconds"] = grace_seconds
-        if propagation:
-            options["propagationPolicy"] = propagation
-        try:
-            self.request("DELETE", path, body=options)
-        except KubeError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-    def watch_events(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[JSON]:
-        """One watch request: yields ``{"type", "object"}`` events until the server ends it."""
-        response = self._send(
-            "GET",
-            path,
-            query=[
-                ("watch", "true"),
-                ("resourceVersion", resource_version),
-                ("allowWatchBookmarks", "true"),
-                ("timeoutSeconds", str(timeout_seconds)),
-            ],
-            timeout=(10, timeout_seconds + 15),
-        )
-        if response.status >= 400:
-            raise KubeError(response.status, response.read().decode(errors="replace"))
-        buffer = b""
-        with self._watch_lock:
-            self._open_watches.add(response.response)
-            if self._closed:  # closed while this watch was being opened: end it now, not at its timeout
-                with contextlib.suppress(Exception):
-                    response.response.shutdown()
-        try:
-            for chunk in response.response.stream(amt=None, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-        finally:
-            with self._watch_lock:
-                self._open_watches.discard(response.response)
-            with contextlib.suppress(Exception):
-                response.response.release_conn()
-
-
-def transient(exc: BaseException) -> bool:
-    """Worth retrying: the server is overloaded or failing for now, or the connection broke."""
-    if isinstance(exc, KubeError):
-        return exc.status == 429 or exc.status >= 500
-    return isinstance(exc, OSError | urllib3.exceptions.HTTPError)
 
 
 T = TypeVar("T")

@@ -13,7 +13,9 @@ import random
 import threading
 from typing import Any
 
-from .kube import JSON, Informer, KubeClient, KubeError, WorkQueue, obj_key, pod_path, wait_synced
+from ttj.kubeapi import JSON, KubeClient, KubeError
+
+from .kube import Informer, WorkQueue, obj_key, pod_path, wait_synced
 from .pools import now_rfc3339
 from .scheduling import filter_node, pod_is_terminal, score_node, unschedulable_message
 
@@ -72,7 +74,7 @@ class Scheduler:
         self.queue: WorkQueue | None = None
 
     def start(self, kubeconfig_path: str) -> None:
-        self.client = KubeClient(kubeconfig_path)
+        self.client = KubeClient.from_kubeconfig(kubeconfig_path)
         self.pods = Informer(self.client, "/api/v1/pods", "scheduler-pods", self._stop)
         self.nodes = Informer(self.client, "/api/v1/nodes", "scheduler-nodes", self._stop)
         self.queue = WorkQueue("scheduler", self._schedule, self._stop)

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+import ttj_contract as contract
 from ttj.api import models
 
 _DROP_KEYS = {"title"}
@@ -129,21 +130,21 @@ def crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{models.PLURAL}.{models.GROUP}"},
+        "metadata": {"name": f"{contract.PLURAL}.{contract.GROUP}"},
         "spec": {
-            "group": models.GROUP,
+            "group": contract.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": models.KIND,
-                "listKind": f"{models.KIND}List",
-                "plural": models.PLURAL,
-                "singular": models.SINGULAR,
-                "shortNames": [models.SHORT_NAME],
+                "kind": contract.KIND,
+                "listKind": f"{contract.KIND}List",
+                "plural": contract.PLURAL,
+                "singular": contract.SINGULAR,
+                "shortNames": [contract.SHORT_NAME],
                 "categories": ["all"],
             },
             "versions": [
                 {
-                    "name": models.VERSION,
+                    "name": contract.VERSION,
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": open_api_schema()},

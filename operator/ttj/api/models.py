@@ -14,13 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-GROUP = "transient.training"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "TransientTrainingJob"
-PLURAL = "transienttrainingjobs"
-SINGULAR = "transienttrainingjob"
-SHORT_NAME = "ttj"
+from ttj_contract import Provisioning
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
 DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
@@ -49,14 +43,6 @@ class _Model(BaseModel):
         extra="forbid",
         use_enum_values=True,
     )
-
-
-class Provisioning(StrEnum):
-    """How worker nodes are bought."""
-
-    SPOT = "spot"
-    PREEMPTIBLE = "preemptible"
-    ON_DEMAND = "on-demand"
 
 
 class LearningRateScaling(StrEnum):

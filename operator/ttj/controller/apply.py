@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from ttj.api.models import GROUP, PLURAL, VERSION
+from ttj import kubeapi
 from ttj.planner import (
     Action,
     CreateChild,
@@ -32,22 +32,11 @@ from ttj.planner import (
     ReplaceChild,
     UpdateLease,
 )
-from ttj.planner.observed import ANNOTATION_DELETED, FINALIZER
+from ttj_contract import ANNOTATION_DELETED, FINALIZER, KIND
 
 log = logging.getLogger("ttj.controller")
 
-#: kind → (API prefix, resource plural)
-RESOURCES: dict[str, tuple[str, str]] = {
-    "Pod": ("/api/v1", "pods"),
-    "Service": ("/api/v1", "services"),
-    "ServiceAccount": ("/api/v1", "serviceaccounts"),
-    "Deployment": ("/apis/apps/v1", "deployments"),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
-    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
-    "TransientTrainingJob": (f"/apis/{GROUP}/{VERSION}", PLURAL),
-}
-MERGE_PATCH = "application/merge-patch+json"
+MERGE_PATCH = kubeapi.MERGE_PATCH
 
 
 class Conflict(Exception):
@@ -93,9 +82,7 @@ class Applier:
 
     @staticmethod
     def path(kind: str, namespace: str, name: str | None = None) -> str:
-        prefix, plural = RESOURCES[kind]
-        base = f"{prefix}/namespaces/{namespace}/{plural}"
-        return f"{base}/{name}" if name else base
+        return kubeapi.path(kind, namespace, name)
 
     def apply(self, namespace: str, actions: Sequence[Action]) -> Applied:
         """Apply in order; EmitEvents are returned for after the status write."""
@@ -183,7 +170,7 @@ class Applier:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
             result: dict[str, Any] = self._call(
-                "PATCH", self.path("TransientTrainingJob", namespace, name) + "/status", body, MERGE_PATCH
+                "PATCH", self.path(KIND, namespace, name) + "/status", body, MERGE_PATCH
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -195,7 +182,7 @@ class Applier:
         try:
             self._call(
                 "DELETE",
-                self.path("TransientTrainingJob", namespace, name),
+                self.path(KIND, namespace, name),
                 {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
             )
         except ApiException as exc:

@@ -24,25 +24,21 @@ import kopf
 from kubernetes.client import ApiClient
 from prometheus_client import start_http_server
 
-from ttj.api.models import GROUP, PLURAL, VERSION
 from ttj.controller.apply import Applier, Conflict
 from ttj.controller.metrics import Metrics
 from ttj.controller.patch import merge_patch
 from ttj.controller.placement import PlacementSource
 from ttj.cost.prices import PriceSource
+from ttj.kubeapi import RESOURCES
 from ttj.planner import DeleteJob, Observed, PlannerConfig, plan
-from ttj.planner.observed import FINALIZER, LABEL_JOB
+from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
 log = logging.getLogger("ttj.controller")
 
 JobKey = tuple[str, str]
 #: The job's children other than pods and the Lease: kind → kopf resource.
 CHILD_RESOURCES = {
-    "Service": "services",
-    "Deployment": "deployments.v1.apps",
-    "ServiceAccount": "serviceaccounts",
-    "Role": "roles.v1.rbac.authorization.k8s.io",
-    "RoleBinding": "rolebindings.v1.rbac.authorization.k8s.io",
+    kind: RESOURCES[kind].kopf_name for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding")
 }
 #: Nodes are big (images, allocatable…): the planner needs only these parts.
 _NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")
@@ -126,7 +122,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=GROUP, key="last-handled-configuration"
         )
-        settings.persistence.finalizer = f"{GROUP}/operator"
+        settings.persistence.finalizer = JOB_FINALIZER
         settings.posting.enabled = False  # our events go through the Applier, about the job only
         settings.watching.server_timeout = 300
         ctx.loop = asyncio.get_running_loop()
@@ -153,7 +149,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         if key is not None:
             ctx.poke(key)
 
-    children = {"Pod": "pods", "Lease": "leases.v1.coordination.k8s.io", **CHILD_RESOURCES}
+    children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
     for kind, resource in children.items():
         kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(child_index(kind))
         kopf.on.event(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}_changed")(child_changed)

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ttj.api.models import Provisioning
 from ttj.cost.model import NodeShape
 from ttj.cost.pools import NodePool, implicit_labels
+from ttj_contract import Provisioning
 
 PROJECT_ENV = "TTJ_GKE_PROJECT"
 LOCATION_ENV = "TTJ_GKE_LOCATION"

@@ -27,29 +27,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from ttj.api.models import CostStatus, PodCost, Provisioning, TransientTrainingJobSpec
+from ttj.api.models import CostStatus, PodCost, TransientTrainingJobSpec
 from ttj.cost.prices import PriceTable
+from ttj_contract import (
+    ACCELERATOR_COUNT_LABEL,
+    ACCELERATOR_LABEL,
+    INSTANCE_TYPE_LABEL,
+    LEGACY_INSTANCE_TYPE_LABEL,
+    Provisioning,
+    provisioning_of,
+)
 
 Role = Literal["ps", "worker"]
-
-#: GKE node labels that say how a node was bought and what it carries.
-SPOT_LABEL = "cloud.google.com/gke-spot"
-PREEMPTIBLE_LABEL = "cloud.google.com/gke-preemptible"
-ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-ACCELERATOR_COUNT_LABEL = "cloud.google.com/gke-accelerator-count"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-LEGACY_INSTANCE_TYPE_LABEL = "beta.kubernetes.io/instance-type"
-NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
-GPU_RESOURCE = "nvidia.com/gpu"
-
-
-def provisioning_from_labels(labels: Mapping[str, str]) -> Provisioning:
-    """How a node was bought, from its GKE labels (neither label: on-demand)."""
-    if labels.get(SPOT_LABEL) == "true":
-        return Provisioning.SPOT
-    if labels.get(PREEMPTIBLE_LABEL) == "true":
-        return Provisioning.PREEMPTIBLE
-    return Provisioning.ON_DEMAND
 
 
 @dataclass(frozen=True)
@@ -73,7 +62,7 @@ class NodeShape:
             machine_type=labels.get(INSTANCE_TYPE_LABEL) or labels.get(LEGACY_INSTANCE_TYPE_LABEL) or None,
             accelerator_type=accelerator,
             accelerator_count=count if accelerator else 0,
-            provisioning=provisioning_from_labels(labels),
+            provisioning=provisioning_of(labels),
         )
 
 

@@ -12,15 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ttj.api.models import Provisioning, TransientTrainingJobSpec
-from ttj.cost.model import (
-    ACCELERATOR_LABEL,
-    INSTANCE_TYPE_LABEL,
-    NODE_POOL_LABEL,
-    PREEMPTIBLE_LABEL,
-    SPOT_LABEL,
-    NodeShape,
-)
+from ttj.api.models import TransientTrainingJobSpec
+from ttj.cost.model import NodeShape
+from ttj_contract import ACCELERATOR_LABEL, INSTANCE_TYPE_LABEL, NODE_POOL_LABEL, Provisioning, provisioning_labels
 
 UNSCHEDULABLE = "Unschedulable"
 
@@ -69,10 +63,7 @@ def implicit_labels(name: str, shape: NodeShape) -> dict[str, str]:
         labels[INSTANCE_TYPE_LABEL] = shape.machine_type
     if shape.accelerator_type:
         labels[ACCELERATOR_LABEL] = shape.accelerator_type
-    if shape.provisioning == Provisioning.SPOT:
-        labels[SPOT_LABEL] = "true"
-    elif shape.provisioning == Provisioning.PREEMPTIBLE:
-        labels[PREEMPTIBLE_LABEL] = "true"
+    labels.update(provisioning_labels(shape.provisioning))
     return labels
 
 

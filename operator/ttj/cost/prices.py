@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ttj.api.models import Provisioning
+from ttj_contract import Provisioning
 
 PRICES_FILE_ENV = "TTJ_PRICES_FILE"
 PRICE_TABLE_ENV = "TTJ_PRICE_TABLE"

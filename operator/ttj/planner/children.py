@@ -14,59 +14,41 @@ import json
 import re
 from typing import Any
 
-from ttj.api.models import API_VERSION, KIND, TransientTrainingJobSpec
-from ttj.planner.observed import (
+from ttj.api.models import TransientTrainingJobSpec
+from ttj.planner.observed import Obj
+from ttj_contract import (
+    ACCELERATOR_LABEL,
     ANNOTATION_ACTIVE_WORKERS,
     ANNOTATION_DESIRED_WORKERS,
+    ANNOTATION_PS_TEMPLATE,
+    API_VERSION,
+    CONTAINER_NAME,
     FINALIZER,
+    GPU_RESOURCE,
+    KIND,
     LABEL_JOB,
     LABEL_PS_INDEX,
     LABEL_ROLE,
     LABEL_SLOT,
-    Obj,
+    PREEMPTIBLE_LABEL,
+    SPOT_LABEL,
+    TF_PORT,
+    Env,
+    Provisioning,
+    Role,
+    dns_address,
+    lease_name,
+    ps_name,
+    service_name,
+    trainer_account_name,
+    worker_hostname,
+    worker_pod_name,
 )
 
-TF_PORT = 2222
 #: terminationGracePeriodSeconds of worker pods: the chief's time to write its checkpoint after SIGTERM
 #: (the budget stops a job this long before the money runs out).
 WORKER_TERMINATION_GRACE_SECONDS = 30
-#: On a PS Deployment: fingerprint of what in its pod template a spec change may alter (see
-#: :func:`ps_template_fingerprint`).
-ANNOTATION_PS_TEMPLATE = "transient.training/ps-template"
-CONTAINER_NAME = "trainer"
-SPOT_LABEL = "cloud.google.com/gke-spot"
-PREEMPTIBLE_LABEL = "cloud.google.com/gke-preemptible"
-ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-GPU_RESOURCE = "nvidia.com/gpu"
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
-def service_name(job: str) -> str:
-    return job
-
-
-def ps_name(job: str, index: int) -> str:
-    return f"{job}-ps-{index}"
-
-
-def worker_hostname(job: str, slot: int) -> str:
-    return f"{job}-worker-{slot}"
-
-
-def worker_pod_name(job: str, slot: int, incarnation: int) -> str:
-    return f"{job}-worker-{slot}-{incarnation}"
-
-
-def lease_name(job: str) -> str:
-    return f"{job}-chief"
-
-
-def trainer_account_name(job: str) -> str:
-    return f"{job}-trainer"
-
-
-def worker_selector(job: str) -> str:
-    return f"{LABEL_JOB}={job},{LABEL_ROLE}=worker"
 
 
 def name_problems(job: str, spec: TransientTrainingJobSpec) -> list[str]:
@@ -112,14 +94,10 @@ def _metadata(job: Obj, name: str, labels: dict[str, str] | None = None) -> Obj:
     }
 
 
-def dns_name(job: str, namespace: str, hostname: str) -> str:
-    return f"{hostname}.{service_name(job)}.{namespace}.svc:{TF_PORT}"
-
-
 def tf_config(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: str, index: int) -> str:
     cluster = {
-        "ps": [dns_name(job, namespace, ps_name(job, i)) for i in range(spec.parameter_servers.replicas)],
-        "worker": [dns_name(job, namespace, worker_hostname(job, s)) for s in range(spec.workers.slots)],
+        Role.PS.value: [dns_address(job, namespace, ps_name(job, i)) for i in range(spec.parameter_servers.replicas)],
+        Role.WORKER.value: [dns_address(job, namespace, worker_hostname(job, s)) for s in range(spec.workers.slots)],
     }
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}}, separators=(",", ":"))
 
@@ -128,25 +106,25 @@ def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: st
     def field(path: str) -> Obj:
         return {"fieldRef": {"fieldPath": path}}
 
-    settings = {
-        "TTJ_JOB_NAME": job,
-        "TTJ_MODEL": spec.model,
-        "TTJ_DATASET": spec.dataset,
-        "TTJ_TRAIN_STEPS": spec.train_steps,
-        "TTJ_BATCH_SIZE": spec.batch_size,
-        "TTJ_LEARNING_RATE": spec.learning_rate,
-        "TTJ_LEARNING_RATE_SCALING": spec.learning_rate_scaling,
-        "TTJ_CHECKPOINT_URI": spec.checkpoint.uri,
-        "TTJ_CHECKPOINT_INTERVAL_STEPS": spec.checkpoint.interval_steps,
-        "TTJ_CHECKPOINT_INTERVAL_SECONDS": spec.checkpoint.interval_seconds,
-        "TTJ_DESIRED_WORKERS": spec.workers.replicas,
+    settings: dict[Env, object] = {
+        Env.JOB_NAME: job,
+        Env.MODEL: spec.model,
+        Env.DATASET: spec.dataset,
+        Env.TRAIN_STEPS: spec.train_steps,
+        Env.BATCH_SIZE: spec.batch_size,
+        Env.LEARNING_RATE: spec.learning_rate,
+        Env.LEARNING_RATE_SCALING: spec.learning_rate_scaling,
+        Env.CHECKPOINT_URI: spec.checkpoint.uri,
+        Env.CHECKPOINT_INTERVAL_STEPS: spec.checkpoint.interval_steps,
+        Env.CHECKPOINT_INTERVAL_SECONDS: spec.checkpoint.interval_seconds,
+        Env.DESIRED_WORKERS: spec.workers.replicas,
     }
     return [
-        {"name": "TF_CONFIG", "value": tf_config(job, namespace, spec, task_type, index)},
-        {"name": "POD_NAME", "valueFrom": field("metadata.name")},
-        {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
-        {"name": "POD_IP", "valueFrom": field("status.podIP")},
-        *({"name": key, "value": str(value)} for key, value in settings.items()),
+        {"name": Env.TF_CONFIG.value, "value": tf_config(job, namespace, spec, task_type, index)},
+        {"name": Env.POD_NAME.value, "valueFrom": field("metadata.name")},
+        {"name": Env.POD_NAMESPACE.value, "valueFrom": field("metadata.namespace")},
+        {"name": Env.POD_IP.value, "valueFrom": field("status.podIP")},
+        *({"name": key.value, "value": str(value)} for key, value in settings.items()),
     ]
 
 
@@ -193,10 +171,10 @@ def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation:
     workers = spec.workers
     node_selector: dict[str, str] = {}
     tolerations: list[Obj] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-    if workers.provisioning == "spot":
+    if workers.provisioning == Provisioning.SPOT:
         node_selector[SPOT_LABEL] = "true"
         tolerations.append({"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
-    elif workers.provisioning == "preemptible":
+    elif workers.provisioning == Provisioning.PREEMPTIBLE:
         node_selector[PREEMPTIBLE_LABEL] = "true"
         tolerations.append({"key": PREEMPTIBLE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     if workers.gpus_per_worker > 0:
@@ -215,17 +193,19 @@ def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation:
         "containers": [
             _container(
                 spec.image,
-                _env(name, namespace, spec, "worker", slot),
+                _env(name, namespace, spec, Role.WORKER, slot),
                 _resources(workers.resources, workers.gpus_per_worker),
                 mounts,
             )
         ],
     }
-    if workers.provisioning == "on-demand":
+    if workers.provisioning == Provisioning.ON_DEMAND:
         pod_spec["affinity"] = _on_demand_affinity()
     if volumes:
         pod_spec["volumes"] = volumes
-    metadata = _metadata(job, worker_pod_name(name, slot, incarnation), {LABEL_ROLE: "worker", LABEL_SLOT: str(slot)})
+    metadata = _metadata(
+        job, worker_pod_name(name, slot, incarnation), {LABEL_ROLE: Role.WORKER.value, LABEL_SLOT: str(slot)}
+    )
     metadata["finalizers"] = [FINALIZER]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
@@ -258,7 +238,7 @@ def ps_template_fingerprint(spec: TransientTrainingJobSpec) -> str:
 def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int) -> Obj:
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
-    labels = {LABEL_JOB: name, LABEL_ROLE: "ps", LABEL_PS_INDEX: str(index)}
+    labels = {LABEL_JOB: name, LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: str(index)}
     template_spec: Obj = {
         "hostname": ps_name(name, index),
         "subdomain": service_name(name),
@@ -267,13 +247,13 @@ def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int) -> Obj:
         "containers": [
             _container(
                 spec.image,
-                _env(name, namespace, spec, "ps", index),
+                _env(name, namespace, spec, Role.PS, index),
                 _resources(spec.parameter_servers.resources),
                 [],
             )
         ],
     }
-    metadata = _metadata(job, ps_name(name, index), {LABEL_ROLE: "ps", LABEL_PS_INDEX: str(index)})
+    metadata = _metadata(job, ps_name(name, index), {LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: str(index)})
     metadata["annotations"] = {ANNOTATION_PS_TEMPLATE: ps_template_fingerprint(spec)}
     return {
         "apiVersion": "apps/v1",

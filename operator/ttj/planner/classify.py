@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from ttj.planner.observed import ANNOTATION_DELETED, Obj, condition, meta, parse_time
+from ttj.planner.observed import Obj, condition, meta
+from ttj_contract import ANNOTATION_DELETED, parse_time
 
 #: Pod status reasons written when the node, not the code, ended the pod.
 PREEMPTION_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown", "NodeLost", "DeletionByTaintManager"})

@@ -45,24 +45,23 @@ from ttj.planner.actions import (
 from ttj.planner.classify import PodState, PodVerdict, classify_pod
 from ttj.planner.conditions import Wanted, set_conditions
 from ttj.planner.election import Candidate, choose_chief
-from ttj.planner.observed import (
+from ttj.planner.observed import Obj, Observed, annotations_of, labels_of, meta, name_of
+from ttj_contract import (
     ANNOTATION_ACTIVE_WORKERS,
     ANNOTATION_DESIRED_WORKERS,
     ANNOTATION_PROGRESS,
+    ANNOTATION_PS_TEMPLATE,
     FINALIZER,
     LABEL_CHIEF,
     LABEL_PS_INDEX,
     LABEL_ROLE,
     LABEL_SLOT,
-    Obj,
-    Observed,
-    annotations_of,
     format_micro_time,
     format_time,
-    labels_of,
-    meta,
-    name_of,
+    lease_name,
     parse_time,
+    ps_name,
+    worker_selector,
 )
 
 #: A cost override for simulators: (spec, observed, previous cost status, now) → new cost status.
@@ -276,7 +275,7 @@ class _Planner:
             active=active,
             pending=pending,
             summary=f"{active}/{desired}",
-            selector=children.worker_selector(self.name),
+            selector=worker_selector(self.name),
         )
 
     # -- the running job -------------------------------------------------------------------------
@@ -520,8 +519,8 @@ class _Planner:
             elif key[0] == "Deployment":
                 # A spec change (image, parameterServers.resources) reaches the PS through its template:
                 # the Deployment controller recreates the pod, which step 4 sees as a PS loss.
-                fingerprint = annotations_of(manifest).get(children.ANNOTATION_PS_TEMPLATE)
-                if annotations_of(observed[key]).get(children.ANNOTATION_PS_TEMPLATE) != fingerprint:
+                fingerprint = annotations_of(manifest).get(ANNOTATION_PS_TEMPLATE)
+                if annotations_of(observed[key]).get(ANNOTATION_PS_TEMPLATE) != fingerprint:
                     self.actions.append(ReplaceChild(manifest))
                     self.events.append(
                         EmitEvent(
@@ -567,7 +566,7 @@ class _Planner:
                 replaced = True
                 # Deployment pods are named <deployment>-<pod-template-hash>-<suffix>: another hash means a
                 # rollout of a changed template (a spec change), which is no preemption.
-                prefix = f"{children.ps_name(self.name, index)}-"
+                prefix = f"{ps_name(self.name, index)}-"
                 rest = recorded[index][len(prefix) :].split("-") if recorded[index].startswith(prefix) else []
                 old_hash = rest[0] if len(rest) == 2 else ""
                 new_hash = template_hash.get(names[0], "")
@@ -771,7 +770,7 @@ class _Planner:
             ANNOTATION_ACTIVE_WORKERS: str(active),
             ANNOTATION_DESIRED_WORKERS: str(self.spec.workers.replicas),
         }
-        lease_name = children.lease_name(self.name)
+        lease_name_ = lease_name(self.name)
         if lease is None:
             manifest = children.lease(self.job, config.lease_duration_seconds, active, self.spec.workers.replicas)
             manifest["spec"]["leaseTransitions"] = new_epoch
@@ -789,7 +788,7 @@ class _Planner:
                 changes["lease_duration_seconds"] = config.lease_duration_seconds
             annotations = {k: v for k, v in published.items() if annotations_of(lease).get(k) != v}
             if changes or annotations:
-                self.actions.append(UpdateLease(name=lease_name, annotations=annotations, **changes))
+                self.actions.append(UpdateLease(name=lease_name_, annotations=annotations, **changes))
 
         # Exactly one pod carries the chief label: take it off others first, then put it on.
         for name, pod in sorted(by_name.items()):

@@ -9,7 +9,8 @@ from ttj.cost.budget import BudgetDecision, budget_decision
 from ttj.cost.model import NodeShape, PodObservation, accrue, expected_worker_node, worker_hourly_rate
 from ttj.cost.prices import PriceTable
 from ttj.planner.classify import PodVerdict
-from ttj.planner.observed import LABEL_ROLE, Observed, labels_of, meta, name_of, parse_time
+from ttj.planner.observed import Observed, labels_of, meta, name_of
+from ttj_contract import LABEL_ROLE, parse_time
 
 
 def _ended_at(pod: dict, verdict: PodVerdict | None) -> datetime | None:  # type: ignore[type-arg]

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ttj.planner.observed import Obj, labels_of, meta, name_of, parse_time
+from ttj.planner.observed import Obj, labels_of, meta, name_of
+from ttj_contract import Provisioning, parse_time, provisioning_of
 
 #: Preemption hazard per hour by VM age, from the ICAC'19 lifetime data (hazard in 2-hour buckets).
 EARLY_HAZARD_PER_HOUR = 0.019  # age < 8 h
@@ -24,23 +25,14 @@ PREEMPTIBLE_MAX_HOURS = 24.0
 HORIZON_HOURS = 2.0
 
 
-def node_provisioning(node: Obj | None) -> str:
-    labels = labels_of(node or {})
-    if labels.get("cloud.google.com/gke-preemptible") == "true":
-        return "preemptible"
-    if labels.get("cloud.google.com/gke-spot") == "true":
-        return "spot"
-    return "on-demand"
-
-
 def preemption_risk(node: Obj | None, now: datetime, horizon_hours: float = HORIZON_HOURS) -> float:
     """Probability that the node is preempted within the horizon (0 for on-demand)."""
-    kind = node_provisioning(node)
-    if kind == "on-demand":
+    kind = provisioning_of(labels_of(node or {}))
+    if kind == Provisioning.ON_DEMAND:
         return 0.0
     created = parse_time(meta(node or {}).get("creationTimestamp"))
     age = max(0.0, (now - created).total_seconds() / 3600) if created else 0.0
-    if kind == "preemptible" and age + horizon_hours >= PREEMPTIBLE_MAX_HOURS:
+    if kind == Provisioning.PREEMPTIBLE and age + horizon_hours >= PREEMPTIBLE_MAX_HOURS:
         # Certain reclaim inside the horizon; the nearer the 24 h mark, the worse.
         return 1.0 + (age + horizon_hours - PREEMPTIBLE_MAX_HOURS) / horizon_hours
     survive = 1.0

@@ -3,23 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from ttj.cost.pools import PlacementCheck
-
-GROUP = "transient.training"
-LABEL_JOB = f"{GROUP}/job-name"
-LABEL_ROLE = f"{GROUP}/role"
-LABEL_SLOT = f"{GROUP}/slot"
-LABEL_PS_INDEX = f"{GROUP}/ps-index"
-LABEL_CHIEF = f"{GROUP}/chief"
-ANNOTATION_ACTIVE_WORKERS = f"{GROUP}/active-workers"
-#: The desired worker count now (spec.workers.replicas): pods' TTJ_DESIRED_WORKERS is fixed at creation.
-ANNOTATION_DESIRED_WORKERS = f"{GROUP}/desired-workers"
-ANNOTATION_PROGRESS = f"{GROUP}/progress"
-ANNOTATION_DELETED = f"{GROUP}/deleted-by-operator"
-FINALIZER = f"{GROUP}/accounting"
 
 Obj = dict[str, Any]
 
@@ -39,28 +25,7 @@ class Observed:
     nodes: dict[str, Obj] = field(default_factory=dict)
     children: dict[tuple[str, str], Obj] = field(default_factory=dict)
     lease: Obj | None = None
-    # --- cost/pools seam (issue 8): the controller fills this from ttj.cost.pools.validate_placement over
-    # the cluster's node pools (GKE API or Node labels); None when not checked.
     placement: PlacementCheck | None = None
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """RFC 3339 (with or without fraction, Z or offset) → aware datetime."""
-    if not value:
-        return None
-    text = value.replace("Z", "+00:00")
-    parsed = datetime.fromisoformat(text)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def format_time(moment: datetime) -> str:
-    """Aware datetime → RFC 3339 with seconds, as Kubernetes writes metav1.Time."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_micro_time(moment: datetime) -> str:
-    """Aware datetime → metav1.MicroTime (Lease acquireTime/renewTime)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def meta(obj: Obj) -> Obj:

@@ -25,7 +25,8 @@ from ttj.planner.actions import (
     UpdateLease,
 )
 from ttj.planner.core import Plan, PlannerConfig, plan
-from ttj.planner.observed import ANNOTATION_DELETED, Obj, Observed, format_time, meta, name_of
+from ttj.planner.observed import Obj, Observed, meta, name_of
+from ttj_contract import ANNOTATION_DELETED, format_time
 
 
 class Conflict(Exception):

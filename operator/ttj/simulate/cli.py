@@ -81,7 +81,8 @@ def load_job(path: Path) -> Any:
     import yaml
     from pydantic import ValidationError
 
-    from ttj.api.models import KIND, TransientTrainingJob
+    from ttj.api.models import TransientTrainingJob
+    from ttj_contract import KIND
 
     try:
         documents = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]

@@ -34,8 +34,8 @@ from ttj.planner import (
     UpdateLease,
     plan,
 )
-from ttj.planner.observed import LABEL_ROLE, LABEL_SLOT, format_micro_time, format_time
 from ttj.simulate.engine import FailJob, MakeChief, RunView, SimAction, SimJob, StartWorker
+from ttj_contract import LABEL_ROLE, LABEL_SLOT, format_micro_time, format_time
 
 #: Simulated time 0 on the planner's clock (any fixed instant keeps runs deterministic).
 EPOCH = datetime(2026, 11, 21, tzinfo=UTC)

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from ttj.controller.handlers import CHILD_RESOURCES, OperatorContext, register
 from ttj.controller.metrics import Metrics
-from ttj.planner.observed import LABEL_JOB
+from ttj_contract import LABEL_JOB
 
 KEY = ("ns", "mnist")
 KINDS = ["Pod", "Lease", *CHILD_RESOURCES]

@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ttj.planner.observed import format_micro_time, format_time
 from ttj.planner.world import World
+from ttj_contract import format_micro_time, format_time
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.planner.builders import T0, node
 from ttj.planner import PodState, classify_pod
-from ttj.planner.observed import format_time
+from ttj_contract import format_time
 
 GRACE = timedelta(seconds=30)
 

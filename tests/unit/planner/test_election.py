@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.planner.builders import T0, node
 from ttj.planner.election import Candidate, choose_chief, preemption_risk
-from ttj.planner.observed import format_time
+from ttj_contract import format_time
 
 
 def candidate(

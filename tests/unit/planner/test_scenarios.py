@@ -21,8 +21,8 @@ from ttj.planner import (
     UpdateLease,
     plan,
 )
-from ttj.planner.observed import format_time
 from ttj.planner.world import World
+from ttj_contract import format_time
 
 S = timedelta(seconds=1)
 

@@ -1,0 +1,236 @@
+"""The words ttj's parts share: what docs/contract.md names, written once.
+
+The operator, the trainer and the local cluster each import these instead of spelling a label, an
+annotation, a child's name or a time format themselves. Standard library only, so the trainer image
+installs it without pulling the operator in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+# -- the API ------------------------------------------------------------------------------------
+GROUP = "transient.training"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TransientTrainingJob"
+PLURAL = "transienttrainingjobs"
+SINGULAR = "transienttrainingjob"
+SHORT_NAME = "ttj"
+
+# -- labels, annotations and the finalizer on a job's children -----------------------------------
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_ROLE = f"{GROUP}/role"
+LABEL_SLOT = f"{GROUP}/slot"
+LABEL_PS_INDEX = f"{GROUP}/ps-index"
+#: "true" on the worker pod that holds the Lease.
+LABEL_CHIEF = f"{GROUP}/chief"
+#: On the Lease: the number of Running workers, for the learning rate.
+ANNOTATION_ACTIVE_WORKERS = f"{GROUP}/active-workers"
+#: On the Lease: spec.workers.replicas now (a pod's TTJ_DESIRED_WORKERS is fixed when it is made).
+ANNOTATION_DESIRED_WORKERS = f"{GROUP}/desired-workers"
+#: On the Lease: the chief's :class:`LeaseProgress`, as JSON.
+ANNOTATION_PROGRESS = f"{GROUP}/progress"
+#: On a pod the operator deletes on purpose (scale-down, cleanup), so it is not taken for a loss.
+ANNOTATION_DELETED = f"{GROUP}/deleted-by-operator"
+#: On a PS Deployment: a fingerprint of what a spec change may alter in its pod template.
+ANNOTATION_PS_TEMPLATE = f"{GROUP}/ps-template"
+#: On jobs: the operator releases its children's finalizers before a job may go.
+JOB_FINALIZER = f"{GROUP}/operator"
+#: On worker pods: a lost worker is counted before it may vanish.
+FINALIZER = f"{GROUP}/accounting"
+#: The label the Deployment controller adds to the pods of one template.
+LABEL_POD_TEMPLATE_HASH = "pod-template-hash"
+
+
+class Role(StrEnum):
+    """The value of :data:`LABEL_ROLE` and TF_CONFIG's task type."""
+
+    WORKER = "worker"
+    PS = "ps"
+
+
+# -- names a job's children derive from the job's -------------------------------------------------
+#: The trainer container's name and the TensorFlow server port.
+CONTAINER_NAME = "trainer"
+TF_PORT = 2222
+
+
+def service_name(job: str) -> str:
+    """The headless Service that gives every pod its stable DNS name."""
+    return job
+
+
+def ps_name(job: str, index: int) -> str:
+    """PS Deployment ``index`` and its pod's hostname."""
+    return f"{job}-ps-{index}"
+
+
+def worker_hostname(job: str, slot: int) -> str:
+    return f"{job}-worker-{slot}"
+
+
+def worker_pod_name(job: str, slot: int, incarnation: int) -> str:
+    """``incarnation`` counts the pods a slot has had, so a replacement never waits for its predecessor."""
+    return f"{job}-worker-{slot}-{incarnation}"
+
+
+def lease_name(job: str) -> str:
+    """The Lease naming the chief."""
+    return f"{job}-chief"
+
+
+def trainer_account_name(job: str) -> str:
+    """The trainers' ServiceAccount, Role and RoleBinding."""
+    return f"{job}-trainer"
+
+
+def job_selector(job: str) -> str:
+    """Label selector of every pod of a job."""
+    return f"{LABEL_JOB}={job}"
+
+
+def worker_selector(job: str) -> str:
+    """Label selector of a job's worker pods (the scale subresource's ``selector``)."""
+    return f"{job_selector(job)},{LABEL_ROLE}={Role.WORKER}"
+
+
+def dns_address(job: str, namespace: str, hostname: str) -> str:
+    """``host:port`` of a task, as TF_CONFIG lists it."""
+    return f"{hostname}.{service_name(job)}.{namespace}.svc:{TF_PORT}"
+
+
+class Env(StrEnum):
+    """Environment variables the operator sets in trainer containers (besides TF_CONFIG)."""
+
+    JOB_NAME = "TTJ_JOB_NAME"
+    MODEL = "TTJ_MODEL"
+    DATASET = "TTJ_DATASET"
+    TRAIN_STEPS = "TTJ_TRAIN_STEPS"
+    BATCH_SIZE = "TTJ_BATCH_SIZE"
+    LEARNING_RATE = "TTJ_LEARNING_RATE"
+    LEARNING_RATE_SCALING = "TTJ_LEARNING_RATE_SCALING"
+    CHECKPOINT_URI = "TTJ_CHECKPOINT_URI"
+    CHECKPOINT_INTERVAL_STEPS = "TTJ_CHECKPOINT_INTERVAL_STEPS"
+    CHECKPOINT_INTERVAL_SECONDS = "TTJ_CHECKPOINT_INTERVAL_SECONDS"
+    DESIRED_WORKERS = "TTJ_DESIRED_WORKERS"
+    POD_NAME = "POD_NAME"
+    POD_NAMESPACE = "POD_NAMESPACE"
+    POD_IP = "POD_IP"
+    TF_CONFIG = "TF_CONFIG"
+
+
+# -- times ----------------------------------------------------------------------------------------
+def parse_time(value: str | None) -> datetime | None:
+    """RFC 3339 as the API writes it (``Z`` or an offset, with or without a fraction) → aware datetime."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def format_time(moment: datetime) -> str:
+    """``metav1.Time``: whole seconds, UTC, ``Z`` (creationTimestamp, conditions, the job's status)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(moment: datetime) -> str:
+    """``metav1.MicroTime``: six fractional digits, UTC, ``Z`` (Lease acquireTime/renewTime, eventTime).
+
+    The API server refuses an offset such as ``+00:00`` here.
+    """
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_epoch_time(seconds: float) -> str:
+    """``metav1.Time`` of a Unix timestamp."""
+    return format_time(datetime.fromtimestamp(seconds, UTC))
+
+
+# -- GKE ------------------------------------------------------------------------------------------
+SPOT_LABEL = "cloud.google.com/gke-spot"
+PREEMPTIBLE_LABEL = "cloud.google.com/gke-preemptible"
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+ACCELERATOR_COUNT_LABEL = "cloud.google.com/gke-accelerator-count"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+LEGACY_INSTANCE_TYPE_LABEL = "beta.kubernetes.io/instance-type"
+#: The extended resource of GPUs, and the key of the taint GKE puts on GPU nodes.
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class Provisioning(StrEnum):
+    """How a node is bought."""
+
+    SPOT = "spot"
+    PREEMPTIBLE = "preemptible"
+    ON_DEMAND = "on-demand"
+
+
+#: The node label that marks each transient provisioning.
+PROVISIONING_LABELS: dict[Provisioning, str] = {
+    Provisioning.PREEMPTIBLE: PREEMPTIBLE_LABEL,
+    Provisioning.SPOT: SPOT_LABEL,
+}
+
+
+def provisioning_of(labels: Mapping[str, str] | None) -> Provisioning:
+    """How a node was bought, from its labels; neither label means on-demand.
+
+    GKE never sets both; were both there, preemptible wins, as the stricter (24-hour) lifetime.
+    """
+    labels = labels or {}
+    for provisioning, label in PROVISIONING_LABELS.items():
+        if labels.get(label) == "true":
+            return provisioning
+    return Provisioning.ON_DEMAND
+
+
+def provisioning_labels(provisioning: str) -> dict[str, str]:
+    """The labels GKE puts on a node bought this way."""
+    label = PROVISIONING_LABELS.get(Provisioning(provisioning))
+    return {label: "true"} if label else {}
+
+
+# -- the chief's progress report on the Lease -------------------------------------------------------
+@dataclass(frozen=True)
+class LeaseProgress:
+    """What the chief publishes in :data:`ANNOTATION_PROGRESS` and the operator copies to status.progress."""
+
+    global_step: int
+    checkpoint_step: int | None = None
+    checkpoint_path: str | None = None
+    #: metav1.Time of the checkpoint.
+    checkpoint_time: str | None = None
+
+    def to_annotation(self) -> str:
+        fields = {
+            "globalStep": self.global_step,
+            "checkpointStep": self.checkpoint_step,
+            "checkpointPath": self.checkpoint_path,
+            "checkpointTime": self.checkpoint_time,
+        }
+        return json.dumps({k: v for k, v in fields.items() if v is not None}, separators=(",", ":"))
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> LeaseProgress | None:
+        """The report in ``text``; None when there is none or it is malformed (a bad report is not fatal)."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            step = data.get("checkpointStep")
+            path = data.get("checkpointPath")
+            when = data.get("checkpointTime")
+            return cls(
+                global_step=max(0, int(data.get("globalStep", 0))),
+                checkpoint_step=None if step is None else int(step),
+                checkpoint_path=None if path is None else str(path),
+                checkpoint_time=None if when is None else str(when),
+            )
+        except (ValueError, TypeError, AttributeError):
+            return None

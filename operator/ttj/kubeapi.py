@@ -1,0 +1,233 @@
+"""Kubernetes JSON over the official client's transport: the one raw client of the project.
+
+The operator's actions and the local cluster's controllers and kubelets speak to the API server through
+:class:`KubeClient`: auth, TLS and the kubeconfig are the ``kubernetes`` package's; objects stay plain
+JSON dicts (the generated models cost time at scale and drop fields the callers need). Errors are
+:class:`KubeError` with the HTTP status. :data:`RESOURCES` is the one map from a kind to where it lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import kubernetes
+import urllib3
+from kubernetes.client import ApiClient
+
+from ttj_contract import GROUP, KIND, PLURAL, VERSION
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where objects of one kind live in the API."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    @property
+    def kopf_name(self) -> str:
+        """The resource as kopf names it (``deployments.v1.apps``, ``pods``)."""
+        return f"{self.plural}.{self.version}.{self.group}" if self.group else self.plural
+
+    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        path = f"{self.prefix}/namespaces/{quote(namespace)}/{self.plural}"
+        if name:
+            path += f"/{quote(name)}"
+        if subresource:
+            path += f"/{subresource}"
+        return path
+
+
+#: kind → resource, for every kind the operator reads or writes.
+RESOURCES: dict[str, Resource] = {
+    "Pod": Resource("", "v1", "pods"),
+    "Service": Resource("", "v1", "services"),
+    "ServiceAccount": Resource("", "v1", "serviceaccounts"),
+    "Event": Resource("", "v1", "events"),
+    "Deployment": Resource("apps", "v1", "deployments"),
+    "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "Lease": Resource("coordination.k8s.io", "v1", "leases"),
+    KIND: Resource(GROUP, VERSION, PLURAL),
+}
+
+
+def path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    """The API path of a namespaced object (or of its collection when ``name`` is None)."""
+    return RESOURCES[kind].path(namespace, name, subresource)
+
+
+class KubeError(Exception):
+    """An HTTP error answer; ``status`` is its code and ``body`` the Status JSON as text."""
+
+    def __init__(self, status: int, body: str) -> None:
+        self.status = status
+        self.body = body
+        try:
+            message = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            message = body
+        self.message = str(message)
+        super().__init__(f"HTTP {status}: {message}")
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth retrying: the server is overloaded or failing for now, or the connection broke."""
+    if isinstance(exc, KubeError):
+        return exc.status == 429 or exc.status >= 500
+    return isinstance(exc, OSError | urllib3.exceptions.HTTPError)
+
+
+class KubeClient:
+    """JSON in, JSON out."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+        self._open_watches: set[Any] = set()
+        self._watch_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str) -> KubeClient:
+        return cls(kubernetes.config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """Ends open watches at once (their threads see the stream end) and closes the connection pool."""
+        with self._watch_lock:
+            self._closed = True
+            watches = list(self._open_watches)
+        for response in watches:
+            with contextlib.suppress(Exception):
+                response.shutdown()
+        with contextlib.suppress(Exception):
+            self.api.close()  # type: ignore[no-untyped-call]
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Sequence[tuple[str, str]] = (),
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] = 30,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method, url, headers, serialized, _ = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self.api.call_api(method, url, header_params=headers, body=serialized, _request_timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Sequence[tuple[str, str]] = (),
+        content_type: str = "application/json",
+    ) -> JSON:
+        """One request; the JSON answer; an error answer as :class:`KubeError`."""
+        response = self._send(method, path, body=body, query=query, content_type=content_type)
+        data = response.read()
+        text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
+        if response.status >= 400:
+            raise KubeError(response.status, text)
+        return json.loads(text) if text else {}
+
+    # conveniences ----------------------------------------------------------------------------
+    def get(self, path: str) -> JSON | None:
+        try:
+            return self.request("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, path: str, body: JSON) -> JSON | None:
+        """POST; None when it already exists."""
+        try:
+            return self.request("POST", path, body=body)
+        except KubeError as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    def merge_patch(self, path: str, patch: JSON) -> JSON | None:
+        """PATCH (merge); None when the object is gone."""
+        try:
+            return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete(self, path: str, grace_seconds: int | None = None, propagation: str | None = None) -> bool:
+        options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        if propagation:
+            options["propagationPolicy"] = propagation
+        try:
+            self.request("DELETE", path, body=options)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def watch_events(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[JSON]:
+        """One watch request: yields ``{"type", "object"}`` events until the server ends it."""
+        response = self._send(
+            "GET",
+            path,
+            query=[
+                ("watch", "true"),
+                ("resourceVersion", resource_version),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", str(timeout_seconds)),
+            ],
+            timeout=(10, timeout_seconds + 15),
+        )
+        if response.status >= 400:
+            raise KubeError(response.status, response.read().decode(errors="replace"))
+        buffer = b""
+        with self._watch_lock:
+            self._open_watches.add(response.response)
+            if self._closed:  # closed while this watch was being opened: end it now, not at its timeout
+                with contextlib.suppress(Exception):
+                    response.response.shutdown()
+        try:
+            for chunk in response.response.stream(amt=None, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            with self._watch_lock:
+                self._open_watches.discard(response.response)
+            with contextlib.suppress(Exception):
+                response.response.release_conn()
