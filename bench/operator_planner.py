@@ -127,14 +127,14 @@ def main() -> None:
         start = time.perf_counter()
         result = plan(world.job, world.observed, now)
         preempt.append(time.perf_counter() - start)
-        assert [a for a in result.actions if isinstance(a, CreateChild) and a.kind == "Pod"], "no replacement"
+        assert [a for a in result.of_type(CreateChild) if a.kind == "Pod"], "no replacement"
     for world in worlds:
         world.reconcile(now)
         lose(world, world.job["status"]["chief"]["pod"], now)
         start = time.perf_counter()
         result = plan(world.job, world.observed, now)
         chief.append(time.perf_counter() - start)
-        assert [a for a in result.actions if isinstance(a, LabelPod)], "no new chief"
+        assert result.of_type(LabelPod), "no new chief"
     total_pass = sum(steady)
     print(f"jobs={args.jobs} workers/job={args.workers} pods={args.jobs * (args.workers + 1)}")
     for label, samples in (

@@ -22,15 +22,14 @@ from kubernetes.client.exceptions import ApiException
 
 from ttj import kubeapi
 from ttj.planner import (
-    Action,
     CreateChild,
     DeleteChild,
-    DeleteJob,
     EmitEvent,
     LabelPod,
     RemoveFinalizer,
     ReplaceChild,
     UpdateLease,
+    Write,
 )
 from ttj_contract import ANNOTATION_DELETED, FINALIZER, KIND
 
@@ -49,8 +48,6 @@ class Applied:
 
     #: seconds from a loss's first evidence to its replacement's creation, per replacement created
     recoveries: list[float] = field(default_factory=list)
-    events: list[EmitEvent] = field(default_factory=list)
-    job_deleted: bool = False
 
 
 class Applier:
@@ -84,13 +81,10 @@ class Applier:
     def path(kind: str, namespace: str, name: str | None = None) -> str:
         return kubeapi.path(kind, namespace, name)
 
-    def apply(self, namespace: str, actions: Sequence[Action]) -> Applied:
-        """Apply in order; EmitEvents are returned for after the status write."""
+    def apply(self, namespace: str, writes: Sequence[Write]) -> Applied:
+        """Apply in order."""
         done = Applied()
-        for action in actions:
-            if isinstance(action, EmitEvent):
-                done.events.append(action)
-                continue
+        for action in writes:
             try:
                 self._apply_one(namespace, action, done)
             except ApiException as exc:
@@ -107,7 +101,7 @@ class Applier:
                 raise
         return done
 
-    def _apply_one(self, namespace: str, action: Action, done: Applied) -> None:
+    def _apply_one(self, namespace: str, action: Write, done: Applied) -> None:
         if isinstance(action, CreateChild):
             self._call("POST", self.path(action.kind, namespace), action.manifest)
             if action.recovery_since is not None:
@@ -130,8 +124,6 @@ class Applier:
             )
         elif isinstance(action, UpdateLease):
             self._call("PATCH", self.path("Lease", namespace, action.name), lease_patch(action), MERGE_PATCH)
-        elif isinstance(action, DeleteJob):
-            raise AssertionError("DeleteJob is applied by the handler")  # pragma: no cover
 
     def release_finalizer(self, namespace: str, pod: str) -> None:
         """Remove our finalizer from a pod whose job is gone; a pod already gone is fine."""

@@ -30,7 +30,7 @@ from ttj.controller.patch import merge_patch
 from ttj.controller.placement import PlacementSource
 from ttj.cost.prices import PriceSource
 from ttj.kubeapi import RESOURCES
-from ttj.planner import DeleteJob, Observed, PlannerConfig, plan
+from ttj.planner import Observed, PlannerConfig, plan
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
 log = logging.getLogger("ttj.controller")
@@ -307,7 +307,6 @@ class JobReconciler:
         if self.ctx.prices is not None:
             config = dataclasses.replace(config, prices=self.ctx.prices.current())  # a stat() when unchanged
         result = plan(job, observed, self.ctx.clock(), config)
-        actions = [a for a in result.actions if not isinstance(a, DeleteJob)]
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "%s/%s: pass on job rv %s, lease rv %s: %s",
@@ -315,10 +314,10 @@ class JobReconciler:
                 name,
                 job.get("metadata", {}).get("resourceVersion"),
                 ((observed.lease or {}).get("metadata") or {}).get("resourceVersion"),
-                [repr(a)[:300] for a in result.actions] or "nothing to do",
+                [repr(a)[:300] for a in result.writes] or "nothing to do",
             )
         try:
-            applied = await asyncio.to_thread(self.applier.apply, namespace, actions)
+            applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
             old_status = job.get("status") or {}
             if result.status != old_status:
                 patch = merge_patch(old_status, result.status)
@@ -339,9 +338,9 @@ class JobReconciler:
         for observation in result.observations:
             if observation.metric == "chief_handover_seconds":
                 self.ctx.metrics.handover.labels(namespace, name).observe(observation.seconds)
-        for event in applied.events:
+        for event in result.events:
             await asyncio.to_thread(self.applier.post_event, job, event)
-        if any(isinstance(a, DeleteJob) for a in result.actions):
+        if result.delete_job:
             await asyncio.to_thread(self.applier.delete_job, namespace, name)
             return None
         return result.requeue_after

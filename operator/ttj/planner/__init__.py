@@ -2,22 +2,21 @@
 
 ``plan(job, observed, now, config) -> Plan`` is the whole decision procedure: a controller (the kopf
 operator in ttj.controller) or a simulator (ttj.simulate) observes the job's children, calls it,
-applies ``Plan.actions`` in order, then writes ``Plan.status`` if it changed. It imports neither
+applies ``Plan.writes`` in order, writes ``Plan.status`` if it changed, then posts ``Plan.events``. It imports neither
 kopf nor the Kubernetes client. :mod:`ttj.planner.world` applies actions to an in-memory
 :class:`Observed`, for tests and simulation.
 """
 
 from ttj.planner.actions import (
-    Action,
     CreateChild,
     DeleteChild,
-    DeleteJob,
     EmitEvent,
     LabelPod,
     Observation,
     RemoveFinalizer,
     ReplaceChild,
     UpdateLease,
+    Write,
 )
 from ttj.planner.classify import PodState, PodVerdict, classify_pod
 from ttj.planner.core import CostFunction, Plan, PlannerConfig, plan
@@ -25,11 +24,9 @@ from ttj.planner.election import choose_chief, preemption_risk
 from ttj.planner.observed import Observed
 
 __all__ = [
-    "Action",
     "CostFunction",
     "CreateChild",
     "DeleteChild",
-    "DeleteJob",
     "EmitEvent",
     "LabelPod",
     "Observation",
@@ -41,6 +38,7 @@ __all__ = [
     "RemoveFinalizer",
     "ReplaceChild",
     "UpdateLease",
+    "Write",
     "choose_chief",
     "classify_pod",
     "plan",

@@ -1,4 +1,4 @@
-"""What the planner asks for: small, serialisable actions a controller (or a simulator) applies in order.
+"""What the planner asks for: small, serialisable writes a controller (or a simulator) applies in order.
 
 Every action is idempotent when applied against the real API: creates of deterministic names answer
 409 on a retry, deletes answer 404, label and annotation patches converge. The only action that must
@@ -112,13 +112,6 @@ class EmitEvent:
 
 
 @dataclass(frozen=True)
-class DeleteJob:
-    """Delete the job itself (ttlSecondsAfterFinished elapsed)."""
-
-    reason: str = "TTLExpired"
-
-
-@dataclass(frozen=True)
 class Observation:
     """A measurement for a histogram, made from cluster state (not from the operator's clock)."""
 
@@ -126,4 +119,5 @@ class Observation:
     seconds: float
 
 
-Action = CreateChild | ReplaceChild | DeleteChild | RemoveFinalizer | LabelPod | UpdateLease | EmitEvent | DeleteJob
+#: A change to the job's children, applied in order before the status write.
+Write = CreateChild | ReplaceChild | DeleteChild | RemoveFinalizer | LabelPod | UpdateLease

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -31,16 +31,15 @@ from ttj.cost.budget import BudgetDecision
 from ttj.cost.prices import PriceTable
 from ttj.planner import children, costing
 from ttj.planner.actions import (
-    Action,
     CreateChild,
     DeleteChild,
-    DeleteJob,
     EmitEvent,
     LabelPod,
     Observation,
     RemoveFinalizer,
     ReplaceChild,
     UpdateLease,
+    Write,
 )
 from ttj.planner.classify import PodState, PodVerdict, classify_pod
 from ttj.planner.conditions import Wanted, set_conditions
@@ -68,6 +67,7 @@ from ttj_contract import (
 CostFunction = Callable[[TransientTrainingJobSpec, Observed, CostStatus | None, datetime], CostStatus]
 
 TERMINAL = ("Succeeded", "Failed")
+WriteT = TypeVar("WriteT")
 _INCARNATION = re.compile(r"-(\d+)$")
 
 
@@ -91,18 +91,23 @@ class PlannerConfig:
 
 @dataclass
 class Plan:
-    """The planner's answer. Apply ``actions`` in order, then write ``status`` if it differs."""
+    """The planner's answer: apply ``writes`` in order, write ``status`` if it differs, then post ``events``;
+    delete the job itself when ``delete_job`` (ttlSecondsAfterFinished elapsed)."""
 
-    actions: list[Action] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+    #: Events about the job, posted after the status write.
+    events: list[EmitEvent] = field(default_factory=list)
     #: The full new status, camelCase JSON as written to the status subresource.
     status: dict[str, Any] = field(default_factory=dict)
     #: Histogram samples measured from cluster state (e.g. chief handover).
     observations: list[Observation] = field(default_factory=list)
+    delete_job: bool = False
     #: Replan after this many seconds at the latest (timers: grace, lease expiry, deadlines, TTL).
     requeue_after: float | None = None
 
-    def of_type(self, kind: type) -> list[Any]:
-        return [a for a in self.actions if isinstance(a, kind)]
+    def of_type(self, kind: type[WriteT]) -> list[WriteT]:
+        """The writes of one kind, in order."""
+        return [w for w in self.writes if isinstance(w, kind)]
 
 
 def _dump(status: TransientTrainingJobStatus) -> dict[str, Any]:
@@ -183,7 +188,8 @@ class _Planner:
         except ValidationError:
             self.prev = TransientTrainingJobStatus()
         self.status = self.prev.model_copy(deep=True)
-        self.actions: list[Action] = []
+        self.actions: list[Write] = []
+        self.delete_job = False
         self.events: list[EmitEvent] = []
         self.observations: list[Observation] = []
         self.timer = _Timer(now, config.resync_seconds)
@@ -208,7 +214,9 @@ class _Planner:
     def _result(self) -> Plan:
         self.status.observed_generation = self.generation
         return Plan(
-            actions=[*self.actions, *self.events],
+            writes=self.actions,
+            events=self.events,
+            delete_job=self.delete_job,
             status=_dump(self.status),
             observations=self.observations,
             requeue_after=self.timer.seconds,
@@ -262,7 +270,7 @@ class _Planner:
         if ttl is not None and completed is not None:
             expiry = completed + timedelta(seconds=ttl)
             if self.now >= expiry:
-                self.actions.append(DeleteJob())
+                self.delete_job = True
             else:
                 self.timer.wake_at(expiry)
         # Keep the conditions as they are; only refresh their generation.

@@ -14,15 +14,14 @@ from datetime import datetime
 from typing import Any
 
 from ttj.planner.actions import (
-    Action,
     CreateChild,
     DeleteChild,
-    DeleteJob,
     EmitEvent,
     LabelPod,
     RemoveFinalizer,
     ReplaceChild,
     UpdateLease,
+    Write,
 )
 from ttj.planner.core import Plan, PlannerConfig, plan
 from ttj.planner.observed import Obj, Observed, meta, name_of
@@ -56,14 +55,16 @@ class World:
         """Plan, apply every action, write the status: one operator pass."""
         result = plan(self.job, self.observed, now, config)
         try:
-            for action in result.actions:
-                self.apply(action, now)
+            for write in result.writes:
+                self.apply(write, now)
         except Conflict:
             return result  # as the controller does: no status write, replan later
         self.job["status"] = copy.deepcopy(result.status)
+        self.events.extend(result.events)
+        self.job_deleted = self.job_deleted or result.delete_job
         return result
 
-    def apply(self, action: Action, now: datetime) -> None:
+    def apply(self, action: Write | EmitEvent, now: datetime) -> None:
         if isinstance(action, CreateChild):
             self._create(copy.deepcopy(action.manifest), now)
         elif isinstance(action, ReplaceChild):
@@ -91,8 +92,6 @@ class World:
             self._update_lease(action, now)
         elif isinstance(action, EmitEvent):
             self.events.append(action)
-        elif isinstance(action, DeleteJob):
-            self.job_deleted = True
 
     def _create(self, manifest: Obj, now: datetime) -> None:
         kind, name = manifest["kind"], manifest["metadata"]["name"]

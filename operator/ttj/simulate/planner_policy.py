@@ -80,7 +80,7 @@ class PlannerPolicy:
             )
             result = plan(self.job, self.observed, now, config)
             self.plans += 1
-            changed = self._apply(result.actions, view, now, wanted)
+            changed = self._apply(result.writes, view, now, wanted)
             status_changed = result.status != self.job.get("status")
             self.job["status"] = result.status
             if result.status.get("phase") == "Failed":

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, pods, run_ps, start, terminate
-from ttj.planner import CreateChild, EmitEvent, ReplaceChild
-from ttj.planner.children import ANNOTATION_PS_TEMPLATE, WORKER_TERMINATION_GRACE_SECONDS
+from ttj.planner import CreateChild, DeleteChild, ReplaceChild
+from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.world import World
+from ttj_contract import ANNOTATION_PS_TEMPLATE
 
 S = timedelta(seconds=1)
 
@@ -55,7 +56,7 @@ def test_which_spec_changes_roll_the_parameter_server(change: dict[str, Any], re
         assert world.observed.children[("Deployment", "mnist-ps-0")] == before
         return
     assert [(a.kind, a.name) for a in replaced] == [("Deployment", "mnist-ps-0")]
-    assert any(isinstance(a, EmitEvent) and a.reason == "ParameterServerUpdated" for a in result.actions)
+    assert any(e.reason == "ParameterServerUpdated" for e in result.events)
     container = ps_container(world)
     if "image" in change:
         assert container["image"] == change["image"]
@@ -72,7 +73,7 @@ def test_running_workers_stay_and_replacements_take_the_new_template() -> None:
     world.job["spec"]["image"] = "example.com/trainer:2"
     world.job["spec"]["workers"]["resources"] = {"limits": {"memory": "8Gi"}}
     result = world.reconcile(T0 + S)
-    assert not [a for a in result.actions if type(a).__name__ == "DeleteChild"]  # nobody restarted
+    assert not result.of_type(DeleteChild)  # nobody restarted
     assert all(p["spec"]["containers"][0]["image"] != "example.com/trainer:2" for p in pods(world))
     terminate(world, "mnist-worker-1-1", 143, pod_reason="Terminated", now=T0 + 2 * S)
     result = world.reconcile(T0 + 2 * S)
@@ -103,7 +104,7 @@ def test_a_rollout_of_the_parameter_server_bumps_the_epoch_but_is_no_preemption(
     assert status["chief"]["epoch"] == epoch + 1  # the chief must restore into the fresh PS
     assert status["preemptions"] == preemptions
     assert status["parameterServerPods"] == ["mnist-ps-0-5c6b4-fghij"]
-    assert any(isinstance(a, EmitEvent) and a.reason == "ParameterServerReplaced" for a in result.actions)
+    assert any(e.reason == "ParameterServerReplaced" for e in result.events)
     # A PS pod of the same template replaced (its node preempted) is a preemption.
     world.observed.pods = [p for p in world.observed.pods if p["metadata"]["labels"]["transient.training/role"] != "ps"]
     run_ps(world, "mnist-ps-0-5c6b4-zzzzz", now=T0 + 4 * S)
