@@ -1,11 +1,14 @@
-# The operator image: `make image`. Multi-stage, so compilers and pip caches stay in the builder;
-# it carries only the operator package (no TensorFlow) and runs as a non-root user.
+# The operator image: `make image`, from the repository root. Multi-stage, so compilers and pip caches
+# stay in the builder; it carries only the contract and the operator (no extras: no TensorFlow, no local
+# cluster, no plotting) and runs as a non-root user.
 FROM python:3.11-slim AS builder
 WORKDIR /src
+COPY contract/ /src/contract/
 COPY operator/ /src/operator/
+# Both named in one command, so the operator's `ttj-contract` dependency is this one, never an index's.
 RUN python -m venv /opt/ttj \
  && /opt/ttj/bin/pip install --no-cache-dir --upgrade pip \
- && /opt/ttj/bin/pip install --no-cache-dir /src/operator
+ && /opt/ttj/bin/pip install --no-cache-dir /src/contract /src/operator
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="ttj-operator" \

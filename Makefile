@@ -60,7 +60,7 @@ e2e: $(STAMP) ## End-to-end suite against the cluster in KUBECONFIG (skipped whe
 
 image: ## Build the operator and trainer images (needs a Docker engine)
 	docker build -t $(IMAGE_REPO)/ttj-operator:$(VERSION) -f Dockerfile .
-	docker build -t $(IMAGE_REPO)/ttj-trainer:$(VERSION) -f trainer-image/Dockerfile trainer-image
+	docker build -t $(IMAGE_REPO)/ttj-trainer:$(VERSION) -f trainer-image/Dockerfile .
 
 bench: $(STAMP) ## Run the benchmarks under bench/ (not tests; results go to docs/benchmarks.md)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -5,7 +5,7 @@ double used in tests/trainer. Run from the repository root:
 
     .venv/bin/python bench/trainer_bench.py [--model small-cnn] [--batch-size 32] [--rounds 3]
 
-Steps lost are read from the chief's published progress (`transient.training/progress`, sampled every
+Steps lost are read from the chief's published progress (the Lease's progress annotation, sampled every
 0.1 s; the trainer publishes every TTJ_LEASE_POLL_SECONDS=0.2 s here): the last global step published
 before the loss minus the step training went on from.
 """
@@ -25,9 +25,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.trainer.lease_double import LeaseDouble
+from tests.trainer.lease_double import LeaseDouble, read_progress
 from tests.trainer.processes import TrainerJob, wait_for
 
+from ttj_contract import lease_name
 from ttj_trainer import checkpoints
 
 STARTUP = 120.0
@@ -43,12 +44,10 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.1):
             snapshot = self.lease.snapshot()
-            progress = snapshot["metadata"]["annotations"].get("transient.training/progress")
-            if progress:
-                import json
-
-                step = int(json.loads(progress)["globalStep"])
-                self.samples.append((time.monotonic(), int(snapshot["spec"]["leaseTransitions"]), step))
+            progress = read_progress(snapshot)
+            if progress is not None:
+                epoch = int(snapshot["spec"]["leaseTransitions"])
+                self.samples.append((time.monotonic(), epoch, progress.global_step))
 
     def last_step(self) -> int:
         return self.samples[-1][2] if self.samples else 0
@@ -86,7 +85,7 @@ def new_job(
 
 
 def throughput(root: Path, workers: int, args: argparse.Namespace) -> float:
-    with LeaseDouble("default", "job-chief", holder="job-worker-0") as lease:
+    with LeaseDouble("default", lease_name("job"), holder="job-worker-0") as lease:
         job = new_job(root, f"throughput-{workers}", lease, workers, args, TTJ_CHECKPOINT_INTERVAL_STEPS="0")
         try:
             job.start("ps", 0)
@@ -113,7 +112,7 @@ def recovery(root: Path, args: argparse.Namespace) -> dict[str, list[float]]:
         "first_step": [],
     }
     interval = 50
-    with LeaseDouble("default", "job-chief", holder="job-worker-0") as lease:
+    with LeaseDouble("default", lease_name("job"), holder="job-worker-0") as lease:
         job = new_job(root, "recovery", lease, 3, args, TTJ_CHECKPOINT_INTERVAL_STEPS=str(interval))
         sampler = Sampler(lease)
         sampler.start()

@@ -19,10 +19,11 @@ from typing import Any
 
 import yaml
 
+from ttj_contract import Role
 from ttj_demo.stack import Stack
 from ttj_demo.timeline import Timeline, draw
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -110,7 +111,7 @@ class Demo:
         return [
             s.name
             for s in self.timeline.pods.values()
-            if s.role == "worker" and s.running is not None and s.ended is None
+            if s.role == Role.WORKER and s.running is not None and s.ended is None
         ]
 
     def say(self, text: str) -> None:

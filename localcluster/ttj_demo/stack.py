@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ttj.api import crd as crd_module
-from ttj_contract import GROUP, PLURAL, VERSION
+from ttj_contract import GROUP, PLURAL, VERSION, job_selector
 
 GPU_POOL = "gpu-pool"
 CPU_POOL = "cpu-pool"
@@ -157,7 +157,7 @@ class Stack:
 
     def pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         client = self.client()
-        listed = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=f"transient.training/job-name={name}")
+        listed = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=job_selector(name))
         serialise = client.ApiClient().sanitize_for_serialization
         return [serialise(pod) for pod in listed.items]
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROLE_LABEL = "transient.training/role"
-SLOT_LABEL = "transient.training/slot"
+from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role
 
 
 @dataclass
@@ -44,11 +43,11 @@ class Timeline:
         meta = pod.get("metadata", {})
         labels = meta.get("labels") or {}
         name = meta["name"]
-        slot = labels.get(SLOT_LABEL)
+        slot = labels.get(LABEL_SLOT)
         span = self.pods.get(name)
         if span is None:
             span = self.pods[name] = PodSpan(
-                name=name, role=labels.get(ROLE_LABEL, "?"), slot=int(slot) if slot is not None else None, created=now
+                name=name, role=labels.get(LABEL_ROLE, "?"), slot=int(slot) if slot is not None else None, created=now
             )
         status = pod.get("status") or {}
         span.node = (pod.get("spec") or {}).get("nodeName") or span.node
@@ -115,8 +114,8 @@ def draw(timeline: Timeline, path: Path, title: str) -> Path:
     )
     rows: list[str] = []
     colours = {"succeeded": "#2e7d32", "failed": "#c62828", "preempted": "#ef6c00", "deleted": "#757575"}
-    for span in sorted(timeline.pods.values(), key=lambda s: (s.role != "ps", s.slot or 0, s.created)):
-        row = "PS" if span.role == "ps" else f"worker {span.slot}"
+    for span in sorted(timeline.pods.values(), key=lambda s: (s.role != Role.PS, s.slot or 0, s.created)):
+        row = "PS" if span.role == Role.PS else f"worker {span.slot}"
         if row not in rows:
             rows.append(row)
         y = rows.index(row)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role
 from ttj_demo.timeline import Timeline, draw
 
 
 def pod(name: str, role: str, phase: str, slot: int | None = None, **status: Any) -> dict[str, Any]:
-    labels = {"transient.training/role": role}
+    labels = {LABEL_ROLE: role}
     if slot is not None:
-        labels["transient.training/slot"] = str(slot)
+        labels[LABEL_SLOT] = str(slot)
     return {
         "metadata": {"name": name, "labels": labels},
         "spec": {"nodeName": f"node-{name}"},
@@ -21,12 +22,12 @@ def pod(name: str, role: str, phase: str, slot: int | None = None, **status: Any
 
 def test_pod_outcomes_are_classified() -> None:
     timeline = Timeline()
-    timeline.observe_pod(0, pod("w0", "worker", "Pending", 0))
-    timeline.observe_pod(2, pod("w0", "worker", "Running", 0))
-    timeline.observe_pod(9, pod("w0", "worker", "Failed", 0, reason="Terminated"))
-    timeline.observe_pod(0, pod("w1", "worker", "Running", 1))
-    timeline.observe_pod(5, pod("w1", "worker", "Failed", 1))
-    timeline.observe_pod(0, pod("w2", "worker", "Running", 2))
+    timeline.observe_pod(0, pod("w0", Role.WORKER, "Pending", 0))
+    timeline.observe_pod(2, pod("w0", Role.WORKER, "Running", 0))
+    timeline.observe_pod(9, pod("w0", Role.WORKER, "Failed", 0, reason="Terminated"))
+    timeline.observe_pod(0, pod("w1", Role.WORKER, "Running", 1))
+    timeline.observe_pod(5, pod("w1", Role.WORKER, "Failed", 1))
+    timeline.observe_pod(0, pod("w2", Role.WORKER, "Running", 2))
     timeline.observe_gone(7, {"w0", "w1"})
     assert (timeline.pods["w0"].running, timeline.pods["w0"].ended, timeline.pods["w0"].outcome) == (2, 9, "preempted")
     assert timeline.pods["w1"].outcome == "failed"
@@ -51,11 +52,11 @@ def test_chief_epochs_and_checkpoints_are_recorded_once_each() -> None:
 
 def test_picture_is_a_png(tmp_path: Path) -> None:
     timeline = Timeline()
-    timeline.observe_pod(0, pod("ps", "ps", "Running"))
-    timeline.observe_pod(0, pod("w0", "worker", "Running", 0))
-    timeline.observe_pod(0, pod("w1", "worker", "Running", 1))
+    timeline.observe_pod(0, pod("ps", Role.PS, "Running"))
+    timeline.observe_pod(0, pod("w0", Role.WORKER, "Running", 0))
+    timeline.observe_pod(0, pod("w1", Role.WORKER, "Running", 1))
     timeline.observe_status(1, {"chief": {"pod": "w0", "epoch": 1}, "progress": {"globalStep": 10}})
-    timeline.observe_pod(4, pod("w0", "worker", "Failed", 0, reason="Terminated"))
+    timeline.observe_pod(4, pod("w0", Role.WORKER, "Failed", 0, reason="Terminated"))
     timeline.preemptions.append((4, "node-w0"))
     timeline.observe_status(5, {"chief": {"pod": "w1", "epoch": 2}, "progress": {"globalStep": 40}})
     out = draw(timeline, tmp_path / "run.png", "test run")

@@ -23,12 +23,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from ttj_contract import GROUP, LABEL_JOB, PLURAL, VERSION, format_micro_time
+
 ROOT = Path(__file__).resolve().parents[2]
-JOB = "transient.training/job-name"
-
-
-def now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def free_port() -> int:
@@ -38,7 +35,7 @@ def free_port() -> int:
 
 
 def install_crd(api: client.ApiClient) -> None:
-    crd = yaml.safe_load((ROOT / "crds" / "transient.training_transienttrainingjobs.yaml").read_text())
+    crd = yaml.safe_load((ROOT / "crds" / f"{GROUP}_{PLURAL}.yaml").read_text())
     ext = client.ApiextensionsV1Api(api)
     try:
         ext.create_custom_resource_definition(crd)
@@ -48,9 +45,7 @@ def install_crd(api: client.ApiClient) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            client.CustomObjectsApi(api).list_namespaced_custom_object(
-                "transient.training", "v1alpha1", "default", "transienttrainingjobs"
-            )
+            client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
             return
         except ApiException:
             time.sleep(0.2)
@@ -217,11 +212,9 @@ class ChiefHeartbeat:
         return ready is not None and ready.status == "True"
 
     def beat(self) -> None:
-        for lease in self.coordination.list_lease_for_all_namespaces(label_selector=JOB).items:
+        for lease in self.coordination.list_lease_for_all_namespaces(label_selector=LABEL_JOB).items:
             holder = lease.spec.holder_identity
             if not holder or not self._alive(lease.metadata.namespace, holder):
                 continue
-            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            self.coordination.patch_namespaced_lease(
-                lease.metadata.name, lease.metadata.namespace, {"spec": {"renewTime": stamp}}
-            )
+            renewed = {"spec": {"renewTime": format_micro_time(datetime.now(UTC))}}
+            self.coordination.patch_namespaced_lease(lease.metadata.name, lease.metadata.namespace, renewed)

@@ -17,6 +17,17 @@ from typing import Any
 
 import pytest
 
+from ttj_contract import (
+    ANNOTATION_ACTIVE_WORKERS,
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_ROLE,
+    PLURAL,
+    VERSION,
+    Role,
+    lease_name,
+)
 from ttj_demo.stack import Stack
 
 #: Every wait below polls a condition; this is only the point at which a test gives up.
@@ -51,8 +62,8 @@ def job_manifest(name: str, checkpoints: str | Path, **spec: Any) -> dict[str, A
     workers = {"replicas": 3, "minReplicas": 1, "maxReplicas": 3, **spec.pop("workers", {})}
     checkpoint = {"uri": str(checkpoints), "intervalSteps": 100, "intervalSeconds": 10, **spec.pop("checkpoint", {})}
     return {
-        "apiVersion": "transient.training/v1alpha1",
-        "kind": "TransientTrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "model": "small-cnn",
@@ -137,40 +148,34 @@ class Run:
     # -- children --------------------------------------------------------------------------------------
     def pods(self, role: str | None = None) -> list[dict[str, Any]]:
         pods = self.stack.pods(self.namespace, self.name)
-        return [p for p in pods if role is None or p["metadata"]["labels"].get("transient.training/role") == role]
+        return [p for p in pods if role is None or p["metadata"]["labels"].get(LABEL_ROLE) == role]
 
     def running_workers(self) -> list[dict[str, Any]]:
         return [
             p
-            for p in self.pods("worker")
+            for p in self.pods(Role.WORKER)
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
         ]
 
     def lease(self) -> dict[str, Any]:
         client = self.stack.client()
-        lease = client.CoordinationV1Api().read_namespaced_lease(f"{self.name}-chief", self.namespace)
+        lease = client.CoordinationV1Api().read_namespaced_lease(lease_name(self.name), self.namespace)
         return client.ApiClient().sanitize_for_serialization(lease)  # type: ignore[no-any-return]
 
     def active_workers_annotation(self) -> int | None:
-        value = (self.lease()["metadata"].get("annotations") or {}).get("transient.training/active-workers")
+        value = (self.lease()["metadata"].get("annotations") or {}).get(ANNOTATION_ACTIVE_WORKERS)
         return int(value) if value is not None else None
 
     def events(self) -> list[Any]:
         """The job's Events (core/v1 objects), oldest first."""
         events = self.stack.client().CoreV1Api().list_namespaced_event(self.namespace)
-        mine = [
-            e
-            for e in events.items
-            if e.involved_object.kind == "TransientTrainingJob" and e.involved_object.name == self.name
-        ]
+        mine = [e for e in events.items if e.involved_object.kind == KIND and e.involved_object.name == self.name]
         return sorted(mine, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
 
     def event_reasons(self) -> set[str]:
         return {e.reason for e in self.events()}
 
     def delete(self) -> None:
-        from ttj_contract import GROUP, PLURAL, VERSION
-
         custom = self.stack.client().CustomObjectsApi()
         try:
             custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)

@@ -6,12 +6,12 @@ or the in-process HTTP double (TTJ_TRAINER_TESTS_LEASE=double, no cluster needed
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import Any
 
-PROGRESS = "transient.training/progress"
+from tests.trainer.lease_double import read_progress
+from ttj_contract import LeaseProgress
 
 
 class ClusterLease:
@@ -70,6 +70,6 @@ class ClusterLease:
         data["metadata"].setdefault("annotations", {})
         return data
 
-    def progress(self) -> dict[str, Any] | None:
-        raw = self.snapshot()["metadata"]["annotations"].get(PROGRESS)
-        return json.loads(raw) if raw else None
+    def progress(self) -> LeaseProgress | None:
+        """The chief's report, read as the operator reads it."""
+        return read_progress(self.snapshot())

@@ -13,9 +13,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ttj_contract import ANNOTATION_PROGRESS, LeaseProgress
 from ttj_localcluster.apiserver.patching import merge_patch
 
-PROGRESS = "transient.training/progress"
+
+def read_progress(lease: dict[str, Any]) -> LeaseProgress | None:
+    """The chief's report on ``lease``, read as the operator reads it; a malformed one fails the test."""
+    raw = (lease["metadata"].get("annotations") or {}).get(ANNOTATION_PROGRESS)
+    progress = LeaseProgress.from_annotation(raw)
+    assert raw is None or progress is not None, f"malformed progress annotation: {raw!r}"
+    return progress
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -94,9 +101,9 @@ class LeaseDouble:
         with self.lock:
             return copy.deepcopy(self.lease)
 
-    def progress(self) -> dict[str, Any] | None:
-        raw = self.snapshot()["metadata"]["annotations"].get(PROGRESS)
-        return json.loads(raw) if raw else None
+    def progress(self) -> LeaseProgress | None:
+        """The chief's report, read as the operator reads it."""
+        return read_progress(self.snapshot())
 
     # -- HTTP --------------------------------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ttj_contract import Env, Role, ps_name, worker_hostname
+from ttj_trainer.config import Knob
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -53,39 +56,41 @@ class TrainerJob:
         self.ps_addresses = [f"127.0.0.1:{free_port()}" for _ in range(ps_count)]
         self.worker_addresses = [f"127.0.0.{10 + i}:{free_port()}" for i in range(slots)]
         self.checkpoint_uri = str(workdir / "checkpoints")
-        self.settings = {
-            "TTJ_MODEL": "small-cnn",
-            "TTJ_DATASET": "synthetic",
-            "TTJ_TRAIN_STEPS": "100000",
-            "TTJ_BATCH_SIZE": "16",
-            "TTJ_LEARNING_RATE": "0.02",
-            "TTJ_LEARNING_RATE_SCALING": "activeWorkers",
-            "TTJ_CHECKPOINT_URI": self.checkpoint_uri,
-            "TTJ_CHECKPOINT_INTERVAL_STEPS": "50",
-            "TTJ_CHECKPOINT_INTERVAL_SECONDS": "0",
-            "TTJ_DESIRED_WORKERS": str(slots),
-            "TTJ_METRICS_PORT": "0",
-            "TTJ_LEASE_POLL_SECONDS": "0.5",
+        # Keyword arguments name variables as the environment does (TTJ_TRAIN_STEPS="240").
+        self.settings: dict[str, str] = {
+            Env.MODEL: "small-cnn",
+            Env.DATASET: "synthetic",
+            Env.TRAIN_STEPS: "100000",
+            Env.BATCH_SIZE: "16",
+            Env.LEARNING_RATE: "0.02",
+            Env.LEARNING_RATE_SCALING: "activeWorkers",
+            Env.CHECKPOINT_URI: self.checkpoint_uri,
+            Env.CHECKPOINT_INTERVAL_STEPS: "50",
+            Env.CHECKPOINT_INTERVAL_SECONDS: "0",
+            Env.DESIRED_WORKERS: str(slots),
+            Knob.METRICS_PORT: "0",
+            Knob.LEASE_POLL_SECONDS: "0.5",
         } | {k: str(v) for k, v in settings.items()}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.generation: dict[str, int] = {}
 
     def pod_name(self, role: str, index: int) -> str:
-        return f"{self.job_name}-{role}-{index}"
+        """The pod's stable hostname (one process per slot here, so no incarnations)."""
+        return ps_name(self.job_name, index) if role == Role.PS else worker_hostname(self.job_name, index)
 
     def env(self, role: str, index: int) -> dict[str, str]:
-        address = (self.ps_addresses if role == "ps" else self.worker_addresses)[index]
+        address = (self.ps_addresses if role == Role.PS else self.worker_addresses)[index]
         tf_config = {
-            "cluster": {"ps": self.ps_addresses, "worker": self.worker_addresses},
+            "cluster": {Role.PS: self.ps_addresses, Role.WORKER: self.worker_addresses},
             "task": {"type": role, "index": index},
         }
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TTJ_", "TF_CONFIG", "POD_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TTJ_") and k not in set(Env)}
         env |= self.settings | {
-            "TF_CONFIG": json.dumps(tf_config),
-            "POD_NAME": self.pod_name(role, index),
-            "POD_NAMESPACE": self.namespace,
-            "POD_IP": address.rsplit(":", 1)[0],
-            "TTJ_JOB_NAME": self.job_name,
+            Env.TF_CONFIG: json.dumps(tf_config),
+            Env.POD_NAME: self.pod_name(role, index),
+            Env.POD_NAMESPACE: self.namespace,
+            Env.POD_IP: address.rsplit(":", 1)[0],
+            Env.JOB_NAME: self.job_name,
             "KUBECONFIG": str(self.kubeconfig),
         }
         return env

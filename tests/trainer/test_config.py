@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ttj_contract import ANNOTATION_ACTIVE_WORKERS, ANNOTATION_DESIRED_WORKERS, Env, lease_name
 from ttj_trainer import config
 from ttj_trainer.worker import scaled_learning_rate, serving_address
 
@@ -19,16 +20,17 @@ TF_CONFIG = json.dumps(
         "task": {"type": "worker", "index": 2},
     }
 )
-BASE_ENV = {
-    "TF_CONFIG": TF_CONFIG,
-    "POD_NAME": "job-worker-2",
-    "POD_NAMESPACE": "ns",
-    "POD_IP": "10.0.0.7",
-    "TTJ_JOB_NAME": "job",
-    "TTJ_MODEL": "small-cnn",
-    "TTJ_DATASET": "synthetic",
-    "TTJ_CHECKPOINT_URI": "gs://bucket/job/",
-    "TTJ_DESIRED_WORKERS": "2",
+#: What the operator sets, by the contract's names.
+BASE_ENV: dict[str, str] = {
+    Env.TF_CONFIG: TF_CONFIG,
+    Env.POD_NAME: "job-worker-2",
+    Env.POD_NAMESPACE: "ns",
+    Env.POD_IP: "10.0.0.7",
+    Env.JOB_NAME: "job",
+    Env.MODEL: "small-cnn",
+    Env.DATASET: "synthetic",
+    Env.CHECKPOINT_URI: "gs://bucket/job/",
+    Env.DESIRED_WORKERS: "2",
 }
 
 
@@ -37,7 +39,7 @@ def test_worker_serves_on_pod_ip_at_the_port_of_its_slot() -> None:
     assert cfg.role == "worker"
     assert cfg.task_index == 2
     assert cfg.own_address == "10.0.0.7:2223"
-    assert cfg.lease_name == "job-chief"
+    assert cfg.lease_name == lease_name("job")
     assert cfg.checkpoint_uri == "gs://bucket/job"
     assert cfg.learning_rate_scaling == "activeWorkers"
 
@@ -131,8 +133,8 @@ def test_lease_view_reads_the_worker_counts_the_operator_publishes() -> None:
         spec = SimpleNamespace(holder_identity="w-0", lease_transitions=2, lease_duration_seconds=30)
         return SimpleNamespace(spec=spec, metadata=SimpleNamespace(annotations=annotations, resource_version="7"))
 
-    view = _view(lease({"transient.training/active-workers": "1", "transient.training/desired-workers": "1"}))
+    view = _view(lease({ANNOTATION_ACTIVE_WORKERS: "1", ANNOTATION_DESIRED_WORKERS: "1"}))
     assert (view.holder, view.epoch, view.active_workers, view.desired_workers) == ("w-0", 2, 1, 1)
     # Before the operator publishes a desired count (or with a broken one) the pod's env applies.
     assert _view(lease({})).desired_workers is None
-    assert _view(lease({"transient.training/desired-workers": "many"})).desired_workers is None
+    assert _view(lease({ANNOTATION_DESIRED_WORKERS: "many"})).desired_workers is None

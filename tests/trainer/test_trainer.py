@@ -20,6 +20,7 @@ import pytest
 from tests.trainer.cluster_lease import ClusterLease
 from tests.trainer.lease_double import LeaseDouble
 from tests.trainer.processes import TrainerJob, free_port, wait_for
+from ttj_contract import lease_name
 
 pytestmark = pytest.mark.tensorflow
 
@@ -31,11 +32,11 @@ def lease(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The job's Lease, with job-worker-0 as the first chief: on the cluster under test (the local cluster
     unless KUBECONFIG names one), or on the HTTP double when TTJ_TRAINER_TESTS_LEASE=double."""
     if os.environ.get("TTJ_TRAINER_TESTS_LEASE") == "double":
-        with LeaseDouble("default", "job-chief", holder="job-worker-0") as double:
+        with LeaseDouble("default", lease_name("job"), holder="job-worker-0") as double:
             yield double
         return
     kubeconfig = request.getfixturevalue("kubeconfig")
-    with ClusterLease(kubeconfig, "job-chief", holder="job-worker-0") as on_cluster:
+    with ClusterLease(kubeconfig, lease_name("job"), holder="job-worker-0") as on_cluster:
         yield on_cluster
 
 
@@ -86,7 +87,7 @@ class ProgressRecorder(threading.Thread):
         while not self.stopped.wait(0.1):
             progress = self.lease.progress()
             if progress is not None:
-                self.samples.append(int(progress["globalStep"]))
+                self.samples.append(progress.global_step)
 
     def __enter__(self) -> ProgressRecorder:
         self.start()
@@ -155,8 +156,8 @@ def test_one_ps_three_workers_train_and_the_loss_falls(make_job: Any, lease: Any
     assert recorder.samples == sorted(recorder.samples)
     progress = lease.progress()
     assert progress is not None
-    assert progress["checkpointStep"] == final.step
-    assert progress["checkpointPath"] == final.path
+    assert progress.checkpoint_step == final.step
+    assert progress.checkpoint_path == final.path
     # Every worker took part: each logged at least one training step of its own.
     trained = {e["pod"] for e in job.logs() if e.get("msg") in ("training", "reached the last step")}
     assert trained == {"job-worker-0", "job-worker-1", "job-worker-2"}
@@ -191,14 +192,14 @@ def test_sigterm_makes_the_chief_checkpoint_and_exit_143(make_job: Any, lease: A
     job.start("ps", 0)
     job.start("worker", 0, TTJ_METRICS_PORT=str(metrics_port))
     job.start("worker", 1)
-    wait_for(lambda: (p := lease.progress()) and p["globalStep"] >= 50, STARTUP, "training")
+    wait_for(lambda: (p := lease.progress()) and p.global_step >= 50, STARTUP, "training")
     # The chief serves Prometheus metrics on its POD_IP.
     metrics_url = f"http://{job.worker_addresses[0].rsplit(':', 1)[0]}:{metrics_port}/metrics"
     text = wait_for(lambda: scrape(metrics_url), 30, "metrics")
     assert 'ttj_trainer_role{role="chief"} 1.0' in text
     assert "ttj_trainer_global_step " in text
     assert "ttj_trainer_steps_per_second " in text
-    step_before = lease.progress()["globalStep"]  # type: ignore[index]
+    step_before = lease.progress().global_step
     sent = time.monotonic()
     job.signal("worker", 0, signal.SIGTERM)
     code = job.wait("worker", 0, 15)
@@ -223,7 +224,7 @@ def test_ps_restart_new_chief_restores_latest_checkpoint(make_job: Any, lease: A
     job.signal("ps", 0, signal.SIGKILL)
     job.wait("ps", 0, 10)
     saved = latest(job)
-    lost_at = lease.progress()["globalStep"]  # type: ignore[index]
+    lost_at = lease.progress().global_step
     epoch = lease.elect("job-worker-1")
     job.start("ps", 0)
     resumed = wait_for(lambda: (c := latest(job)) and c.epoch == epoch and c, STARTUP, "the new chief's checkpoint")

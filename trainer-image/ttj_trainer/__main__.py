@@ -7,13 +7,16 @@ import os
 import signal
 import sys
 
+from ttj_contract import Env, Role
+from ttj_trainer.config import Knob
+
 # Before TensorFlow is imported: its C++ logs are not structured, keep them to errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 EXIT_CONFIG = 2
 EXIT_DATASET = 3
 #: Kubernetes shows this file's text as the container's termination message (and so does the operator).
-TERMINATION_LOG = os.environ.get("TTJ_TERMINATION_LOG", "/dev/termination-log")
+TERMINATION_LOG = os.environ.get(Knob.TERMINATION_LOG, "/dev/termination-log")
 
 
 def fatal(message: str) -> None:
@@ -32,7 +35,7 @@ def main() -> int:
     from ttj_trainer import logs
     from ttj_trainer.config import ConfigError, load
 
-    logs.setup(pod=os.environ.get("POD_NAME", ""), job=os.environ.get("TTJ_JOB_NAME", ""))
+    logs.setup(pod=os.environ.get(Env.POD_NAME, ""), job=os.environ.get(Env.JOB_NAME, ""))
     log = logging.getLogger("ttj_trainer")
     try:
         cfg = load()
@@ -47,7 +50,7 @@ def main() -> int:
     tf.config.threading.set_intra_op_parallelism_threads(cfg.intra_op_threads)
     tf.config.threading.set_inter_op_parallelism_threads(cfg.inter_op_threads)
     logs.event(log, "starting", role=cfg.role, task=cfg.task_index, address=cfg.own_address, tensorflow=tf.__version__)
-    if cfg.role == "ps":
+    if cfg.role == Role.PS:
         from ttj_trainer import ps
 
         return ps.run(cfg)

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ttj_contract import format_epoch_time
+
 INDEX = "ttj-checkpoint.json"
 TF_INDEX = "checkpoint"
 EPOCH_MARKER = "ttj-epoch"
@@ -137,7 +139,7 @@ def save(
     index = _check_not_stale(uri, epoch)
     history = [p for p in (index or {}).get("history", []) if p != prefix] + [prefix]
     stale, history = history[:-keep], history[-keep:]
-    entry = {"step": step, "epoch": epoch, "path": prefix, "time": _rfc3339(time.time()), "history": history}
+    entry = {"step": step, "epoch": epoch, "path": prefix, "time": format_epoch_time(time.time()), "history": history}
     _atomic_write(_join(uri, INDEX), json.dumps(entry, indent=1) + "\n", writer)
     tf_index = "".join(f'all_model_checkpoint_paths: "{p}"\n' for p in history)
     _atomic_write(_join(uri, TF_INDEX), f'model_checkpoint_path: "{prefix}"\n{tf_index}', writer)
@@ -172,7 +174,3 @@ def _local_scope() -> Any:
     import tensorflow as tf
 
     return tf.device(_LOCAL_DEVICE[0] if _LOCAL_DEVICE else "/device:CPU:0")
-
-
-def _rfc3339(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))

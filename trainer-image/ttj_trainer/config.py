@@ -6,8 +6,24 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
-DEFAULT_PORT = 2222
+from ttj_contract import TF_PORT, Env, Role, lease_name
+
+
+class Knob(StrEnum):
+    """The trainer's own tuning variables: the operator never sets these (its names are :class:`Env`)."""
+
+    DATA_DIR = "TTJ_DATA_DIR"
+    MOMENTUM = "TTJ_MOMENTUM"
+    CHECKPOINTS_TO_KEEP = "TTJ_CHECKPOINTS_TO_KEEP"
+    INTRA_OP_THREADS = "TTJ_INTRA_OP_THREADS"
+    INTER_OP_THREADS = "TTJ_INTER_OP_THREADS"
+    METRICS_PORT = "TTJ_METRICS_PORT"
+    LEASE_POLL_SECONDS = "TTJ_LEASE_POLL_SECONDS"
+    TERMINATION_GRACE_SECONDS = "TTJ_TERMINATION_GRACE_SECONDS"
+    SEED = "TTJ_SEED"
+    TERMINATION_LOG = "TTJ_TERMINATION_LOG"
 
 
 class ConfigError(Exception):
@@ -16,7 +32,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    role: str  # "ps" or "worker"
+    role: Role
     task_index: int
     ps_addresses: list[str]
     worker_addresses: list[str]  # every slot, in slot order (may be empty strings for empty slots)
@@ -46,8 +62,8 @@ class TrainerConfig:
 
     @property
     def own_port(self) -> int:
-        """The port of this task's own entry in TF_CONFIG (2222 when the entry names none)."""
-        addresses = self.ps_addresses if self.role == "ps" else self.worker_addresses
+        """The port of this task's own entry in TF_CONFIG (TF_PORT when the entry names none)."""
+        addresses = self.ps_addresses if self.role == Role.PS else self.worker_addresses
         return port_of(addresses[self.task_index])
 
     @property
@@ -57,13 +73,13 @@ class TrainerConfig:
 
     @property
     def lease_name(self) -> str:
-        return f"{self.job_name}-chief"
+        return lease_name(self.job_name)
 
 
 def port_of(address: str) -> int:
     host, sep, port = address.rpartition(":")
     if not sep or not host:
-        return DEFAULT_PORT
+        return TF_PORT
     try:
         return int(port)
     except ValueError as err:
@@ -101,7 +117,7 @@ def _float(env: Mapping[str, str], name: str, default: float | None = None, mini
     return value
 
 
-def _parse_tf_config(raw: str) -> tuple[str, int, list[str], list[str]]:
+def _parse_tf_config(raw: str) -> tuple[Role, int, list[str], list[str]]:
     try:
         tf_config = json.loads(raw)
     except json.JSONDecodeError as err:
@@ -110,26 +126,26 @@ def _parse_tf_config(raw: str) -> tuple[str, int, list[str], list[str]]:
         raise ConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
     cluster = tf_config.get("cluster") or {}
     task = tf_config.get("task") or {}
-    ps = cluster.get("ps") or []
-    workers = cluster.get("worker") or []
+    ps = cluster.get(Role.PS) or []
+    workers = cluster.get(Role.WORKER) or []
     if not isinstance(ps, list) or not ps or not all(isinstance(a, str) and a for a in ps):
         raise ConfigError("TF_CONFIG cluster.ps must be a non-empty list of 'host:port' strings")
     if not isinstance(workers, list) or not all(isinstance(a, str) for a in workers):
         raise ConfigError("TF_CONFIG cluster.worker must be a list of 'host:port' strings, one per slot")
     role = task.get("type")
     index = task.get("index")
-    if role not in ("ps", "worker"):
+    if role not in tuple(Role):
         raise ConfigError(
             f"TF_CONFIG task.type must be 'ps' or 'worker', not {role!r} (this trainer has no 'chief' task)"
         )
     if not isinstance(index, int) or index < 0:
         raise ConfigError(f"TF_CONFIG task.index must be a non-negative integer, not {index!r}")
-    addresses = ps if role == "ps" else workers
+    addresses = ps if role == Role.PS else workers
     if index >= len(addresses):
         raise ConfigError(f"TF_CONFIG task.index {index} is outside cluster.{role} ({len(addresses)} entries)")
     for address in ps + [a for a in workers if a]:
         port_of(address)
-    return role, index, list(ps), list(workers)
+    return Role(role), index, list(ps), list(workers)
 
 
 def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
@@ -137,48 +153,48 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
     from ttj_trainer import data, models  # the catalogues: names are checked before TensorFlow is imported
 
     env = os.environ if env is None else env
-    role, index, ps, workers = _parse_tf_config(_get(env, "TF_CONFIG"))
-    is_worker = role == "worker"
+    role, index, ps, workers = _parse_tf_config(_get(env, Env.TF_CONFIG))
+    is_worker = role == Role.WORKER
     # The PS needs only TF_CONFIG (and POD_IP); everything else matters to workers alone.
-    model = _get(env, "TTJ_MODEL", "resnet32")
-    dataset = _get(env, "TTJ_DATASET", "cifar10")
+    model = _get(env, Env.MODEL, "resnet32")
+    dataset = _get(env, Env.DATASET, "cifar10")
     if is_worker and model not in models.MODEL_NAMES:
-        raise ConfigError(f"unknown model TTJ_MODEL={model!r}; known models: {', '.join(models.MODEL_NAMES)}")
+        raise ConfigError(f"unknown model {Env.MODEL}={model!r}; known models: {', '.join(models.MODEL_NAMES)}")
     if is_worker and dataset not in data.DATASET_NAMES:
-        raise ConfigError(f"unknown dataset TTJ_DATASET={dataset!r}; known datasets: {', '.join(data.DATASET_NAMES)}")
-    scaling = _get(env, "TTJ_LEARNING_RATE_SCALING", "activeWorkers")
+        raise ConfigError(f"unknown dataset {Env.DATASET}={dataset!r}; known datasets: {', '.join(data.DATASET_NAMES)}")
+    scaling = _get(env, Env.LEARNING_RATE_SCALING, "activeWorkers")
     if scaling not in ("none", "activeWorkers"):
-        raise ConfigError(f"TTJ_LEARNING_RATE_SCALING={scaling!r} must be 'none' or 'activeWorkers'")
-    checkpoint_uri = _get(env, "TTJ_CHECKPOINT_URI", "" if not is_worker else None).rstrip("/")
+        raise ConfigError(f"{Env.LEARNING_RATE_SCALING}={scaling!r} must be 'none' or 'activeWorkers'")
+    checkpoint_uri = _get(env, Env.CHECKPOINT_URI, "" if not is_worker else None).rstrip("/")
     if is_worker and not (checkpoint_uri.startswith("gs://") or checkpoint_uri.startswith("/")):
-        raise ConfigError(f"TTJ_CHECKPOINT_URI={checkpoint_uri!r} must be gs://... or an absolute path")
+        raise ConfigError(f"{Env.CHECKPOINT_URI}={checkpoint_uri!r} must be gs://... or an absolute path")
     cpu_count = os.cpu_count() or 1
     return TrainerConfig(
         role=role,
         task_index=index,
         ps_addresses=ps,
         worker_addresses=workers,
-        pod_name=_get(env, "POD_NAME", "" if not is_worker else None),
-        pod_namespace=_get(env, "POD_NAMESPACE", "default"),
-        pod_ip=_get(env, "POD_IP", "127.0.0.1" if not is_worker else None),
-        job_name=_get(env, "TTJ_JOB_NAME", "" if not is_worker else None),
+        pod_name=_get(env, Env.POD_NAME, "" if not is_worker else None),
+        pod_namespace=_get(env, Env.POD_NAMESPACE, "default"),
+        pod_ip=_get(env, Env.POD_IP, "127.0.0.1" if not is_worker else None),
+        job_name=_get(env, Env.JOB_NAME, "" if not is_worker else None),
         model=model,
         dataset=dataset,
-        data_dir=_get(env, "TTJ_DATA_DIR", "/data/cifar10"),
-        train_steps=_int(env, "TTJ_TRAIN_STEPS", 64000, minimum=1),
-        batch_size=_int(env, "TTJ_BATCH_SIZE", 128, minimum=1),
-        learning_rate=_float(env, "TTJ_LEARNING_RATE", 0.1),
+        data_dir=_get(env, Knob.DATA_DIR, "/data/cifar10"),
+        train_steps=_int(env, Env.TRAIN_STEPS, 64000, minimum=1),
+        batch_size=_int(env, Env.BATCH_SIZE, 128, minimum=1),
+        learning_rate=_float(env, Env.LEARNING_RATE, 0.1),
         learning_rate_scaling=scaling,
-        momentum=_float(env, "TTJ_MOMENTUM", 0.9),
+        momentum=_float(env, Knob.MOMENTUM, 0.9),
         checkpoint_uri=checkpoint_uri,
-        checkpoint_interval_steps=_int(env, "TTJ_CHECKPOINT_INTERVAL_STEPS", 1000),
-        checkpoint_interval_seconds=_float(env, "TTJ_CHECKPOINT_INTERVAL_SECONDS", 600.0),
-        checkpoints_to_keep=_int(env, "TTJ_CHECKPOINTS_TO_KEEP", 5, minimum=1),
-        desired_workers=_int(env, "TTJ_DESIRED_WORKERS", max(1, sum(1 for w in workers if w)), minimum=1),
-        intra_op_threads=_int(env, "TTJ_INTRA_OP_THREADS", 1 if cpu_count <= 4 else 0),
-        inter_op_threads=_int(env, "TTJ_INTER_OP_THREADS", 2 if cpu_count <= 4 else 0),
-        metrics_port=_int(env, "TTJ_METRICS_PORT", 9090),
-        lease_poll_seconds=_float(env, "TTJ_LEASE_POLL_SECONDS", 1.0, minimum=0.05),
-        termination_grace_seconds=_float(env, "TTJ_TERMINATION_GRACE_SECONDS", 12.0, minimum=1.0),
-        seed=_int(env, "TTJ_SEED", 0),
+        checkpoint_interval_steps=_int(env, Env.CHECKPOINT_INTERVAL_STEPS, 1000),
+        checkpoint_interval_seconds=_float(env, Env.CHECKPOINT_INTERVAL_SECONDS, 600.0),
+        checkpoints_to_keep=_int(env, Knob.CHECKPOINTS_TO_KEEP, 5, minimum=1),
+        desired_workers=_int(env, Env.DESIRED_WORKERS, max(1, sum(1 for w in workers if w)), minimum=1),
+        intra_op_threads=_int(env, Knob.INTRA_OP_THREADS, 1 if cpu_count <= 4 else 0),
+        inter_op_threads=_int(env, Knob.INTER_OP_THREADS, 2 if cpu_count <= 4 else 0),
+        metrics_port=_int(env, Knob.METRICS_PORT, 9090),
+        lease_poll_seconds=_float(env, Knob.LEASE_POLL_SECONDS, 1.0, minimum=0.05),
+        termination_grace_seconds=_float(env, Knob.TERMINATION_GRACE_SECONDS, 12.0, minimum=1.0),
+        seed=_int(env, Knob.SEED, 0),
     )

@@ -16,6 +16,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ttj_contract import Env
+from ttj_trainer.config import Knob
+
 DATASET_NAMES = ("cifar10", "synthetic")
 IMAGE_SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
@@ -57,9 +60,9 @@ def load_cifar10(data_dir: str) -> tuple[np.ndarray, np.ndarray]:
         except (tf.errors.OpError, OSError, pickle.UnpicklingError, KeyError, ValueError) as err:
             raise DatasetError(f"cannot read CIFAR-10 from {directory}: {err}") from err
     raise DatasetError(
-        f"CIFAR-10 not found under TTJ_DATA_DIR={data_dir!r}: expected data_batch_1..5 (python pickles) or "
+        f"CIFAR-10 not found under {Knob.DATA_DIR}={data_dir!r}: expected data_batch_1..5 (python pickles) or "
         "data_batch_1..5.bin (binary), directly or under cifar-10-batches-py/ or cifar-10-batches-bin/. "
-        "Use TTJ_DATASET=synthetic to train without data."
+        f"Use {Env.DATASET}=synthetic to train without data."
     )
 
 

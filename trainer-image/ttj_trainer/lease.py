@@ -1,32 +1,34 @@
-"""The trainer's side of the Lease ``<TTJ_JOB_NAME>-chief``: the only channel between operator and trainers.
+"""The trainer's side of the job's Lease (``lease_name(job)``): the only channel between operator and trainers.
 
 Read: ``spec.holderIdentity`` (the chief pod), ``spec.leaseTransitions`` (the epoch),
-``spec.leaseDurationSeconds`` and annotation ``transient.training/active-workers``.
-Written, by the chief only, as a JSON merge patch carrying ``metadata.resourceVersion`` (so a concurrent
-write by the operator makes the patch fail with 409 instead of being clobbered): ``spec.renewTime`` and
-annotation ``transient.training/progress``.
+``spec.leaseDurationSeconds`` and the annotations ``ANNOTATION_ACTIVE_WORKERS`` and
+``ANNOTATION_DESIRED_WORKERS`` (the desired count now; a pod's TTJ_DESIRED_WORKERS is what it was when
+the pod was made). Written, by the chief only, as a JSON merge patch carrying ``metadata.resourceVersion``
+(so a concurrent write by the operator makes the patch fail with 409 instead of being clobbered):
+``spec.renewTime`` and the annotation ``ANNOTATION_PROGRESS`` (a :class:`LeaseProgress`).
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+from ttj_contract import (
+    ANNOTATION_ACTIVE_WORKERS,
+    ANNOTATION_DESIRED_WORKERS,
+    ANNOTATION_PROGRESS,
+    LeaseProgress,
+    format_micro_time,
+)
 from ttj_trainer.logs import event
 
-PROGRESS_ANNOTATION = "transient.training/progress"
-ACTIVE_WORKERS_ANNOTATION = "transient.training/active-workers"
-# The desired count now; TTJ_DESIRED_WORKERS is only what it was when this pod was made.
-DESIRED_WORKERS_ANNOTATION = "transient.training/desired-workers"
 API_TIMEOUT_SECONDS = 5.0
-PROGRESS_PERIOD_SECONDS = 2.0
 
 log = logging.getLogger("ttj_trainer.lease")
 
@@ -48,11 +50,6 @@ class LeaseView:
         return self.holder == pod
 
 
-def micro_time(timestamp: float | None = None) -> str:
-    moment = datetime.datetime.fromtimestamp(time.time() if timestamp is None else timestamp, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _count(annotations: dict[str, str], key: str, minimum: int) -> int | None:
     """An integer annotation, or None when it is absent or malformed (malformed ones are logged)."""
     raw = annotations.get(key)
@@ -68,8 +65,8 @@ def _count(annotations: dict[str, str], key: str, minimum: int) -> int | None:
 def _view(lease: Any) -> LeaseView:
     spec = lease.spec
     annotations = lease.metadata.annotations or {}
-    active = _count(annotations, ACTIVE_WORKERS_ANNOTATION, minimum=0)
-    desired = _count(annotations, DESIRED_WORKERS_ANNOTATION, minimum=1)
+    active = _count(annotations, ANNOTATION_ACTIVE_WORKERS, minimum=0)
+    desired = _count(annotations, ANNOTATION_DESIRED_WORKERS, minimum=1)
     return LeaseView(
         holder=spec.holder_identity or None if spec else None,
         epoch=int((spec.lease_transitions if spec else None) or 0),
@@ -107,16 +104,16 @@ class LeaseClient:
             raise LeaseUnavailableError(f"cannot read Lease {self.namespace}/{self.name}: {err}") from err
         return _view(lease)
 
-    def renew(self, seen: LeaseView, progress: dict[str, Any] | None) -> LeaseView | None:
+    def renew(self, seen: LeaseView, progress: LeaseProgress | None) -> LeaseView | None:
         """Renews as the holder ``seen`` names; returns the new view, or None when the Lease changed meanwhile."""
         from kubernetes.client.exceptions import ApiException
 
         body: dict[str, Any] = {
             "metadata": {"resourceVersion": seen.resource_version},
-            "spec": {"renewTime": micro_time()},
+            "spec": {"renewTime": format_micro_time(datetime.now(UTC))},
         }
         if progress is not None:
-            body["metadata"]["annotations"] = {PROGRESS_ANNOTATION: json.dumps(progress, separators=(",", ":"))}
+            body["metadata"]["annotations"] = {ANNOTATION_PROGRESS: progress.to_annotation()}
         try:
             lease = self._api.patch_namespaced_lease(
                 self.name,
@@ -147,7 +144,7 @@ class LeaseWatcher(threading.Thread):
         self,
         client: LeaseClient,
         pod_name: str,
-        progress: Callable[[], dict[str, Any] | None],
+        progress: Callable[[], LeaseProgress | None],
         poll_seconds: float = 1.0,
     ) -> None:
         super().__init__(name="lease-watcher", daemon=True)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ttj_contract import Role
 from ttj_trainer.models import Model
 
 GLOBAL_STEP = "ttj/global_step"
@@ -35,7 +36,7 @@ class Slot:
 
 
 def ps_device(index: int) -> str:
-    return f"/job:ps/replica:0/task:{index}/device:CPU:0"
+    return f"/job:{Role.PS.value}/replica:0/task:{index}/device:CPU:0"
 
 
 def plan(model: Model, ps_count: int, worker_slots: int) -> list[Slot]:

@@ -6,6 +6,7 @@ import logging
 import signal
 import threading
 
+from ttj_contract import Role
 from ttj_trainer import metrics
 from ttj_trainer.config import TrainerConfig
 from ttj_trainer.logs import event
@@ -24,10 +25,10 @@ def run(cfg: TrainerConfig) -> int:
     session_config = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=cfg.intra_op_threads, inter_op_parallelism_threads=cfg.inter_op_threads
     )
-    cluster = tf.train.ClusterSpec({"ps": {cfg.task_index: cfg.own_address}})
+    cluster = tf.train.ClusterSpec({Role.PS.value: {cfg.task_index: cfg.own_address}})
     try:
         server = tf.distribute.Server(
-            cluster, job_name="ps", task_index=cfg.task_index, config=session_config, start=True
+            cluster, job_name=Role.PS.value, task_index=cfg.task_index, config=session_config, start=True
         )
     except (tf.errors.OpError, RuntimeError) as err:
         event(log, "cannot start the parameter server", logging.ERROR, address=cfg.own_address, error=str(err))

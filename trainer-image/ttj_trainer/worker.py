@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ttj_contract import LeaseProgress, Role, format_epoch_time
 from ttj_trainer import STARTED_AT, checkpoints, data, metrics, models
 from ttj_trainer.config import TrainerConfig
 from ttj_trainer.lease import LeaseClient, LeaseUnavailableError, LeaseView, LeaseWatcher
@@ -70,7 +71,7 @@ class Worker:
         self.cfg = cfg
         self.tf = tf
         self.terminating = threading.Event()
-        self.local_device = f"/job:worker/replica:0/task:{cfg.task_index}/device:CPU:0"
+        self.local_device = f"/job:{Role.WORKER.value}/replica:0/task:{cfg.task_index}/device:CPU:0"
         self.model = models.build(cfg.model)
         self.rng = np.random.default_rng([cfg.seed, cfg.task_index, os.getpid(), time.time_ns() % 2**32])
         self.batches = data.batches(cfg.dataset, cfg.data_dir, cfg.batch_size, cfg.seed, self.rng)
@@ -96,24 +97,29 @@ class Worker:
     def connect(self) -> None:
         tf = self.tf
         cluster = tf.train.ClusterSpec(
-            {"ps": list(self.cfg.ps_addresses), "worker": {self.cfg.task_index: self.serving_address}}
+            {
+                Role.PS.value: list(self.cfg.ps_addresses),
+                Role.WORKER.value: {self.cfg.task_index: self.serving_address},
+            }
         )
         tf.config.experimental_connect_to_cluster(
-            cluster, job_name="worker", task_index=self.cfg.task_index, protocol="grpc"
+            cluster, job_name=Role.WORKER.value, task_index=self.cfg.task_index, protocol="grpc"
         )
         self.store.open()
 
-    def _progress(self) -> dict[str, Any] | None:
+    def _progress(self) -> LeaseProgress | None:
         if self.chief_epoch is None:
             return None
-        progress: dict[str, Any] = {"globalStep": self.global_step}
-        if self.last_checkpoint is not None:
+        checkpoint = self.last_checkpoint
+        if checkpoint is None:
+            return LeaseProgress(global_step=self.global_step)
+        return LeaseProgress(
             # The step was read before the checkpoint's own read of the PS; the PS never holds less.
-            progress["globalStep"] = max(self.global_step, self.last_checkpoint.step)
-            progress["checkpointStep"] = self.last_checkpoint.step
-            progress["checkpointPath"] = self.last_checkpoint.path
-            progress["checkpointTime"] = checkpoints._rfc3339(self.last_checkpoint_time or time.time())
-        return progress
+            global_step=max(self.global_step, checkpoint.step),
+            checkpoint_step=checkpoint.step,
+            checkpoint_path=checkpoint.path,
+            checkpoint_time=format_epoch_time(self.last_checkpoint_time or time.time()),
+        )
 
     def _on_sigterm(self, *_: Any) -> None:
         if self.terminating.is_set():
