@@ -19,15 +19,25 @@ from typing import Any
 
 from ttj.planner import CreateChild, LabelPod, plan
 from ttj.planner.world import World
-from ttj_contract import format_time
+from ttj_contract import (
+    ACCELERATOR_LABEL,
+    API_VERSION,
+    KIND,
+    LABEL_JOB,
+    LABEL_PS_INDEX,
+    LABEL_ROLE,
+    SPOT_LABEL,
+    Role,
+    format_time,
+)
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def make_job(i: int, workers: int) -> dict[str, Any]:
     return {
-        "apiVersion": "transient.training/v1alpha1",
-        "kind": "TransientTrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": f"job-{i}", "namespace": "bench", "uid": f"uid-{i}", "generation": 1},
         "spec": {
             "trainSteps": 64000,
@@ -42,7 +52,7 @@ def node(name: str, age_hours: float) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "creationTimestamp": format_time(T0 - timedelta(hours=age_hours)),
-            "labels": {"cloud.google.com/gke-spot": "true", "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"},
+            "labels": {SPOT_LABEL: "true", ACCELERATOR_LABEL: "nvidia-tesla-t4"},
         },
         "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": format_time(T0)}]},
     }
@@ -52,7 +62,7 @@ def steady_world(i: int, workers: int) -> World:
     world = World(make_job(i, workers))
     world.reconcile(T0)
     for slot, pod in enumerate(
-        p for p in world.observed.pods if p["metadata"]["labels"].get("transient.training/role") == "worker"
+        p for p in world.observed.pods if p["metadata"]["labels"].get(LABEL_ROLE) == Role.WORKER
     ):
         name = f"n-{i}-{slot}"
         world.observed.nodes[name] = node(name, 1 + slot * 2)
@@ -66,11 +76,7 @@ def steady_world(i: int, workers: int) -> World:
         {
             "metadata": {
                 "name": f"job-{i}-ps-0-x",
-                "labels": {
-                    "transient.training/job-name": f"job-{i}",
-                    "transient.training/role": "ps",
-                    "transient.training/ps-index": "0",
-                },
+                "labels": {LABEL_JOB: f"job-{i}", LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: "0"},
             },
             "spec": {"nodeName": "cpu"},
             "status": {"phase": "Running"},
@@ -121,7 +127,7 @@ def main() -> None:
         victim = next(
             p["metadata"]["name"]
             for p in world.observed.pods
-            if p["metadata"]["labels"].get("transient.training/role") == "worker" and p["metadata"]["name"] != holder
+            if p["metadata"]["labels"].get(LABEL_ROLE) == Role.WORKER and p["metadata"]["name"] != holder
         )
         lose(world, victim, now)
         start = time.perf_counter()

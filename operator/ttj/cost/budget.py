@@ -5,7 +5,7 @@ Pure: the planner calls :func:`budget_decision` with the ledger in ``status.cost
 
 - ``allow_new_workers``: create at most this many worker pods now (scale-out and replacements alike),
   so that the projected cost — what is spent, plus the running and pending pods and the new workers
-  for ``horizon_seconds`` — stays within the budget.
+  for ``horizon_seconds`` — stays within the budget; ``None`` when nothing limits them.
 - ``exceeded``: the cost has reached the budget (or will within ``stop_lead_seconds``, the time the
   chief needs to write its checkpoint after SIGTERM): create nothing, terminate the workers gracefully
   so the chief checkpoints on SIGTERM, set the ``BudgetExceeded`` condition (reason
@@ -24,16 +24,13 @@ from ttj.api.models import CostStatus, TransientTrainingJobSpec
 #: GPU node to boot and the worker to do useful work before the budget would stop it.
 DEFAULT_HORIZON_SECONDS = 900.0
 
-#: Condition type and reason the planner sets when the budget is used up.
-BUDGET_EXCEEDED = "BudgetExceeded"
-
 
 @dataclass(frozen=True)
 class BudgetDecision:
     """What the budget allows now."""
 
-    #: Workers that may be created now (never more than were asked for).
-    allow_new_workers: int
+    #: Workers that may be created now (never more than were asked for); None: no limit.
+    allow_new_workers: int | None
     #: The budget is used up: checkpoint and stop.
     exceeded: bool
     #: For the BudgetExceeded condition or an event; empty when the budget does not constrain anything.
@@ -42,6 +39,10 @@ class BudgetDecision:
     max_cost_usd: float | None
     #: Spent plus the running rate (with the allowed new workers) over the horizon.
     projected_usd: float
+
+    def cap(self, new_workers: int) -> int:
+        """How many of ``new_workers`` may be created now."""
+        return new_workers if self.allow_new_workers is None else min(new_workers, self.allow_new_workers)
 
 
 def budget_decision(
@@ -95,3 +96,20 @@ def budget_decision(
             f"${committed + requested * worker_usd_per_hour * hours:.2f} (spent ${spent:.2f}); adding {allowed}"
         )
     return BudgetDecision(allowed, False, message, spent, limit, projected)
+
+
+def spending_decision(spec: TransientTrainingJobSpec, cost: CostStatus) -> BudgetDecision | None:
+    """The budget when only the spending is known (no prices, hence no projection): stop once the cost
+    reaches ``budget.maxCostUSD``, never hold new workers back. None when the job has no budget."""
+    limit = spec.budget.max_cost_usd if spec.budget is not None else None
+    if limit is None:
+        return None
+    exceeded = cost.usd >= limit
+    return BudgetDecision(
+        allow_new_workers=None,
+        exceeded=exceeded,
+        message=f"cost ${cost.usd:.2f} reached budget.maxCostUSD ${limit:.2f}" if exceeded else "",
+        spent_usd=cost.usd,
+        max_cost_usd=limit,
+        projected_usd=cost.usd,
+    )

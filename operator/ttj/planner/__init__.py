@@ -19,7 +19,8 @@ from ttj.planner.actions import (
     Write,
 )
 from ttj.planner.classify import PodState, PodVerdict, classify_pod
-from ttj.planner.core import CostFunction, Plan, PlannerConfig, plan
+from ttj.planner.config import CostFunction, PlannerConfig
+from ttj.planner.core import Plan, plan
 from ttj.planner.election import choose_chief, preemption_risk
 from ttj.planner.observed import Observed
 

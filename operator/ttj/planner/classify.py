@@ -106,8 +106,8 @@ def classify_pod(pod: Obj, nodes: dict[str, Obj], now: datetime, node_grace: tim
 
     def preempted(why: str) -> PodVerdict:
         candidates = [t for t in (node_lost, deleting, finished) if t is not None]
-        if disrupted:
-            candidates.append(parse_time(disruption.get("lastTransitionTime")) or now)  # type: ignore[union-attr]
+        if disrupted and disruption is not None:
+            candidates.append(parse_time(disruption.get("lastTransitionTime")) or now)
         return PodVerdict(
             PodState.PREEMPTED, since=min(candidates, default=now), message=why, force_delete=node_lost is not None
         )

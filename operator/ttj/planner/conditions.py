@@ -1,30 +1,277 @@
-"""Kubernetes-shaped conditions, set by one pure function."""
+"""The job's phase and conditions, derived from what a pass found by one rule table.
+
+A pass ends in one of four situations: the spec is invalid, the job had already finished, it finishes
+now, or it is in progress. :data:`CONDITION_RULES` says, for each :class:`ConditionType` in the order
+status lists them, what the condition is in each situation (or that it is absent); :func:`phase_of` says
+the :class:`Phase`. :func:`derive` applies both and names the events the changes raise.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
 
-from ttj.api.models import Condition
+from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase
+from ttj.cost.budget import BudgetDecision
+from ttj.planner.actions import EmitEvent
 
-#: Order in which conditions are listed in status.
-CONDITION_ORDER = [
-    "Invalid",
-    "Created",
-    "Running",
-    "Recovering",
-    "ChiefElected",
-    "BudgetExceeded",
-    "Succeeded",
-    "Failed",
-]
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class Reason(StrEnum):
+    """Why a condition has its status (its ``reason``)."""
+
+    CHILDREN_CREATED = "ChildrenCreated"
+    TRAINING = "Training"
+    WAITING_FOR_WORKERS = "WaitingForWorkers"
+    WORKERS_UNSCHEDULABLE = "WorkersUnschedulable"
+    BELOW_MIN_REPLICAS = "BelowMinReplicas"
+    WAITING_FOR_CHIEF = "WaitingForChief"
+    WAITING_FOR_PARAMETER_SERVERS = "WaitingForParameterServers"
+    PARAMETER_SERVER_LOST = "ParameterServerLost"
+    CHIEF_LOST = "ChiefLost"
+    WORKERS_LOST = "WorkersLost"
+    AT_DESIRED_WORKERS = "AtDesiredWorkers"
+    ELECTED = "Elected"
+    NO_RUNNING_WORKERS = "NoRunningWorkers"
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    SCALE_OUT_LIMITED = "ScaleOutLimited"
+    WITHIN_BUDGET = "WithinBudget"
+    INVALID_SPEC = "InvalidSpec"
+    TRAINING_COMPLETE = "TrainingComplete"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+
+
+# -- the situations ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InvalidSpec:
+    """The spec cannot be acted on; the job fails unless it had already finished."""
+
+    message: str
+    previous_phase: Phase | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The job had succeeded or failed before this pass: its phase and conditions stay."""
+
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The job finishes in this pass."""
+
+    phase: Literal[Phase.SUCCEEDED, Phase.FAILED]
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    ending: Ending
+    #: The spec sets budget.maxCostUSD.
+    budget_limited: bool
+
+
+@dataclass(frozen=True)
+class InProgress:
+    """The job trains, waits or recovers."""
+
+    #: A chief was ever elected.
+    started: bool
+    chief: ChiefStatus | None
+    chief_healthy: bool
+    parameter_servers_ready: bool
+    active: int
+    desired: int
+    min_replicas: int
+    #: Why workers cannot be placed, empty when they can.
+    unschedulable: str
+    budget: BudgetDecision | None
+    budget_limited: bool
+
+    @property
+    def training(self) -> bool:
+        return self.started and self.chief_healthy and self.parameter_servers_ready and self.active >= self.min_replicas
+
+    @property
+    def whole(self) -> bool:
+        return self.active >= self.desired and self.chief_healthy and self.parameter_servers_ready
+
+
+Situation = InvalidSpec | Finished | Ended | InProgress
+
+
+def phase_of(situation: Situation) -> Phase | None:
+    match situation:
+        case InvalidSpec(previous_phase=previous):
+            return previous if previous in TERMINAL else Phase.FAILED
+        case Finished(phase=phase):
+            return phase
+        case Ended(ending=ending):
+            return ending.phase
+        case InProgress():
+            if not situation.started:
+                return Phase.PENDING
+            return Phase.RUNNING if situation.whole else Phase.RECOVERING
+
+
+# -- the rule table --------------------------------------------------------------------------------
+#: A condition as a rule finds it: whether it holds, why, and in words.
+Holds = tuple[bool, Reason, str]
 
 
 @dataclass(frozen=True)
 class Wanted:
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: str
+    """A condition as a situation wants it."""
+
+    type: ConditionType
+    status: Literal["True", "False"]
+    reason: Reason
     message: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    #: The condition in a situation, or None when the condition is absent.
+    of: Callable[[Situation], Holds | None]
+    #: Whether its turning True (or changing reason while True) is a Warning event rather than Normal.
+    warns: bool
+
+
+def _invalid(s: Situation) -> Holds | None:
+    return (True, Reason.INVALID_SPEC, s.message) if isinstance(s, InvalidSpec) else None
+
+
+def _created(s: Situation) -> Holds | None:
+    return (True, Reason.CHILDREN_CREATED, "") if isinstance(s, Ended | InProgress) else None
+
+
+def _running(s: Situation) -> Holds | None:
+    if not isinstance(s, InProgress):
+        return None
+    if s.training:
+        return True, Reason.TRAINING, f"{s.active}/{s.desired} workers"
+    if not s.started:
+        return False, Reason.WORKERS_UNSCHEDULABLE if s.unschedulable else Reason.WAITING_FOR_WORKERS, s.unschedulable
+    if s.active < s.min_replicas:
+        reason = Reason.BELOW_MIN_REPLICAS
+    elif not s.chief_healthy:
+        reason = Reason.WAITING_FOR_CHIEF
+    else:
+        reason = Reason.WAITING_FOR_PARAMETER_SERVERS
+    return False, reason, f"{s.active} active, at least {s.min_replicas} needed"
+
+
+def _recovering(s: Situation) -> Holds | None:
+    if not isinstance(s, InProgress) or not s.started:
+        return None
+    if s.whole:
+        return False, Reason.AT_DESIRED_WORKERS, ""
+    if not s.parameter_servers_ready:
+        return True, Reason.PARAMETER_SERVER_LOST, "waiting for the parameter servers to run again"
+    if not s.chief_healthy:
+        return True, Reason.CHIEF_LOST, "waiting for a running worker to become chief"
+    if s.unschedulable:
+        return True, Reason.WORKERS_UNSCHEDULABLE, s.unschedulable
+    return True, Reason.WORKERS_LOST, f"{s.active}/{s.desired} workers active"
+
+
+def _chief_elected(s: Situation) -> Holds | None:
+    if not isinstance(s, InProgress):
+        return None
+    if s.chief is not None and s.chief.pod and s.chief_healthy:
+        return True, Reason.ELECTED, f"chief {s.chief.pod} at epoch {s.chief.epoch}"
+    return False, Reason.CHIEF_LOST if s.started else Reason.NO_RUNNING_WORKERS, ""
+
+
+def _budget_exceeded(s: Situation) -> Holds | None:
+    if isinstance(s, Ended):
+        if not s.budget_limited:
+            return None
+        if s.ending.reason == Reason.BUDGET_EXCEEDED:
+            return True, Reason.BUDGET_EXCEEDED, s.ending.message
+        return False, Reason.WITHIN_BUDGET, ""
+    if not isinstance(s, InProgress):
+        return None
+    if s.budget is not None and s.budget.exceeded:
+        return True, Reason.BUDGET_EXCEEDED, s.budget.message
+    if s.budget is not None and s.budget.message:
+        return False, Reason.SCALE_OUT_LIMITED, s.budget.message
+    return (False, Reason.WITHIN_BUDGET, "") if s.budget_limited else None
+
+
+def _succeeded(s: Situation) -> Holds | None:
+    if isinstance(s, Ended) and s.ending.phase == Phase.SUCCEEDED:
+        return True, s.ending.reason, s.ending.message
+    return None
+
+
+def _failed(s: Situation) -> Holds | None:
+    if isinstance(s, InvalidSpec):
+        return True, Reason.INVALID_SPEC, s.message
+    if isinstance(s, Ended) and s.ending.phase == Phase.FAILED:
+        return True, s.ending.reason, s.ending.message
+    return None
+
+
+#: Every condition the operator sets, in the order status lists them.
+CONDITION_RULES: dict[ConditionType, Rule] = {
+    ConditionType.INVALID: Rule(_invalid, warns=True),
+    ConditionType.CREATED: Rule(_created, warns=False),
+    ConditionType.RUNNING: Rule(_running, warns=False),
+    ConditionType.RECOVERING: Rule(_recovering, warns=True),
+    ConditionType.CHIEF_ELECTED: Rule(_chief_elected, warns=False),
+    ConditionType.BUDGET_EXCEEDED: Rule(_budget_exceeded, warns=True),
+    ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
+    ConditionType.FAILED: Rule(_failed, warns=True),
+}
+
+#: Reasons raised as a Warning event on every change, even while their condition is False.
+ALWAYS_WARN = frozenset({Reason.WORKERS_UNSCHEDULABLE})
+
+
+def wanted_conditions(situation: Situation) -> list[Wanted]:
+    wanted = []
+    for type_, rule in CONDITION_RULES.items():
+        found = rule.of(situation)
+        if found is not None:
+            status, reason, message = found
+            wanted.append(Wanted(type_, "True" if status else "False", reason, message))
+    return wanted
+
+
+# -- applying them ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Derived:
+    phase: Phase | None
+    conditions: list[Condition] | None
+    events: tuple[EmitEvent, ...]
+
+
+def derive(situation: Situation, previous: list[Condition] | None, now: str, generation: int | None) -> Derived:
+    """The phase, the new condition list and the events its changes raise."""
+    if isinstance(situation, Finished):
+        return Derived(situation.phase, previous, ())
+    wanted = wanted_conditions(situation)
+    conditions, changed = set_conditions(previous, wanted, now, generation)
+    return Derived(phase_of(situation), conditions, tuple(_events(changed)))
+
+
+def _events(changed: Sequence[Wanted]) -> list[EmitEvent]:
+    events = []
+    for change in changed:
+        if change.status != "True" and change.reason not in ALWAYS_WARN:
+            continue
+        warning = CONDITION_RULES[change.type].warns or change.reason in ALWAYS_WARN
+        events.append(
+            EmitEvent("Warning" if warning else "Normal", change.reason.value, change.message or change.type.value)
+        )
+    return events
 
 
 def set_conditions(
@@ -38,18 +285,22 @@ def set_conditions(
     before = {c.type: c for c in previous or []}
     result: list[Condition] = []
     changed: list[Wanted] = []
-    for want in sorted(wanted, key=lambda w: CONDITION_ORDER.index(w.type) if w.type in CONDITION_ORDER else 99):
+    for want in wanted:
         old = before.get(want.type)
-        flipped = old is None or old.status != want.status
-        if flipped or old is None or old.reason != want.reason:
+        if old is None or old.status != want.status:
+            since: str | None = now
             changed.append(want)
+        else:
+            since = old.last_transition_time
+            if old.reason != want.reason:
+                changed.append(want)
         result.append(
             Condition(
                 type=want.type,
                 status=want.status,
                 reason=want.reason,
                 message=want.message,
-                last_transition_time=now if flipped or old is None else old.last_transition_time,
+                last_transition_time=since,
                 observed_generation=generation,
             )
         )

@@ -1,19 +1,24 @@
-"""The planner's seam to ttj.cost: turn observed pods into cost observations, accrue, ask the budget."""
+"""The cost and budget stage: turn observed pods into cost observations, accrue, ask the budget."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from ttj.api.models import CostStatus, TransientTrainingJobSpec
-from ttj.cost.budget import BudgetDecision, budget_decision
+from ttj.cost.budget import BudgetDecision, budget_decision, spending_decision
 from ttj.cost.model import NodeShape, PodObservation, accrue, expected_worker_node, worker_hourly_rate
+from ttj.cost.model import Role as CostRole
 from ttj.cost.prices import PriceTable
-from ttj.planner.classify import PodVerdict
-from ttj.planner.observed import Observed, labels_of, meta, name_of
-from ttj_contract import LABEL_ROLE, parse_time
+from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
+from ttj.planner.classify import PodState, PodVerdict
+from ttj.planner.config import PlannerConfig
+from ttj.planner.observed import Obj, Observed, labels_of, meta, name_of, node_name_of
+from ttj_contract import GPU_RESOURCE, LABEL_ROLE, Role, parse_time
 
 
-def _ended_at(pod: dict, verdict: PodVerdict | None) -> datetime | None:  # type: ignore[type-arg]
+def _ended_at(pod: Obj, verdict: PodVerdict | None) -> datetime | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         finished = parse_time(((status.get("state") or {}).get("terminated") or {}).get("finishedAt"))
         if finished is not None:
@@ -26,57 +31,87 @@ def _ended_at(pod: dict, verdict: PodVerdict | None) -> datetime | None:  # type
 
 
 def observations(
-    spec: TransientTrainingJobSpec, observed: Observed, verdicts: dict[str, PodVerdict]
+    spec: TransientTrainingJobSpec, observed: Observed, verdicts: Mapping[str, PodVerdict]
 ) -> list[PodObservation]:
     """Every pod of the job that has run, with its node's shape, for :func:`ttj.cost.model.accrue`."""
     out = []
     for pod in observed.pods:
-        role = labels_of(pod).get(LABEL_ROLE)
-        if role not in ("ps", "worker"):
+        label = labels_of(pod).get(LABEL_ROLE)
+        if label not in (Role.PS, Role.WORKER):
             continue
+        role: CostRole = "ps" if label == Role.PS else "worker"
         status = pod.get("status") or {}
         started = parse_time(status.get("startTime")) if status.get("phase") != "Pending" else None
-        node_name = (pod.get("spec") or {}).get("nodeName")
+        node_name = node_name_of(pod)
         node = observed.nodes.get(node_name) if node_name else None
         shape = None
         if node is not None:
-            capacity = ((node.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu")
+            capacity = ((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE)
             gpus = int(str(capacity)) if str(capacity or "").isdigit() else None
             shape = NodeShape.from_labels(labels_of(node), gpus)
         out.append(
             PodObservation(
                 name=name_of(pod),
                 uid=str(meta(pod).get("uid") or name_of(pod)),
-                role="ps" if role == "ps" else "worker",
+                role=role,
                 started_at=started,
                 ended_at=_ended_at(pod, verdicts.get(name_of(pod))) if started is not None else None,
                 node=shape,
-                gpus=spec.workers.gpus_per_worker if role == "worker" else 0,
+                gpus=spec.workers.gpus_per_worker if label == Role.WORKER else 0,
             )
         )
     return out
 
 
-def accrue_and_decide(
+@dataclass(frozen=True)
+class Costing:
+    """status.cost and what the budget allows."""
+
+    cost: CostStatus | None
+    #: None when nothing is priced, or a cost function stands in for prices and the job has no budget.
+    budget: BudgetDecision | None
+
+
+def cost_and_budget(
     spec: TransientTrainingJobSpec,
     observed: Observed,
-    verdicts: dict[str, PodVerdict],
+    verdicts: Mapping[str, PodVerdict],
+    previous: CostStatus | None,
+    *,
+    now: datetime,
+    config: PlannerConfig,
+) -> Costing:
+    """Accrue the cost (from prices, or the configured cost function) and ask the budget.
+
+    Without either, status.cost stays as it was and the budget is not checked.
+    """
+    if config.prices is not None:
+        return _priced(spec, observed, verdicts, previous, now=now, prices=config.prices)
+    if config.cost is not None:
+        cost = config.cost(spec, observed, previous, now)
+        return Costing(cost, spending_decision(spec, cost))
+    return Costing(previous, None)
+
+
+def _priced(
+    spec: TransientTrainingJobSpec,
+    observed: Observed,
+    verdicts: Mapping[str, PodVerdict],
     previous: CostStatus | None,
     *,
     now: datetime,
     prices: PriceTable,
-    requested_new_workers: int,
-    pending_workers: int,
-    stop_lead_seconds: float = 0.0,
-) -> tuple[CostStatus, BudgetDecision]:
+) -> Costing:
+    alive = [v for v in verdicts.values() if v.alive]
     fallback = expected_worker_node(spec, prices)
     cost = accrue(previous, observations(spec, observed, verdicts), now, prices, fallback_worker_node=fallback)
     decision = budget_decision(
         spec,
         cost,
-        requested_new_workers=requested_new_workers,
+        requested_new_workers=max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive)),
         worker_usd_per_hour=worker_hourly_rate(spec, prices),
-        pending_workers=pending_workers,
-        stop_lead_seconds=stop_lead_seconds,
+        pending_workers=sum(v.state == PodState.PENDING for v in alive),
+        # The chief's time to checkpoint after SIGTERM: stop this long before the money runs out.
+        stop_lead_seconds=WORKER_TERMINATION_GRACE_SECONDS,
     )
-    return cost, decision
+    return Costing(cost, decision)

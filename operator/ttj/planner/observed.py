@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ttj.cost.pools import PlacementCheck
+from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role
 
 Obj = dict[str, Any]
 
@@ -49,3 +50,27 @@ def condition(obj: Obj, type_: str) -> Obj | None:
         if cond.get("type") == type_:
             return dict(cond)
     return None
+
+
+def finalizers_of(obj: Obj) -> list[str]:
+    return list(meta(obj).get("finalizers") or [])
+
+
+def phase_of(pod: Obj) -> str | None:
+    return (pod.get("status") or {}).get("phase")
+
+
+def node_name_of(pod: Obj) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName") or None
+
+
+def has_role(pod: Obj, role: Role) -> bool:
+    return labels_of(pod).get(LABEL_ROLE) == role
+
+
+def slot_of(pod: Obj) -> int | None:
+    """The worker slot a pod fills, from its label; None when the label is missing or not a number."""
+    try:
+        return int(labels_of(pod).get(LABEL_SLOT, ""))
+    except ValueError:
+        return None

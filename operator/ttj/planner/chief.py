@@ -1,0 +1,170 @@
+"""Keep the chief, or elect one: the Running worker least likely to be preempted, when the holder is
+lost or stopped renewing. Also the Lease and chief-label writes that make the choice known, and the
+measurement of a handover once the new chief renews."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from ttj.api.models import ChiefStatus
+from ttj.planner.actions import EmitEvent, Observation, Write
+from ttj.planner.classify import PodState, PodVerdict
+from ttj.planner.config import PlannerConfig
+from ttj.planner.election import Candidate, choose_chief
+from ttj.planner.lease import chief_labels, lease_epoch_of, lease_expiry, lease_spec_of, lease_write
+from ttj.planner.observed import Obj, name_of, node_name_of, slot_of
+from ttj_contract import format_time, parse_time
+
+
+@dataclass(frozen=True)
+class ChiefPlan:
+    #: status.chief.
+    chief: ChiefStatus | None
+    #: Chiefs elected in this pass, an election found only in the Lease included.
+    elections: int
+    #: The chief runs and holds a live lease (or has just been elected).
+    healthy: bool
+    #: The Lease, then the chief labels.
+    writes: tuple[Write, ...]
+    events: tuple[EmitEvent, ...]
+    observations: tuple[Observation, ...]
+    #: When the holder's lease goes stale.
+    wake: datetime | None
+
+
+@dataclass(frozen=True)
+class _Loss:
+    since: datetime
+    why: str
+
+
+def keep_chief(
+    job: Obj,
+    workers: Iterable[Obj],
+    verdicts: Mapping[str, PodVerdict],
+    nodes: Mapping[str, Obj],
+    *,
+    lease: Obj | None,
+    holder: str | None,
+    recorded: ChiefStatus | None,
+    ps_replaced: bool,
+    active: int,
+    desired: int,
+    now: datetime,
+    config: PlannerConfig,
+) -> ChiefPlan:
+    """``holder`` is the pod the Lease names (:func:`ttj.planner.lease.lease_holder`), ``recorded`` the chief
+    the last written status names; a replaced parameter server (``ps_replaced``) moves the epoch, so the
+    chief restores the latest checkpoint."""
+    workers = list(workers)
+    epoch = max(lease_epoch_of(lease), (recorded or ChiefStatus()).epoch)
+    chief, elections = recorded, 0
+    events: list[EmitEvent] = []
+    adopted = _adopt_unrecorded_election(holder, recorded or ChiefStatus(), lease, verdicts, now)
+    if adopted is not None:
+        chief, elections = adopted, 1
+        events.append(EmitEvent("Normal", "ChiefElected", f"{holder} is chief at epoch {adopted.epoch}"))
+    known = chief or ChiefStatus()
+
+    loss, wake = _holder_loss(holder, verdicts, lease, config, now)
+    if loss is not None and known.lost_at:
+        loss = _Loss(min(loss.since, parse_time(known.lost_at) or loss.since), loss.why)
+    candidates = [
+        Candidate(pod, nodes.get(node_name_of(pod) or ""), slot_of(pod) or 0)
+        for name, pod in sorted({name_of(p): p for p in workers}.items())
+        if verdicts[name].state == PodState.RUNNING and not (loss is not None and name == holder)
+    ]
+
+    new_holder, elected = holder, False
+    observations: tuple[Observation, ...] = ()
+    choice = choose_chief(candidates, now) if not holder or loss is not None else None
+    if choice is not None:
+        new_holder, elected = name_of(choice.pod), True
+        elections += 1
+        lost_at = format_time(loss.since) if loss is not None else None
+        chief = ChiefStatus(pod=new_holder, epoch=epoch + 1, elected_at=format_time(now), lost_at=lost_at)
+        events.append(_elected(choice, epoch + 1, loss))
+    elif loss is not None:
+        # No running worker to take over yet: remember when the chief was lost, elect later.
+        lost_at = format_time(loss.since)
+        chief = ChiefStatus(pod=known.pod or holder, epoch=epoch, elected_at=known.elected_at, lost_at=lost_at)
+    elif ps_replaced:
+        chief = ChiefStatus(pod=holder, epoch=epoch + 1, elected_at=known.elected_at, lost_at=known.lost_at)
+    elif holder:
+        elected_at = known.elected_at or format_time(now)
+        kept = ChiefStatus(pod=holder, epoch=epoch, elected_at=elected_at, lost_at=known.lost_at)
+        chief, observations = _handover_done(kept, lease)
+    new_epoch = epoch + 1 if (elected or ps_replaced) and new_holder else epoch
+
+    lease_change = lease_write(
+        job,
+        lease,
+        config,
+        now,
+        holder_before=holder,
+        holder=new_holder,
+        epoch=new_epoch,
+        elected=elected,
+        active=active,
+        desired=desired,
+    )
+    writes: list[Write] = [lease_change] if lease_change is not None else []
+    writes += chief_labels(workers, new_holder)
+    verdict = verdicts.get(new_holder) if new_holder else None
+    healthy = verdict is not None and verdict.state == PodState.RUNNING and (new_holder != holder or loss is None)
+    return ChiefPlan(chief, elections, healthy, tuple(writes), tuple(events), observations, wake)
+
+
+def _adopt_unrecorded_election(
+    holder: str | None, recorded: ChiefStatus, lease: Obj | None, verdicts: Mapping[str, PodVerdict], now: datetime
+) -> ChiefStatus | None:
+    """The Lease moved but the status never said so (the operator stopped between the two writes): adopt
+    that election, so it is counted once and the handover is still measured."""
+    lease_epoch = lease_epoch_of(lease)
+    if not holder or holder == recorded.pod or lease_epoch <= recorded.epoch:
+        return None
+    acquired = parse_time(lease_spec_of(lease).get("acquireTime"))
+    lost_at = recorded.lost_at
+    if recorded.pod and not lost_at:
+        old = verdicts.get(recorded.pod)
+        since = old.since if old is not None and old.lost else None
+        lost_at = format_time(since or acquired or now)
+    return ChiefStatus(pod=holder, epoch=lease_epoch, elected_at=format_time(acquired or now), lost_at=lost_at)
+
+
+def _holder_loss(
+    holder: str | None, verdicts: Mapping[str, PodVerdict], lease: Obj | None, config: PlannerConfig, now: datetime
+) -> tuple[_Loss | None, datetime | None]:
+    """Whether (and since when) the holder is lost or stopped renewing; else when its lease goes stale."""
+    if not holder:
+        return None, None
+    verdict = verdicts.get(holder)
+    if verdict is None or verdict.lost or verdict.state == PodState.RELEASED:
+        why = f"chief {holder} lost" + (f": {verdict.message}" if verdict and verdict.message else "")
+        return _Loss((verdict.since if verdict else None) or now, why), None
+    if verdict.state != PodState.RUNNING:
+        return None, None
+    stale_at = lease_expiry(lease, config)
+    if stale_at is not None and now >= stale_at:
+        return _Loss(stale_at, f"chief {holder} stopped renewing the lease"), None
+    return None, stale_at
+
+
+def _elected(choice: Candidate, epoch: int, loss: _Loss | None) -> EmitEvent:
+    node = node_name_of(choice.pod) or "?"
+    message = f"{name_of(choice.pod)} (slot {choice.slot}, node {node}) is chief at epoch {epoch}"
+    return EmitEvent("Normal", "ChiefElected", message + (f"; {loss.why}" if loss is not None else ""))
+
+
+def _handover_done(chief: ChiefStatus, lease: Obj | None) -> tuple[ChiefStatus, tuple[Observation, ...]]:
+    """The new chief renewed its lease: the handover is over; measure it."""
+    spec = lease_spec_of(lease)
+    acquired = parse_time(spec.get("acquireTime"))
+    renewed = parse_time(spec.get("renewTime"))
+    lost = parse_time(chief.lost_at)
+    if renewed is None or acquired is None or lost is None or renewed <= acquired:
+        return chief, ()
+    seconds = max(0.0, (renewed - lost).total_seconds())
+    return chief.model_copy(update={"lost_at": None}), (Observation("chief_handover_seconds", seconds),)

@@ -1,0 +1,92 @@
+"""The end of a job: whether it finishes now (success, too many failures, deadline, budget), and the
+clean-up of a finished job (cleanPodPolicy, finalizers, ttlSecondsAfterFinished)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ttj.api.models import CleanPodPolicy, Phase, ProgressStatus, TransientTrainingJobSpec
+from ttj.cost.budget import BudgetDecision
+from ttj.planner.actions import DeleteChild, RemoveFinalizer, Write
+from ttj.planner.classify import PodState, PodVerdict
+from ttj.planner.conditions import Ending, Reason
+from ttj.planner.observed import Observed, finalizers_of, has_role, meta, name_of, phase_of
+from ttj_contract import FINALIZER, Role
+
+
+def ending(
+    spec: TransientTrainingJobSpec,
+    *,
+    holder: str | None,
+    verdicts: Mapping[str, PodVerdict],
+    failures: int,
+    last_failure: str,
+    progress: ProgressStatus | None,
+    started_at: datetime | None,
+    now: datetime,
+    budget: BudgetDecision | None,
+) -> Ending | None:
+    """How the job ends in this pass, first match wins; None while it goes on."""
+    chief = verdicts.get(holder) if holder else None
+    if holder and chief is not None and chief.state == PodState.SUCCEEDED:
+        step = progress.global_step if progress else 0
+        return Ending(Phase.SUCCEEDED, Reason.TRAINING_COMPLETE, f"chief {holder} finished at global step {step}")
+    if failures > spec.backoff_limit:
+        detail = last_failure or "the training code failed"
+        return Ending(
+            Phase.FAILED,
+            Reason.BACKOFF_LIMIT_EXCEEDED,
+            f"{failures} failures, over backoffLimit {spec.backoff_limit}; last: {detail}",
+        )
+    deadline = spec.active_deadline_seconds
+    if deadline is not None and started_at is not None and (now - started_at).total_seconds() >= deadline:
+        return Ending(Phase.FAILED, Reason.DEADLINE_EXCEEDED, f"running longer than {deadline}s")
+    if budget is not None and budget.exceeded and not any(v.alive for v in verdicts.values()):
+        return Ending(Phase.FAILED, Reason.BUDGET_EXCEEDED, budget.message)
+    return None
+
+
+def deadline_of(spec: TransientTrainingJobSpec, started_at: datetime | None) -> datetime | None:
+    """When activeDeadlineSeconds runs out."""
+    if spec.active_deadline_seconds is None or started_at is None:
+        return None
+    return started_at + timedelta(seconds=spec.active_deadline_seconds)
+
+
+@dataclass(frozen=True)
+class CleanUp:
+    writes: tuple[Write, ...]
+    #: ttlSecondsAfterFinished has passed.
+    delete_job: bool
+    #: When it will pass.
+    wake: datetime | None
+
+
+def clean_up(
+    spec: TransientTrainingJobSpec, observed: Observed, completed_at: datetime | None, now: datetime
+) -> CleanUp:
+    """A finished job: release the finalizers, delete the pods and Deployments cleanPodPolicy names, and
+    the job itself once its TTL is over."""
+    policy = spec.clean_pod_policy
+    writes: list[Write] = []
+    for pod in observed.pods:
+        name = name_of(pod)
+        if FINALIZER in finalizers_of(pod):
+            writes.append(RemoveFinalizer(name))
+        if not has_role(pod, Role.WORKER) or meta(pod).get("deletionTimestamp"):
+            continue
+        if policy == CleanPodPolicy.ALL or (
+            policy == CleanPodPolicy.RUNNING and phase_of(pod) in ("Running", "Pending")
+        ):
+            writes.append(DeleteChild("Pod", name, mark_deliberate=True, reason="CleanPodPolicy"))
+    if policy != CleanPodPolicy.NONE:
+        for kind, child_name in sorted(observed.children):
+            if kind == "Deployment":
+                writes.append(DeleteChild(kind, child_name, reason="CleanPodPolicy"))
+    ttl = spec.ttl_seconds_after_finished
+    if ttl is None or completed_at is None:
+        return CleanUp(tuple(writes), delete_job=False, wake=None)
+    expiry = completed_at + timedelta(seconds=ttl)
+    return CleanUp(tuple(writes), delete_job=now >= expiry, wake=None if now >= expiry else expiry)

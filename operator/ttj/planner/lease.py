@@ -1,0 +1,129 @@
+"""The ``NAME-chief`` Lease as the planner reads and writes it: holder, epoch, expiry, the chief's
+progress report, the worker counts published for the learning rate, and the chief label."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
+
+from ttj.api.models import ChiefStatus, ProgressStatus
+from ttj.planner import children
+from ttj.planner.actions import CreateChild, LabelPod, UpdateLease, Write
+from ttj.planner.config import PlannerConfig
+from ttj.planner.observed import Obj, annotations_of, labels_of, meta, name_of
+from ttj_contract import (
+    ANNOTATION_ACTIVE_WORKERS,
+    ANNOTATION_DESIRED_WORKERS,
+    ANNOTATION_PROGRESS,
+    LABEL_CHIEF,
+    LeaseProgress,
+    format_micro_time,
+    lease_name,
+    parse_time,
+)
+
+
+def lease_spec_of(lease: Obj | None) -> Obj:
+    return (lease or {}).get("spec") or {}
+
+
+def lease_epoch_of(lease: Obj | None) -> int:
+    return int(lease_spec_of(lease).get("leaseTransitions") or 0)
+
+
+def lease_holder(lease: Obj | None, recorded: ChiefStatus | None) -> str | None:
+    """The chief pod the Lease names."""
+    if lease is None and recorded is not None and recorded.epoch > 0:
+        # The status names a chief, so the Lease was made: our watch has not delivered it yet, or someone
+        # deleted it. Recreate it as the status says rather than elect again (which would bump the epoch
+        # for nothing).
+        return recorded.pod
+    holder: str | None = lease_spec_of(lease).get("holderIdentity")
+    return holder
+
+
+def reported_progress(lease: Obj | None, previous: ProgressStatus | None) -> ProgressStatus | None:
+    """The chief's latest progress report; the previous one while there is none (or it is malformed)."""
+    report = LeaseProgress.from_annotation(annotations_of(lease or {}).get(ANNOTATION_PROGRESS))
+    if report is None:
+        return previous
+    try:
+        return ProgressStatus(
+            global_step=report.global_step,
+            checkpoint_step=report.checkpoint_step,
+            checkpoint_path=report.checkpoint_path,
+            checkpoint_time=report.checkpoint_time,
+        )
+    except ValidationError:
+        return previous
+
+
+def lease_expiry(lease: Obj | None, config: PlannerConfig) -> datetime | None:
+    """When the holder's claim runs out: a lease duration after its last renewal, or, for a chief that has
+    not renewed since its election, after the longer TensorFlow start-up allowance."""
+    spec = lease_spec_of(lease)
+    acquired = parse_time(spec.get("acquireTime"))
+    renewed = parse_time(spec.get("renewTime"))
+    duration = timedelta(seconds=int(spec.get("leaseDurationSeconds") or config.lease_duration_seconds))
+    if renewed is not None and (acquired is None or renewed > acquired):
+        return renewed + duration
+    start = acquired or renewed
+    if start is None:
+        return None
+    return start + max(duration, timedelta(seconds=config.chief_startup_seconds))
+
+
+def lease_write(
+    job: Obj,
+    lease: Obj | None,
+    config: PlannerConfig,
+    now: datetime,
+    *,
+    holder_before: str | None,
+    holder: str | None,
+    epoch: int,
+    elected: bool,
+    active: int,
+    desired: int,
+) -> Write | None:
+    """Create the Lease, or move its holder and epoch under a resourceVersion precondition and keep its
+    duration and published worker counts current; None when it is right as it is."""
+    duration = config.lease_duration_seconds
+    stamp = format_micro_time(now)
+    if lease is None:
+        manifest = children.lease(job, duration, active, desired)
+        spec = {**manifest["spec"], "leaseTransitions": epoch}
+        if holder:
+            spec.update(holderIdentity=holder, acquireTime=stamp, renewTime=stamp)
+        return CreateChild({**manifest, "spec": spec})
+    moved = holder != holder_before or epoch != lease_epoch_of(lease)
+    duration_changed = lease_spec_of(lease).get("leaseDurationSeconds") != duration
+    published = {ANNOTATION_ACTIVE_WORKERS: str(active), ANNOTATION_DESIRED_WORKERS: str(desired)}
+    annotations = {k: v for k, v in published.items() if annotations_of(lease).get(k) != v}
+    if not moved and not duration_changed and not annotations:
+        return None
+    return UpdateLease(
+        name=lease_name(name_of(job)),
+        resource_version=meta(lease).get("resourceVersion") if moved else None,
+        holder=holder if moved else None,
+        epoch=epoch if moved else None,
+        acquire_time=stamp if moved and elected else None,
+        renew_time=stamp if moved and elected else None,
+        lease_duration_seconds=duration if duration_changed else None,
+        annotations=annotations,
+    )
+
+
+def chief_labels(workers: Iterable[Obj], holder: str | None) -> list[LabelPod]:
+    """Exactly one pod carries the chief label: take it off the others first, then put it on."""
+    by_name = {name_of(p): p for p in workers}
+    writes = [
+        LabelPod(name, {LABEL_CHIEF: None})
+        for name, pod in sorted(by_name.items())
+        if labels_of(pod).get(LABEL_CHIEF) and name != holder
+    ]
+    if holder in by_name and labels_of(by_name[holder]).get(LABEL_CHIEF) != "true":
+        writes.append(LabelPod(holder, {LABEL_CHIEF: "true"}))
+    return writes

@@ -1,0 +1,139 @@
+"""Fill the worker slots: one live pod per slot for ``min(replicas, slots)`` slots, lost pods replaced at
+once in their slot under a new name, within what the budget allows."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from ttj.api.models import TransientTrainingJobSpec
+from ttj.cost.budget import BudgetDecision
+from ttj.cost.pools import PlacementCheck
+from ttj.planner import children
+from ttj.planner.actions import CreateChild, DeleteChild, Write
+from ttj.planner.classify import PodState, PodVerdict
+from ttj.planner.observed import Obj, name_of, slot_of
+
+_INCARNATION = re.compile(r"-(\d+)$")
+
+
+@dataclass(frozen=True)
+class WorkerSlots:
+    writes: tuple[Write, ...]
+    #: Workers running, and workers created or still to create but not running.
+    active: int
+    pending: int
+    #: Why workers cannot be placed, empty when they can.
+    unschedulable: str
+
+
+@dataclass(frozen=True)
+class _Occupancy:
+    #: The pods in each slot, alive or succeeded; slots in order of first appearance.
+    occupants: dict[int, list[Obj]]
+    #: When each slot last lost a pod.
+    last_loss: dict[int, datetime]
+    #: The highest incarnation each slot has had.
+    incarnations: dict[int, int]
+
+
+def incarnation_of(pod_name: str) -> int:
+    match = _INCARNATION.search(pod_name)
+    return int(match.group(1)) if match else 0
+
+
+def fill_worker_slots(
+    job: Obj,
+    spec: TransientTrainingJobSpec,
+    workers: Iterable[Obj],
+    verdicts: Mapping[str, PodVerdict],
+    *,
+    holder: str | None,
+    budget: BudgetDecision | None,
+    placement: PlacementCheck | None,
+) -> WorkerSlots:
+    slots = spec.workers.slots
+    desired = min(spec.workers.replicas, slots)
+    occupancy = _occupancy(workers, verdicts)
+    writes: list[Write] = []
+
+    # Never two live pods in one slot (a watch that lagged behind our own create): keep the best.
+    kept: dict[int, Obj] = {}
+    for slot, pods in sorted(occupancy.occupants.items()):
+        ranked = sorted(pods, key=lambda pod: _keep_order(pod, verdicts, holder))
+        keep = ranked[:1] if slot < slots else []
+        for pod in ranked[len(keep) :]:
+            writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="SlotOutOfRange"))
+        kept.update((slot, pod) for pod in keep)
+    filled = {slot: kept[slot] for slot in occupancy.occupants if slot in kept}  # in observed order
+
+    # Scale down: pending pods first, then the highest slots; never the chief.
+    excess = len(filled) - desired
+    if excess > 0:
+        order = sorted(
+            filled.items(),
+            key=lambda item: (
+                name_of(item[1]) == holder,
+                verdicts[name_of(item[1])].state == PodState.RUNNING,
+                -item[0],
+            ),
+        )
+        for slot, pod in order[:excess]:
+            writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="ScaledDown"))
+            del filled[slot]
+
+    if budget is not None and budget.exceeded:
+        # Checkpoint and stop: SIGTERM every worker (the chief writes its checkpoint), add none.
+        for pod in filled.values():
+            if verdicts[name_of(pod)].alive:
+                writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="BudgetExceeded"))
+        filled, desired = {}, 0
+
+    # Fill empty slots, lowest first, as far as the budget allows.
+    missing = desired - len(filled)
+    if budget is not None:
+        missing = budget.cap(missing)
+    for slot in [s for s in range(slots) if s not in filled][: max(0, missing)]:
+        pod = children.worker_pod(job, spec, slot, occupancy.incarnations.get(slot, 0) + 1)
+        writes.append(CreateChild(pod, recovery_since=occupancy.last_loss.get(slot)))
+
+    alive = [verdicts[name_of(p)] for p in filled.values()]
+    active = sum(v.state == PodState.RUNNING for v in alive)
+    pending = sum(v.state == PodState.PENDING for v in alive) + max(0, desired - len(filled))
+    unschedulable = _unschedulable(alive)
+    if placement is not None and not placement.ok and active < spec.workers.replicas:
+        # No node pool can hold these pods at all: say why instead of waiting.
+        unschedulable = f"{placement.reason}: {placement.message}"
+    return WorkerSlots(tuple(writes), active, pending, unschedulable)
+
+
+def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict]) -> _Occupancy:
+    occupants: dict[int, list[Obj]] = {}
+    last_loss: dict[int, datetime] = {}
+    incarnations: dict[int, int] = {}
+    for pod in workers:
+        slot = slot_of(pod)
+        if slot is None:
+            continue
+        verdict = verdicts[name_of(pod)]
+        incarnations[slot] = max(incarnations.get(slot, 0), incarnation_of(name_of(pod)))
+        if verdict.alive or verdict.state == PodState.SUCCEEDED:
+            occupants.setdefault(slot, []).append(pod)
+        elif verdict.lost and verdict.since is not None:
+            last_loss[slot] = max(last_loss.get(slot, verdict.since), verdict.since)
+    return _Occupancy(occupants, last_loss, incarnations)
+
+
+def _keep_order(pod: Obj, verdicts: Mapping[str, PodVerdict], holder: str | None) -> tuple[bool, bool, int]:
+    """Of two pods in one slot keep the chief, else the running one, else the newest."""
+    name = name_of(pod)
+    return (name != holder, verdicts[name].state != PodState.RUNNING, -incarnation_of(name))
+
+
+def _unschedulable(alive: list[PodVerdict]) -> str:
+    reasons = sorted({v.pending_reason for v in alive if v.pending_reason})
+    if not reasons:
+        return ""
+    return f"{sum(bool(v.pending_reason) for v in alive)} worker(s) unschedulable: " + "; ".join(reasons)

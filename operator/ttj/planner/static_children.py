@@ -1,0 +1,57 @@
+"""The children a running job always has: its Service, the trainers' RBAC and the PS Deployments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ttj.api.models import TransientTrainingJobSpec
+from ttj.planner import children
+from ttj.planner.actions import CreateChild, DeleteChild, EmitEvent, ReplaceChild, Write
+from ttj.planner.observed import Obj, annotations_of, name_of
+from ttj_contract import ANNOTATION_PS_TEMPLATE
+
+
+@dataclass(frozen=True)
+class StaticChildren:
+    writes: tuple[Write, ...]
+    events: tuple[EmitEvent, ...]
+
+
+def static_children(
+    job: Obj, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj]
+) -> StaticChildren:
+    """Create the missing ones, bring changed PS Deployments up to the spec, delete PS Deployments past
+    ``parameterServers.replicas``."""
+    wanted = [
+        children.headless_service(job),
+        *children.trainer_rbac(job),
+        *(children.ps_deployment(job, spec, i) for i in range(spec.parameter_servers.replicas)),
+    ]
+    writes: list[Write] = []
+    events: list[EmitEvent] = []
+    for manifest in wanted:
+        key = (manifest["kind"], name_of(manifest))
+        if key not in observed:
+            writes.append(CreateChild(manifest))
+        elif key[0] == "Deployment" and _ps_template(observed[key]) != _ps_template(manifest):
+            # A spec change (image, parameterServers.resources) reaches the PS through its template: the
+            # Deployment controller recreates the pod, which the parameter-server stage sees as a PS loss.
+            writes.append(ReplaceChild(manifest))
+            events.append(
+                EmitEvent(
+                    "Normal",
+                    "ParameterServerUpdated",
+                    f"{key[1]}: the spec changed its image or resources; the parameter server restarts "
+                    "and the chief restores the latest checkpoint",
+                )
+            )
+    wanted_keys = {(m["kind"], name_of(m)) for m in wanted}
+    for kind, name in sorted(observed):
+        if kind == "Deployment" and (kind, name) not in wanted_keys:
+            writes.append(DeleteChild(kind, name, reason="ParameterServersScaledDown"))
+    return StaticChildren(tuple(writes), tuple(events))
+
+
+def _ps_template(deployment: Obj) -> str | None:
+    return annotations_of(deployment).get(ANNOTATION_PS_TEMPLATE)
