@@ -24,12 +24,12 @@ import kopf
 from kubernetes.client import ApiClient
 from prometheus_client import start_http_server
 
-from ttj.controller.apply import Applier, Conflict
+from ttj.controller.apply import Applier, Conflict, KubeApi
 from ttj.controller.metrics import Metrics
 from ttj.controller.patch import merge_patch
 from ttj.controller.placement import PlacementSource
 from ttj.cost.prices import PriceSource
-from ttj.kubeapi import RESOURCES
+from ttj.kubeapi import RESOURCES, KubeClient
 from ttj.planner import Observed, PlannerConfig, plan
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
@@ -69,6 +69,12 @@ class OperatorContext:
     job_seen: dict[JobKey, str] = field(default_factory=dict)
     #: The operator's event loop: index functions run in kopf's executor threads and wake daemons through it.
     loop: asyncio.AbstractEventLoop | None = None
+    #: Where the writes go; None: the API server behind ``api``.
+    kube: KubeApi | None = None
+    applier: Applier = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.applier = Applier(self.kube if self.kube is not None else KubeClient(self.api))
 
     def poke(self, key: JobKey) -> None:
         event = self.wakeups.get(key)
@@ -185,7 +191,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         """A worker of a job that no longer exists must not hang on our finalizer."""
         key = _job_key(namespace, labels)
         if key is not None and key not in jobs:
-            Applier(ctx.api).release_finalizer(namespace, name)
+            ctx.applier.release_finalizer(namespace, name)
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", cancellation_timeout=10, backoff=1)  # type: ignore[arg-type]
     async def reconcile_job(
@@ -225,11 +231,10 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
                     for _kind, pod_name, pod in pods_by_job.get(key, [])
                     if FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or [])
                 ]
-                applier = Applier(ctx.api)
 
                 def release() -> None:
                     for pod_name in held:
-                        applier.release_finalizer(namespace, pod_name)
+                        ctx.applier.release_finalizer(namespace, pod_name)
 
                 await asyncio.shield(asyncio.to_thread(release))
 
@@ -275,7 +280,7 @@ class JobReconciler:
     def __init__(self, ctx: OperatorContext, key: JobKey) -> None:
         self.ctx = ctx
         self.key = key
-        self.applier = Applier(ctx.api)
+        self.applier = ctx.applier
 
     def _current_job(self, body: kopf.Body) -> dict[str, Any]:
         job = copy.deepcopy(dict(body))

@@ -1,48 +1,54 @@
 """The project's policy in the simulator: the operator's real planner (``ttj.planner.plan``), unchanged.
 
-The adapter keeps a small in-memory picture of the cluster as the planner observes it (worker and PS
-pods, the nodes under the workers, the static children, the ``NAME-chief`` Lease, the job's status)
-and turns the simulator's events into the cluster evidence a GKE preemption leaves:
+The job and its children live in a :class:`~ttj.planner.world.World`: the planner's writes mean there
+what they mean to the API server (the shared in-memory interpreter). This adapter adds only what is
+the simulation's own. It turns the simulator's events into the cluster evidence a GKE preemption leaves:
 
 - a revoked VM: its node object disappears and its pod is ``Failed`` with reason ``NodeShutdown`` and
   exit code 143 (kubelet graceful node shutdown), which the planner classifies as a preemption;
 - a worker VM that has booted: its pod turns ``Running`` (with ``startTime``) on a node labelled
   ``cloud.google.com/gke-preemptible`` or ``gke-spot`` and created when the VM was;
-- the chief renews the Lease (``renewTime``) while it runs, and publishes progress.
+- the chief renews the Lease (``renewTime``) while it runs, and publishes its progress there.
 
-The planner's actions are applied to that picture and, where they touch training, to the simulation:
+It stands in for the scheduler and the Deployment controller: a worker pod is bound to its VM's node
+when created, and a PS Deployment gets its running pod. And it follows the writes that touch training:
 a worker pod created for a slot without a VM → :class:`StartWorker`; a Lease whose holder changes →
-:class:`MakeChief`; a job status the planner turned ``Failed`` → :class:`FailJob`. Everything else
-(events, labels, finalizers, deletes of counted pods, children) only updates the picture, so the
-next plan sees what a real apiserver would show.
+:class:`MakeChief`; a job status the planner turned ``Failed`` → :class:`FailJob`.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ttj.api.models import CostStatus, TransientTrainingJobSpec
-from ttj.planner import (
-    CreateChild,
-    DeleteChild,
-    LabelPod,
-    Observed,
-    PlannerConfig,
-    RemoveFinalizer,
-    UpdateLease,
-    plan,
-)
+from ttj.planner import CreateChild, Observed, PlannerConfig, UpdateLease, Write
+from ttj.planner.observed import Obj, labels_of, name_of
+from ttj.planner.world import World
 from ttj.simulate.engine import FailJob, MakeChief, RunView, SimAction, SimJob, StartWorker
-from ttj_contract import LABEL_ROLE, LABEL_SLOT, format_micro_time, format_time
+from ttj_contract import (
+    ACCELERATOR_LABEL,
+    ANNOTATION_PROGRESS,
+    API_VERSION,
+    CONTAINER_NAME,
+    KIND,
+    LABEL_ROLE,
+    LABEL_SLOT,
+    LeaseProgress,
+    Role,
+    format_micro_time,
+    format_time,
+    lease_name,
+    provisioning_labels,
+)
 
 #: Simulated time 0 on the planner's clock (any fixed instant keeps runs deterministic).
 EPOCH = datetime(2026, 11, 21, tzinfo=UTC)
 #: Plans per event at most: a loss is counted in one plan and its pod released in the next.
 _MAX_PLANS_PER_EVENT = 6
-
-Obj = dict[str, Any]
+#: Where the simulated parameter servers run: an on-demand node that is never revoked.
+_PS_NODE = "on-demand-cpu-0"
 
 
 def _at(seconds: float) -> datetime:
@@ -57,57 +63,57 @@ class PlannerPolicy:
 
     def __init__(self, config: PlannerConfig | None = None) -> None:
         self.base_config = config or PlannerConfig()
-        self.job: Obj = {}
-        self.observed = Observed()
+        self.world: World | None = None
         self.pod_of_slot: dict[int, str] = {}  # the pod bound to each slot's live VM
         self.vm_of_pod: dict[str, tuple[int, float]] = {}  # pod → (slot, VM creation time)
+        self.holder: str | None = None  # the Lease holder the simulation has made chief
         self.plans = 0
+        self._view: RunView | None = None
+        self._wanted: list[SimAction] = []
+
+    @property
+    def job(self) -> Obj:
+        return self.world.job if self.world is not None else {}
 
     # -- the simulator's side ------------------------------------------------------------------------
     def decide(self, view: RunView) -> list[SimAction]:
-        if not self.job:
-            self._start(view.job)
+        if self.world is None:
+            self.world = World(self._manifest(view.job), on_applied=self._follow)
+        world = self.world
         now = _at(view.now)
-        self._observe(view, now)
-        wanted: list[SimAction] = []
+        self._view, self._wanted = view, []
+        self._observe(world, view, now)
+        config = dataclasses.replace(self.base_config, cost=self._cost_function(view))
         for _ in range(_MAX_PLANS_PER_EVENT):
-            config = PlannerConfig(
-                lease_duration_seconds=self.base_config.lease_duration_seconds,
-                chief_startup_seconds=self.base_config.chief_startup_seconds,
-                node_grace_seconds=self.base_config.node_grace_seconds,
-                resync_seconds=self.base_config.resync_seconds,
-                cost=self._cost_function(view),
-            )
-            result = plan(self.job, self.observed, now, config)
+            revision, status = world.revision, world.job.get("status")
+            world.reconcile(now, config)
             self.plans += 1
-            changed = self._apply(result.writes, view, now, wanted)
-            status_changed = result.status != self.job.get("status")
-            self.job["status"] = result.status
-            if result.status.get("phase") == "Failed":
-                return [FailJob(self._failure_reason(result.status))]
-            if not changed and not status_changed:
+            if world.job["status"].get("phase") == "Failed":
+                return [FailJob(self._failure_reason(world.job["status"]))]
+            if world.revision == revision and world.job["status"] == status:
                 break
-        return wanted
+        return self._wanted
 
-    # -- the picture -----------------------------------------------------------------------------------
-    def _start(self, job: SimJob) -> None:
+    # -- cluster evidence of the simulation's events ---------------------------------------------------
+    @staticmethod
+    def _manifest(job: SimJob) -> Obj:
         spec: TransientTrainingJobSpec = job.spec
-        self.job = {
-            "apiVersion": "transient.training/v1alpha1",
-            "kind": "TransientTrainingJob",
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "metadata": {"name": job.name, "namespace": "default", "uid": "sim-job", "generation": 1},
             "spec": spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
         }
 
-    def _observe(self, view: RunView, now: datetime) -> None:
+    def _observe(self, world: World, view: RunView, now: datetime) -> None:
         text = format_time(now)
         # revoked VMs: node gone, pod ended by the node shutdown
         for slot in view.lost_slots:
             pod_name = self.pod_of_slot.pop(slot, None)
-            pod = self._pod(pod_name) if pod_name else None
+            pod = world.pod(pod_name) if pod_name else None
             if pod is None:
                 continue
-            self.observed.nodes.pop(pod["spec"].get("nodeName", ""), None)
+            world.observed.nodes.pop(pod["spec"].get("nodeName", ""), None)
             pod["status"] = {
                 "phase": "Failed",
                 "reason": "NodeShutdown",
@@ -115,169 +121,97 @@ class PlannerPolicy:
                 "startTime": pod.get("status", {}).get("startTime"),
                 "containerStatuses": [
                     {
-                        "name": "trainer",
+                        "name": CONTAINER_NAME,
                         "state": {"terminated": {"exitCode": 143, "reason": "Error", "finishedAt": text}},
                     }
                 ],
             }
         # booted VMs: pods run
         for slot, running in view.live_slots.items():
-            pod = self._pod(self.pod_of_slot.get(slot))
+            name = self.pod_of_slot.get(slot)
+            pod = world.pod(name) if name else None
             if pod is not None and running and pod["status"].get("phase") == "Pending":
                 pod["status"] = {"phase": "Running", "startTime": text}
         # the chief renews its lease and reports progress while it runs
-        lease = self.observed.lease
-        if lease is not None:
-            holder = lease["spec"].get("holderIdentity")
-            holder_pod = self._pod(holder)
-            if holder_pod is not None and holder_pod["status"].get("phase") == "Running":
-                lease["spec"]["renewTime"] = format_micro_time(now)
-                progress = {
-                    "globalStep": int(view.global_step),
-                    "checkpointStep": int(view.checkpoint_step),
-                    "checkpointPath": f"{view.job.spec.checkpoint.uri}/model.ckpt-{int(view.checkpoint_step)}",
-                    "checkpointTime": format_time(_at(view.checkpoint_time)),
-                }
-                lease["metadata"].setdefault("annotations", {})["transient.training/progress"] = json.dumps(progress)
+        lease = world.observed.lease
+        holder = lease["spec"].get("holderIdentity") if lease is not None else None
+        holder_pod = world.pod(holder) if holder else None
+        if holder_pod is not None and holder_pod["status"].get("phase") == "Running":
+            progress = LeaseProgress(
+                global_step=int(view.global_step),
+                checkpoint_step=int(view.checkpoint_step),
+                checkpoint_path=f"{view.job.spec.checkpoint.uri}/model.ckpt-{int(view.checkpoint_step)}",
+                checkpoint_time=format_time(_at(view.checkpoint_time)),
+            )
+            renewal = UpdateLease(
+                name=lease_name(view.job.name),
+                renew_time=format_micro_time(now),
+                annotations={ANNOTATION_PROGRESS: progress.to_annotation()},
+            )
+            world.apply(renewal, now)
 
-    def _pod(self, name: str | None) -> Obj | None:
-        if not name:
-            return None
-        for pod in self.observed.pods:
-            if pod["metadata"]["name"] == name:
-                return pod
-        return None
+    # -- the writes that touch training ---------------------------------------------------------------
+    def _follow(self, write: Write, obj: Obj) -> None:
+        view = self._view
+        assert view is not None
+        if isinstance(write, CreateChild) and write.kind == "Deployment":
+            self._run_parameter_server(obj, view)
+        elif isinstance(write, CreateChild) and write.kind == "Pod" and labels_of(obj).get(LABEL_ROLE) == Role.WORKER:
+            self._bind_worker(obj, view)
+        if isinstance(write, UpdateLease) or (isinstance(write, CreateChild) and write.kind == "Lease"):
+            holder = obj["spec"].get("holderIdentity")
+            if holder != self.holder:
+                self.holder = holder
+                if holder in self.vm_of_pod:
+                    self._wanted.append(MakeChief(self.vm_of_pod[holder][0]))
 
-    def _node(self, name: str, provisioning: str, accelerator: str, created: datetime) -> Obj:
-        labels = {"cloud.google.com/gke-accelerator": accelerator, "kubernetes.io/hostname": name}
-        if provisioning == "preemptible":
-            labels["cloud.google.com/gke-preemptible"] = "true"
-        elif provisioning == "spot":
-            labels["cloud.google.com/gke-spot"] = "true"
+    def _run_parameter_server(self, deployment: Obj, view: RunView) -> None:
+        """The Deployment controller and the kubelet: the PS pod runs at once, and is never preempted."""
+        assert self.world is not None
+        name = name_of(deployment)
+        labels = deployment["spec"]["template"]["metadata"].get("labels", {})
+        self.world.observed.pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-0", "labels": dict(labels), "uid": f"uid-ps-{name}"},
+                "spec": {"nodeName": _PS_NODE},
+                "status": {"phase": "Running", "startTime": format_time(_at(view.now))},
+            }
+        )
+
+    def _bind_worker(self, pod: Obj, view: RunView) -> None:
+        """The scheduler: a worker pod goes to its slot's VM, the first one or a new one asked for here."""
+        assert self.world is not None
+        name = name_of(pod)
+        slot = int(labels_of(pod)[LABEL_SLOT])
+        first = slot in view.live_slots and slot not in self.pod_of_slot
+        if first:
+            created = view.vm_created_at.get(slot, view.now)  # a first VM, booted before training
+        else:
+            self._wanted.append(StartWorker(slot))
+            created = view.now
+        node_name = f"gke-sim-{slot}-{name}"
+        self.world.observed.nodes[node_name] = self._node(node_name, view.job, _at(min(created, view.now)))
+        pod["spec"]["nodeName"] = node_name
+        running = first and view.live_slots[slot]
+        pod["status"] = (
+            {"phase": "Running", "startTime": format_time(_at(view.now))} if running else {"phase": "Pending"}
+        )
+        self.pod_of_slot[slot] = name
+        self.vm_of_pod[name] = (slot, created)
+
+    @staticmethod
+    def _node(name: str, job: SimJob, created: datetime) -> Obj:
+        labels = {ACCELERATOR_LABEL: job.accelerator, "kubernetes.io/hostname": name} | provisioning_labels(
+            job.provisioning
+        )
         return {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": name, "labels": labels, "creationTimestamp": format_time(created)},
             "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": format_time(created)}]},
         }
-
-    # -- applying the planner's actions ------------------------------------------------------------------
-    def _apply(self, actions: list[Any], view: RunView, now: datetime, wanted: list[SimAction]) -> bool:
-        changed = False
-        text = format_time(now)
-        for action in actions:
-            if isinstance(action, CreateChild):
-                changed = True
-                self._create(action.manifest, view, now, wanted)
-            elif isinstance(action, UpdateLease):
-                changed = True
-                self._update_lease(action, wanted)
-            elif isinstance(action, LabelPod):
-                pod = self._pod(action.pod)
-                if pod is not None:
-                    labels = pod["metadata"].setdefault("labels", {})
-                    for key, value in action.labels.items():
-                        if value is None:
-                            labels.pop(key, None)
-                        else:
-                            labels[key] = value
-            elif isinstance(action, DeleteChild):
-                changed = True
-                self._delete(action, text)
-            elif isinstance(action, RemoveFinalizer):
-                pod = self._pod(action.pod)
-                if pod is not None:
-                    changed = True
-                    pod["metadata"]["finalizers"] = []
-        # pods deleted without a finalizer left vanish, as the apiserver would remove them
-        before = len(self.observed.pods)
-        self.observed.pods = [
-            p
-            for p in self.observed.pods
-            if not (p["metadata"].get("deletionTimestamp") and not p["metadata"].get("finalizers"))
-        ]
-        return changed or len(self.observed.pods) != before
-
-    def _create(self, manifest: Obj, view: RunView, now: datetime, wanted: list[SimAction]) -> None:
-        kind = manifest["kind"]
-        name = manifest["metadata"]["name"]
-        obj = json.loads(json.dumps(manifest))
-        obj["metadata"].setdefault("creationTimestamp", format_time(now))
-        obj["metadata"].setdefault("uid", f"uid-{kind}-{name}")
-        if kind == "Lease":
-            obj["metadata"]["resourceVersion"] = "1"
-            self.observed.lease = obj
-            self._follow_holder(obj, wanted)
-            return
-        if kind != "Pod":
-            self.observed.children[(kind, name)] = obj
-            if kind == "Deployment":  # the PS runs on an on-demand node and is never preempted here
-                labels = obj["spec"]["template"]["metadata"].get("labels", {})
-                self.observed.pods.append(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "metadata": {"name": f"{name}-0", "labels": dict(labels), "uid": f"uid-ps-{name}"},
-                        "spec": {"nodeName": "on-demand-cpu-0"},
-                        "status": {"phase": "Running", "startTime": format_time(now)},
-                    }
-                )
-            return
-        labels = obj["metadata"].get("labels", {})
-        if labels.get(LABEL_ROLE) != "worker":
-            self.observed.pods.append(obj)
-            return
-        slot = int(labels[LABEL_SLOT])
-        if slot in view.live_slots and slot not in self.pod_of_slot:
-            created = view.vm_created_at.get(slot, view.now)  # a first VM, booted before training
-        else:
-            wanted.append(StartWorker(slot))
-            created = view.now
-        node_name = f"gke-sim-{slot}-{name}"
-        self.observed.nodes[node_name] = self._node(
-            node_name, view.job.provisioning, view.job.accelerator, _at(min(created, view.now))
-        )
-        obj["spec"]["nodeName"] = node_name
-        running = slot in view.live_slots and view.live_slots[slot] and slot not in self.pod_of_slot
-        obj["status"] = {"phase": "Running", "startTime": format_time(now)} if running else {"phase": "Pending"}
-        self.pod_of_slot[slot] = name
-        self.vm_of_pod[name] = (slot, created)
-        self.observed.pods.append(obj)
-
-    def _update_lease(self, action: UpdateLease, wanted: list[SimAction]) -> None:
-        lease = self.observed.lease
-        if lease is None:
-            return
-        spec = lease["spec"]
-        if action.holder is not None:
-            spec["holderIdentity"] = action.holder
-        if action.epoch is not None:
-            spec["leaseTransitions"] = action.epoch
-        if action.acquire_time is not None:
-            spec["acquireTime"] = action.acquire_time
-        if action.renew_time is not None:
-            spec["renewTime"] = action.renew_time
-        if action.lease_duration_seconds is not None:
-            spec["leaseDurationSeconds"] = action.lease_duration_seconds
-        lease["metadata"].setdefault("annotations", {}).update(action.annotations)
-        lease["metadata"]["resourceVersion"] = str(int(lease["metadata"].get("resourceVersion", "1")) + 1)
-        self._follow_holder(lease, wanted)
-
-    def _follow_holder(self, lease: Obj, wanted: list[SimAction]) -> None:
-        holder = lease["spec"].get("holderIdentity")
-        if holder and holder in self.vm_of_pod:
-            wanted.append(MakeChief(self.vm_of_pod[holder][0]))
-
-    def _delete(self, action: DeleteChild, text: str) -> None:
-        if action.kind != "Pod":
-            self.observed.children.pop((action.kind, action.name), None)
-            return
-        pod = self._pod(action.name)
-        if pod is None:
-            return
-        pod["metadata"]["deletionTimestamp"] = text
-        if action.mark_deliberate:
-            pod["metadata"].setdefault("annotations", {})["transient.training/deleted-by-operator"] = "true"
 
     # -- cost and the end -----------------------------------------------------------------------------
     @staticmethod

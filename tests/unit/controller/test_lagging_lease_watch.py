@@ -10,102 +10,85 @@ the holderless Lease and elected again, at epoch 2 (the e2e flake under CPU load
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
+import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.unit.planner.builders import T0, job, node, pods, run_pod, run_ps
-from ttj.controller.apply import Applier
-from ttj.controller.handlers import JobReconciler, OperatorContext
+from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
+from tests.unit.planner.builders import T0, job, node
+from ttj.controller.handlers import CHILD_RESOURCES, JobReconciler, OperatorContext
 from ttj.controller.metrics import Metrics
-from ttj.planner.world import World
+from ttj.planner import Observed
+from ttj_contract import KIND, LABEL_JOB, LABEL_PS_INDEX, LABEL_ROLE, Role, lease_name
 
-KEY = ("ns", "mnist")
-
-
-class RecordingApi(Applier):
-    """An API server just big enough for one job's pass: objects by path, 409s as the real one answers."""
-
-    def __init__(self) -> None:
-        super().__init__(None)  # type: ignore[arg-type]
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.status_writes: list[dict[str, Any]] = []
-        self.version = 100
-
-    def _bump(self, obj: dict[str, Any]) -> None:
-        self.version += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
-
-    def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
-        if method == "POST":
-            if path.endswith("/events"):
-                return {}
-            where = f"{path}/{body['metadata']['name']}"
-            if where in self.objects:
-                raise ApiException(status=409, reason="AlreadyExists")
-            self.objects[where] = copy.deepcopy(body)
-            self._bump(self.objects[where])
-            return self.objects[where]
-        if method == "PATCH" and path.endswith("/status"):
-            self.status_writes.append(body["status"])
-            self.version += 1
-            return {"metadata": {"resourceVersion": str(self.version)}, "status": body["status"]}
-        if method == "PATCH":
-            current = self.objects.get(path)
-            if current is None:
-                raise ApiException(status=404, reason="NotFound")
-            wanted = (body.get("metadata") or {}).get("resourceVersion")
-            if wanted and wanted != current["metadata"]["resourceVersion"]:
-                raise ApiException(status=409, reason="Conflict")
-            for part in ("spec", "metadata"):
-                for field, value in (body.get(part) or {}).items():
-                    if isinstance(value, dict):
-                        current.setdefault(part, {}).setdefault(field, {}).update(value)
-                    elif field != "resourceVersion":
-                        current.setdefault(part, {})[field] = value
-            self._bump(current)
-            return current
-        return {}
+NAME = "mnist"
+KEY = (NAMESPACE, NAME)
+NODES = {n["metadata"]["name"]: n for n in [node(f"gpu-{i}") for i in range(3)] + [node("cpu-0", "on-demand")]}
 
 
-def test_an_election_refused_by_an_existing_lease_is_not_recorded() -> None:
-    world = World(job())
-    for i in range(3):
-        world.observed.nodes[f"gpu-{i}"] = node(f"gpu-{i}")
-    world.observed.nodes["cpu-0"] = node("cpu-0", "on-demand")
-    world.reconcile(T0)  # children and a holderless Lease
-    lease = world.observed.lease
+def run_pass(reconciler: JobReconciler, cluster: InProcessApi, *, lease_seen: bool) -> float | None:
+    """One pass over what the watches show: the cluster, with or without the Lease."""
+    observed: Observed = cluster.observe(NAME, NODES)
+    pods = {KEY: [("Pod", p["metadata"]["name"], p) for p in observed.pods]}
+    leases: dict[Any, Any] = {}
+    if lease_seen and observed.lease is not None:
+        leases = {KEY: [("Lease", lease_name(NAME), observed.lease)]}
+    children = [
+        {KEY: [(kind, name, child) for (kind, name), child in observed.children.items() if kind == wanted]}
+        for wanted in CHILD_RESOURCES
+    ]
+    nodes = {name: [n] for name, n in NODES.items()}
+    return asyncio.run(reconciler.run_pass(cluster.job(NAME), pods, leases, children, nodes))  # type: ignore[arg-type]
+
+
+def status_writes(cluster: InProcessApi) -> list[dict[str, Any]]:
+    return [r.body["status"] for r in cluster.writes("PATCH", KIND) if r.path.endswith("/status")]
+
+
+def test_an_election_refused_by_an_existing_lease_is_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = InProcessApi(T0, monkeypatch)
+    cluster.create(job(NAME))
+    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
+    reconciler = JobReconciler(ctx, KEY)
+
+    run_pass(reconciler, cluster, lease_seen=True)  # children and a holderless Lease
+    lease = cluster.observe(NAME, NODES).lease
     assert lease is not None
     assert not lease["spec"].get("holderIdentity")
-    run_ps(world, "mnist-ps-0-abc")
-    for i, pod in enumerate(pods(world)):
-        run_pod(world, pod["metadata"]["name"], f"gpu-{i}")
-
-    api = RecordingApi()
-    lease_path = api.path("Lease", "ns", lease["metadata"]["name"])
-    api.objects[lease_path] = copy.deepcopy(lease)
-    ctx = OperatorContext(api=None, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    reconciler = JobReconciler(ctx, KEY)
-    reconciler.applier = api
-    pods_by_job = {KEY: [("Pod", p["metadata"]["name"], p) for p in world.observed.pods]}
-    nodes_by_name = {name: [n] for name, n in world.observed.nodes.items()}
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{NAME}-ps-0-abc",
+                "labels": {LABEL_JOB: NAME, LABEL_ROLE: Role.PS, LABEL_PS_INDEX: "0"},
+            },
+            "spec": {"containers": [{"name": "ps", "image": "ps"}]},
+        }
+    )
+    cluster.run(f"{NAME}-ps-0-abc", "cpu-0")
+    workers = [p for p in cluster.observe(NAME, NODES).pods if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
+    for i, pod in enumerate(workers):
+        cluster.run(pod["metadata"]["name"], f"gpu-{i}")
+    written = len(status_writes(cluster))
 
     # The Lease watch lags: the pass sees no Lease, elects in a create, and the API refuses it.
-    lagging: dict[Any, Any] = {}
-    delay = asyncio.run(reconciler.run_pass(copy.deepcopy(world.job), pods_by_job, lagging, [], nodes_by_name))
+    delay = run_pass(reconciler, cluster, lease_seen=False)
     assert delay is not None
     assert delay < 1
-    assert api.status_writes == []  # no chief recorded that the Lease does not hold
-    assert not api.objects[lease_path]["spec"].get("holderIdentity")
+    assert len(status_writes(cluster)) == written  # no chief recorded that the Lease does not hold
+    assert [r.body["spec"]["holderIdentity"] for r in cluster.writes("POST", "Lease")[1:]]  # the refused election
+    lease = cluster.observe(NAME, NODES).lease
+    assert lease is not None
+    assert not lease["spec"].get("holderIdentity")
 
     # The watch catches up: one election, epoch 1, held by the Lease and told by the status.
-    caught_up = {KEY: [("Lease", lease["metadata"]["name"], copy.deepcopy(api.objects[lease_path]))]}
-    asyncio.run(reconciler.run_pass(copy.deepcopy(world.job), pods_by_job, caught_up, [], nodes_by_name))
-    status = api.status_writes[-1]
+    run_pass(reconciler, cluster, lease_seen=True)
+    status = status_writes(cluster)[-1]
     assert status["chiefElections"] == 1
     assert status["chief"]["epoch"] == 1
-    held = api.objects[lease_path]["spec"]
-    assert held["holderIdentity"] == status["chief"]["pod"]
-    assert held["leaseTransitions"] == 1
+    lease = cluster.observe(NAME, NODES).lease
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == status["chief"]["pod"]
+    assert lease["spec"]["leaseTransitions"] == 1
