@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
 import threading
-from types import ModuleType
-from typing import Any
+
+from .nodes import cli as nodes_cli
 
 #: The ``ttj local-cluster`` line of ``ttj --help`` (this module is the ``ttj.commands`` entry point).
 HELP = "run the local Kubernetes cluster (API server, simulated GKE nodes) in the foreground"
-
-#: The node pools, scheduler, controllers and kubelet simulation live in this package. When it is installed,
-#: its cli module's ``add_arguments(parser)`` adds its options, ``build_addons(args) -> list[Addon]`` returns
-#: the add-ons the cluster starts (in order) once the API server is ready, and ``run_command(args)`` may
-#: handle the invocation itself (returning an exit status) instead of starting a cluster.
-ADDONS_MODULE = "ttj_localcluster.nodes.cli"
-
-
-def _addons_module() -> ModuleType | None:
-    try:
-        return importlib.import_module(ADDONS_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name and ADDONS_MODULE.startswith(exc.name):
-            return None
-        raise
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,31 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=0, help="port to serve the API on; 0 picks a free one [%(default)s]"
     )
-    module = _addons_module()
-    if module is not None and hasattr(module, "add_arguments"):
-        module.add_arguments(parser)
-
-
-def build_addons(args: argparse.Namespace) -> list[Any]:
-    module = _addons_module()
-    if module is None or not hasattr(module, "build_addons"):
-        return []
-    return list(module.build_addons(args))
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """Let the add-ons reject bad options (SystemExit with a message) before anything starts."""
-    module = _addons_module()
-    if module is not None and hasattr(module, "check_arguments"):
-        module.check_arguments(args)
+    nodes_cli.add_arguments(parser)
 
 
 def _import_crd_validation() -> None:
     """Import what the first CRD needs (jsonschema, cel-python) once the cluster is up and idle, rather than
     in the API server's event loop when someone applies it (a pause of up to a second on this machine)."""
     try:
-        importlib.import_module("jsonschema")
-        importlib.import_module("celpy")
+        import celpy  # noqa: F401
+        import jsonschema  # noqa: F401
     except ImportError:
         pass  # reported when a CRD needs them
 
@@ -71,13 +39,11 @@ def main(args: argparse.Namespace) -> int:
     controllers) start right after, and a second line says when the nodes are registered and Ready."""
     from .cluster import LocalCluster
 
-    module = _addons_module()
-    if module is not None and hasattr(module, "run_command"):
-        # Control options (--preempt-node, --status, ...) act on a running cluster instead of starting one.
-        status = module.run_command(args)
-        if status is not None:
-            return int(status)
-    check_arguments(args)
+    # Control options (--preempt-node, --status, ...) act on a running cluster instead of starting one.
+    status = nodes_cli.run_command(args)
+    if status is not None:
+        return status
+    nodes_cli.check_arguments(args)  # bad pool options stop the command before the API server starts
 
     stop = threading.Event()
 
@@ -94,10 +60,8 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"ttj local-cluster: serving {cluster.url}; kubeconfig written to {args.kubeconfig}", flush=True)
     try:
-        addons = build_addons(args)
-        cluster.start_addons(addons)
-        if addons:
-            print("ttj local-cluster: nodes registered; scheduler and controllers running", flush=True)
+        cluster.start_addons(nodes_cli.build_addons(args))
+        print("ttj local-cluster: nodes registered; scheduler and controllers running", flush=True)
         threading.Thread(target=_import_crd_validation, name="warm-up", daemon=True).start()
         while not stop.wait(0.5):
             pass

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +19,8 @@ from kubernetes import client as k8s
 from kubernetes import config
 
 from ttj_localcluster.nodes.control import ControlClient
-from ttj_localcluster.nodes.fleet import SHUTDOWN_MESSAGE
 from ttj_localcluster.nodes.podnet import PodNetworkNamespaces
+from ttj_localcluster.nodes.podstate import SHUTDOWN_MESSAGE
 from ttj_localcluster.nodes.pools import GPU_TAINT
 from ttj_localcluster.nodes.runtime import namespaces_available
 
@@ -120,6 +121,7 @@ def test_nodes_look_like_gke_pools(nodes_cluster: NodesCluster) -> None:
         )
         assert lease is not None
         assert lease["spec"]["holderIdentity"] == node["metadata"]["name"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", lease["spec"]["renewTime"])  # a MicroTime
 
 
 @pytest.mark.skipif(not namespaces_available(), reason="DNS names need root and unshare (per-pod /etc/hosts)")
@@ -372,6 +374,60 @@ def test_rolling_update_replaces_the_replica_set(nodes_cluster: NodesCluster) ->
         lambda: not c.kube.request("GET", roll_pods, query=[("labelSelector", "app=roll")])["items"],
         what="pods collected",
     )
+
+
+def test_followed_logs_stream_while_the_container_runs(nodes_cluster: NodesCluster, tmp_path: Path) -> None:
+    c = nodes_cluster
+    go_on = tmp_path / "go-on"
+    code = textwrap.dedent(
+        f"""
+        import os, time
+        print("first", flush=True)
+        while not os.path.exists({str(go_on)!r}):
+            time.sleep(0.05)
+        print("second", flush=True)
+        """
+    )
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=pod_manifest("chatty", code, restartPolicy="Never"))
+    wait_for(lambda: phase(c, "chatty") == "Running", what="chatty running")
+    api = config.new_client_from_config(config_file=c.kubeconfig)
+    # pods/log?follow=true, proxied by the API server to the node's kubelet endpoint
+    stream = k8s.CoreV1Api(api).read_namespaced_pod_log("chatty", "default", follow=True, _preload_content=False)
+    received = b""
+    chunks = stream.stream(1024, decode_content=False)
+    while b"first" not in received:
+        received += next(chunks)
+    assert phase(c, "chatty") == "Running"  # what came so far came while the container runs
+    go_on.touch()
+    received += b"".join(chunks)  # the stream ends with the container
+    assert received.decode().split() == ["first", "second"]
+    assert phase(c, "chatty") in ("Running", "Succeeded")
+    api.close()
+
+
+def test_control_and_kubelet_endpoint_errors(nodes_cluster: NodesCluster) -> None:
+    c = nodes_cluster
+    control = ControlClient.from_kubeconfig(c.kubeconfig)
+    assert set(control.status()["pools"]) == {"cpu", "gpu"}
+    with pytest.raises(RuntimeError, match="no live node named 'nope'"):
+        control.preempt_node("nope")
+    with pytest.raises(RuntimeError, match="pod default/nope does not exist"):
+        control.preempt_pod("default", "nope")
+    with pytest.raises(RuntimeError, match="no pool named 'tpu'"):
+        control.restore_pool("tpu")
+    with pytest.raises(RuntimeError, match='give "node": NAME or "pod"'):
+        control._call("POST", "/preempt", {})
+    with pytest.raises(RuntimeError, match="the body must be a JSON object"):
+        control._call("POST", "/lose", [])  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="unknown path /ttj-local/nope"):
+        control._call("GET", "/nope")
+    assert control._call("GET", "/status/")["runPods"] is True
+    assert c.fleet.control is not None
+    kubelet = ControlClient(f"http://127.0.0.1:{c.fleet.control.port}")
+    with pytest.raises(RuntimeError, match='container "main" in pod "nope" has no log here'):
+        kubelet._call("GET", "/containerLogs/default/nope/main")
+    with pytest.raises(RuntimeError, match="use /containerLogs/NAMESPACE/POD/CONTAINER"):
+        kubelet._call("GET", "/containerLogs/default")
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")

@@ -9,10 +9,14 @@ import pytest
 
 from ttj.kubeapi import KubeClient
 from ttj.preemption.lifetimes import LifetimeDistribution
+from ttj_contract import NODE_POOL_LABEL
 from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes.control import ControlClient
 from ttj_localcluster.nodes.deployments import DeploymentController
-from ttj_localcluster.nodes.fleet import SHUTDOWN_MESSAGE, NodeFleet
+from ttj_localcluster.nodes.fleet import NodeFleet
+from ttj_localcluster.nodes.podstate import SHUTDOWN_MESSAGE
 from ttj_localcluster.nodes.pools import NodePool
+from ttj_localcluster.nodes.registry import NodeState
 from ttj_localcluster.nodes.scheduler import Scheduler
 
 from .conftest import NodesCluster, wait_for
@@ -44,6 +48,7 @@ POOLS = [
         grace=0.2,
         restore_after=0.2,
     ),
+    NodePool(name="spare", nodes=1, restore_after=None),
 ]
 
 
@@ -138,6 +143,41 @@ def test_simulated_pods_run_at_once_and_fail_on_preemption(simulated: NodesClust
         timeout=60,
         what="replacements running",
     )
+
+
+def test_a_lost_node_goes_silent_until_the_pool_is_restored(simulated: NodesCluster) -> None:
+    c = simulated
+    node = c.fleet.nodes_of("spare")[0]
+    stranded = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stranded"},
+        "spec": {"nodeSelector": {NODE_POOL_LABEL: "spare"}, "containers": [{"name": "c", "image": "anything"}]},
+    }
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=stranded)
+    wait_for(lambda: (c.pod("stranded") or {}).get("status", {}).get("phase") == "Running", what="stranded running")
+    control = ControlClient.from_kubeconfig(c.kubeconfig)
+    assert control.lose_node(node) == {"node": node}
+    assert c.fleet.registry.state_of(node) is NodeState.UNREACHABLE
+    assert c.fleet.nodes_of("spare") == []
+    lost = c.kube.get(f"/api/v1/nodes/{node}")
+    assert lost is not None  # left to others (the operator, a person) to delete
+    ready = next(cond for cond in lost["status"]["conditions"] if cond["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "NodeStatusUnknown")
+    taints = {(t["key"], t["effect"]) for t in lost["spec"]["taints"]}
+    assert {("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")} <= taints
+    pod = c.pod("stranded")
+    assert pod is not None
+    assert pod["status"]["phase"] == "Running"  # the last status its kubelet wrote
+    with pytest.raises(RuntimeError, match="no live node"):
+        control.preempt_node(node)
+    with pytest.raises(RuntimeError, match="no live node"):
+        control.lose_node(node)
+    restored = control.restore_pool("spare")["nodes"]
+    assert len(restored) == 1
+    assert restored != [node]
+    assert c.fleet.nodes_of("spare") == restored
+    assert control.status()["pools"]["spare"]["nodes"] == restored
 
 
 def test_controllers_converge_through_api_faults(simulated: NodesCluster) -> None:

@@ -1,7 +1,8 @@
 """Options of ``ttj local-cluster`` for node pools, pods and preemption, and the add-ons they build.
 
-Hooked into ``ttj_localcluster.cli``: ``add_arguments(parser)``, ``build_addons(args)`` and
-``run_command(args)`` (the control options talk to an already running cluster and exit).
+Used by ``ttj_localcluster.cli``: ``add_arguments(parser)``, ``check_arguments(args)``, ``build_addons(args)``
+and ``run_command(args)`` (the control options talk to an already running cluster and exit). The add-ons
+are imported when built: the kubeconfig is written before the Kubernetes client's import is paid for.
 """
 
 from __future__ import annotations
@@ -9,9 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .pools import NodePool, check_pools, default_pools, load_pools_file, parse_pool_option
+
+if TYPE_CHECKING:
+    from ..cluster import Addon
 
 POOL_HELP = (
     "add a node pool: name=NAME,nodes=N,provisioning=on-demand|spot|preemptible,accelerator=TYPE,gpus=N,"
@@ -78,7 +83,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit(f"ttj local-cluster: {exc}") from exc
 
 
-def build_addons(args: argparse.Namespace) -> list[Any]:
+def build_addons(args: argparse.Namespace) -> list[Addon]:
     """Fleet (nodes, kubelets, pods, control server), scheduler, Deployment/ReplicaSet controllers."""
     from .deployments import DeploymentController
     from .fleet import NodeFleet
@@ -105,8 +110,6 @@ def run_command(args: argparse.Namespace) -> int | None:
     if sum(1 for w in wanted if w) > 1:
         print("ttj local-cluster: give one of --preempt-node, --preempt-pod, --restore-pool, --status", file=sys.stderr)
         return 2
-    from pathlib import Path
-
     from .control import ControlClient
 
     if not Path(args.kubeconfig).is_file():

@@ -12,164 +12,220 @@ The control server listens on 127.0.0.1 (a free port) and publishes its URL in t
 It is also the nodes' kubelet endpoint (``status.daemonEndpoints.kubeletEndpoint.Port`` of every node,
 at the node's InternalIP 127.0.0.1): ``GET /containerLogs/NAMESPACE/POD/CONTAINER`` with ``tailLines``,
 ``limitBytes``, ``previous`` and ``follow``, which is where an API server's ``pods/log`` proxies to.
+Errors answer ``{"error": MESSAGE}``.
+
+An aiohttp application on its own event loop and thread: the fleet's methods block (a preemption with
+``wait`` takes the pods' grace period), so the handlers call them in worker threads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import socket
 import threading
-import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ttj.kubeapi import JSON, KubeClient
 
 if TYPE_CHECKING:
-    from .fleet import NodeFleet, PreemptionRecord
+    from .fleet import NodeFleet
 
 CONTROL_NAMESPACE = "kube-system"
 CONTROL_CONFIGMAP = "ttj-local-control"
 PREFIX = "/ttj-local"
+LOGS = "/containerLogs"
 
 
-def _record_json(record: PreemptionRecord) -> JSON:
-    return {
-        "node": record.node,
-        "pool": record.pool,
-        "cause": record.cause,
-        "pods": record.pods,
-        "done": record.done.is_set(),
-    }
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
 
 
-class ControlServer:
-    """The addon ``ttj_localcluster.nodes.control.ControlServer``: HTTP control of a NodeFleet."""
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Unknown names are 404, bad requests 400, both as ``{"error": ...}`` (what the clients read)."""
+    try:
+        return await handler(request)
+    except KeyError as exc:
+        return _error(404, str(exc.args[0]) if exc.args else str(exc))
+    except (ValueError, TypeError) as exc:
+        return _error(400, str(exc))
+    except web.HTTPNotFound:
+        if request.path.startswith(f"{LOGS}/"):
+            return _error(404, f"use {LOGS}/NAMESPACE/POD/CONTAINER")
+        return _error(404, f"unknown path {request.path}; try {PREFIX}/status")
+    except web.HTTPException as exc:
+        return _error(exc.status, exc.reason)
 
-    name = "control"
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "false").lower() == "true"
+
+
+def _read_log(path: Path, tail_lines: str | None, limit_bytes: str | None) -> tuple[bytes, int]:
+    """The part of the log asked for, and how far the file was read."""
+    whole = path.read_bytes()
+    data = whole
+    if tail_lines is not None and tail_lines.isdigit():
+        lines = data.splitlines(keepends=True)
+        data = b"".join(lines[-int(tail_lines) :]) if int(tail_lines) else b""
+    if limit_bytes is not None and limit_bytes.isdigit():
+        data = data[: int(limit_bytes)]
+    return data, len(whole)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        return handle.read()
+
+
+class _Handlers:
     FOLLOW_POLL_S = 0.2
 
     def __init__(self, fleet: NodeFleet) -> None:
         self.fleet = fleet
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.url = ""
 
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1]) if self._server is not None else 0
+    async def status(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.fleet.describe())
+
+    async def preempt(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        wait = bool(body.get("wait"))
+        if body.get("node"):
+            record = await asyncio.to_thread(self.fleet.preempt_node, str(body["node"]), wait=wait)
+        elif body.get("pod"):
+            namespace, _, name = str(body["pod"]).rpartition("/")
+            record = await asyncio.to_thread(self.fleet.preempt_pod, namespace or "default", name, wait=wait)
+        else:
+            raise ValueError('give "node": NAME or "pod": "NAMESPACE/NAME"')
+        return web.json_response(record.to_json())
+
+    async def lose(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not body.get("node"):
+            raise ValueError('give "node": NAME')
+        await asyncio.to_thread(self.fleet.lose_node, str(body["node"]))
+        return web.json_response({"node": str(body["node"])})
+
+    async def restore(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not body.get("pool"):
+            raise ValueError('give "pool": NAME')
+        nodes = body.get("nodes")
+        count = int(nodes) if nodes is not None else None
+        created = await asyncio.to_thread(self.fleet.restore_pool, str(body["pool"]), count)
+        return web.json_response({"nodes": created})
+
+    async def container_log(self, request: web.Request) -> web.StreamResponse:
+        namespace, pod = request.match_info["namespace"], request.match_info["pod"]
+        container = request.match_info.get("container")
+        previous = _flag(request, "previous")
+        path = self.fleet.log_file(namespace, pod, container, previous)
+        if path is None or not path.exists():
+            what = "previous terminated container" if previous else "container"
+            return _error(404, f'{what} "{container or "?"}" in pod "{pod}" has no log here')
+        data, offset = await asyncio.to_thread(
+            _read_log, path, request.query.get("tailLines"), request.query.get("limitBytes")
+        )
+        if not (_flag(request, "follow") and not previous):
+            return web.Response(body=data, content_type="text/plain", charset="utf-8")
+        response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+        await response.prepare(request)
+        try:
+            if data:
+                await response.write(data)
+            while True:
+                live = self.fleet.log_is_live(namespace, pod, container)
+                # read after asking: what the container wrote before it ended is sent too
+                more = await asyncio.to_thread(_read_from, path, offset)
+                if more:
+                    await response.write(more)
+                    offset += len(more)
+                elif not live:
+                    break
+                else:
+                    await asyncio.sleep(self.FOLLOW_POLL_S)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the reader went away
+        return response
+
+
+async def _body(request: web.Request) -> JSON:
+    body = json.loads(await request.read() or b"{}")
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    return body
+
+
+def control_app(fleet: NodeFleet) -> web.Application:
+    handlers = _Handlers(fleet)
+    app = web.Application(middlewares=[_errors])
+    for slash in ("", "/"):  # with or without a trailing slash
+        app.router.add_get(f"{PREFIX}/status{slash}", handlers.status)
+        app.router.add_post(f"{PREFIX}/preempt{slash}", handlers.preempt)
+        app.router.add_post(f"{PREFIX}/lose{slash}", handlers.lose)
+        app.router.add_post(f"{PREFIX}/restore{slash}", handlers.restore)
+    app.router.add_get(LOGS + "/{namespace}/{pod}", handlers.container_log)
+    app.router.add_get(LOGS + "/{namespace}/{pod}/{container}", handlers.container_log)
+    return app
+
+
+class ControlServer:
+    """HTTP control of a NodeFleet and its nodes' kubelet endpoint; the port is bound at construction."""
+
+    #: how long stopping waits for open requests (a followed log ends once the fleet stops)
+    SHUTDOWN_S = 2.0
+
+    def __init__(self, fleet: NodeFleet) -> None:
+        self.fleet = fleet
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._socket.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}{PREFIX}"
+        self._loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(control_app(fleet), access_log=None, shutdown_timeout=self.SHUTDOWN_S)
+        self._ready = threading.Event()
+        self._failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._serve, name="ttj-local-control", daemon=True)
 
     def start(self, kubeconfig_path: str) -> None:
-        fleet = self.fleet
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def _answer(self, status: int, body: JSON) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _container_log(self) -> None:
-                parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
-                query = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
-                if len(parts) not in (3, 4):
-                    self._answer(404, {"error": "use /containerLogs/NAMESPACE/POD/CONTAINER"})
-                    return
-                container = parts[3] if len(parts) == 4 else None
-                previous = query.get("previous", "false").lower() == "true"
-                path = fleet.log_file(parts[1], parts[2], container, previous)
-                if path is None or not path.exists():
-                    what = "previous terminated container" if previous else "container"
-                    self._answer(404, {"error": f'{what} "{container or "?"}" in pod "{parts[2]}" has no log here'})
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                follow = query.get("follow", "false").lower() == "true" and not previous
-                data = _read_log(path, query.get("tailLines"), query.get("limitBytes"))
-                if not follow:
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                offset = path.stat().st_size
-                try:
-                    self._chunk(data)
-                    while fleet.log_is_live(parts[1], parts[2], container):
-                        size = path.stat().st_size
-                        if size > offset:
-                            with path.open("rb") as handle:
-                                handle.seek(offset)
-                                self._chunk(handle.read(size - offset))
-                            offset = size
-                        else:
-                            fleet.wait_stopping(ControlServer.FOLLOW_POLL_S)
-                    self.wfile.write(b"0\r\n\r\n")
-                except (BrokenPipeError, ConnectionResetError):
-                    return
-
-            def _chunk(self, data: bytes) -> None:
-                if data:
-                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    self.wfile.flush()
-
-            def do_GET(self) -> None:
-                if self.path.startswith("/containerLogs/"):
-                    self._container_log()
-                elif self.path.rstrip("/") == f"{PREFIX}/status":
-                    self._answer(200, fleet.describe())
-                else:
-                    self._answer(404, {"error": f"unknown path {self.path}; try {PREFIX}/status"})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                    if not isinstance(body, dict):
-                        raise ValueError("the body must be a JSON object")
-                    path = self.path.rstrip("/")
-                    wait = bool(body.get("wait"))
-                    if path == f"{PREFIX}/preempt":
-                        if body.get("node"):
-                            record = fleet.preempt_node(str(body["node"]), wait=wait)
-                        elif body.get("pod"):
-                            namespace, _, name = str(body["pod"]).rpartition("/")
-                            record = fleet.preempt_pod(namespace or "default", name, wait=wait)
-                        else:
-                            raise ValueError('give "node": NAME or "pod": "NAMESPACE/NAME"')
-                        self._answer(200, _record_json(record))
-                    elif path == f"{PREFIX}/lose":
-                        if not body.get("node"):
-                            raise ValueError('give "node": NAME')
-                        fleet.lose_node(str(body["node"]))
-                        self._answer(200, {"node": str(body["node"])})
-                    elif path == f"{PREFIX}/restore":
-                        if not body.get("pool"):
-                            raise ValueError('give "pool": NAME')
-                        nodes = body.get("nodes")
-                        created = fleet.restore_pool(str(body["pool"]), int(nodes) if nodes is not None else None)
-                        self._answer(200, {"nodes": created})
-                    else:
-                        self._answer(404, {"error": f"unknown path {self.path}"})
-                except KeyError as exc:
-                    self._answer(404, {"error": str(exc.args[0]) if exc.args else str(exc)})
-                except (ValueError, TypeError) as exc:
-                    self._answer(400, {"error": str(exc)})
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{PREFIX}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="ttj-local-control", daemon=True)
+        """Serve, then publish the URL in the cluster."""
         self._thread.start()
+        self._ready.wait()
+        if self._failure:
+            raise RuntimeError(f"the node control server did not start: {self._failure[0]}") from self._failure[0]
+        self._publish(kubeconfig_path)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._runner.setup())
+            self._loop.run_until_complete(web.SockSite(self._runner, self._socket).start())
+        except BaseException as exc:
+            self._failure.append(exc)
+            self._ready.set()
+            self._loop.close()
+            return
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(self._runner.cleanup())
+            self._loop.close()
+
+    def _publish(self, kubeconfig_path: str) -> None:
         client = KubeClient.from_kubeconfig(kubeconfig_path)
         try:
             client.create(
@@ -188,21 +244,11 @@ class ControlServer:
             client.close()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-
-
-def _read_log(path: Path, tail_lines: str | None, limit_bytes: str | None) -> bytes:
-    data = path.read_bytes()
-    if tail_lines is not None and tail_lines.isdigit():
-        lines = data.splitlines(keepends=True)
-        data = b"".join(lines[-int(tail_lines) :]) if int(tail_lines) else b""
-    if limit_bytes is not None and limit_bytes.isdigit():
-        data = data[: int(limit_bytes)]
-    return data
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(self.SHUTDOWN_S + 5)
+        else:
+            self._socket.close()
 
 
 #: how long a control command waits for a just-started local cluster's nodes (they follow its kubeconfig)
@@ -223,10 +269,12 @@ class ControlClient:
             configmap = client.get(path)
             if configmap is None and "ttj.local" in str(client.request("GET", "/version").get("gitVersion")):
                 # A local cluster writes its kubeconfig before its nodes (and this ConfigMap) are up: wait a little.
-                deadline = time.monotonic() + STARTUP_WAIT_S
-                while configmap is None and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                    configmap = client.get(path)
+                configmap = Retrying(
+                    stop=stop_after_delay(STARTUP_WAIT_S),
+                    wait=wait_fixed(0.1),
+                    retry=retry_if_result(lambda found: found is None),
+                    retry_error_callback=lambda _state: None,
+                )(client.get, path)
         finally:
             client.close()
         url = ((configmap or {}).get("data") or {}).get("url")

@@ -19,13 +19,13 @@ import time
 from typing import Any
 
 from ttj.kubeapi import JSON, KubeClient
+from ttj_contract import LABEL_POD_TEMPLATE_HASH
 
 from .kube import Informer, WorkQueue, obj_key, pod_path, wait_synced
 from .pools import now_rfc3339
 from .scheduler import replace_condition
 from .scheduling import pod_is_terminal
 
-HASH_LABEL = "pod-template-hash"
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 EXPECTATION_TIMEOUT_S = 30.0
@@ -279,7 +279,8 @@ class DeploymentController:
         template_hash = pod_template_hash(template, int((deployment.get("status") or {}).get("collisionCount", 0)))
         owned = self._owned_replicasets(deployment)
         new_rs = next(
-            (rs for rs in owned if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == template_hash), None
+            (rs for rs in owned if (rs["metadata"].get("labels") or {}).get(LABEL_POD_TEMPLATE_HASH) == template_hash),
+            None,
         )
         old = [rs for rs in owned if rs is not new_rs]
         strategy = spec.get("strategy") or {}
@@ -341,9 +342,9 @@ class DeploymentController:
         meta = deployment["metadata"]
         spec = deployment.get("spec") or {}
         rs_template = copy.deepcopy(template)
-        rs_template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = template_hash
+        rs_template.setdefault("metadata", {}).setdefault("labels", {})[LABEL_POD_TEMPLATE_HASH] = template_hash
         selector = copy.deepcopy(spec.get("selector") or {})
-        selector.setdefault("matchLabels", {})[HASH_LABEL] = template_hash
+        selector.setdefault("matchLabels", {})[LABEL_POD_TEMPLATE_HASH] = template_hash
         rs = {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 from urllib.parse import quote
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from ttj.kubeapi import JSON, KubeClient, transient
 
 log = logging.getLogger(__name__)
@@ -25,15 +27,15 @@ T = TypeVar("T")
 
 
 def retrying(action: Callable[[], T], attempts: int = 6, delay: float = 0.1) -> T:
-    """Run ``action``, retrying transient failures with a doubling delay (0.1 s → 3.2 s)."""
-    for attempt in range(attempts):
-        try:
-            return action()
-        except Exception as exc:
-            if attempt == attempts - 1 or not transient(exc):
-                raise
-            time.sleep(delay * 2**attempt)
-    raise AssertionError("unreachable")
+    """Run ``action``, retrying transient failures with a doubling delay (0.1 s → 1.6 s); the last failure
+    or a lasting one is raised as it is."""
+    retryer = Retrying(
+        retry=retry_if_exception(transient),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=delay),
+        reraise=True,
+    )
+    return retryer(action)
 
 
 def obj_key(obj: JSON) -> str:

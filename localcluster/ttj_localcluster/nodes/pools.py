@@ -16,9 +16,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-PROVISIONINGS = ("on-demand", "spot", "preemptible")
+from ttj_contract import (
+    ACCELERATOR_LABEL,
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    LEGACY_INSTANCE_TYPE_LABEL,
+    NODE_POOL_LABEL,
+    Provisioning,
+    format_time,
+    provisioning_labels,
+)
+
+PROVISIONINGS: tuple[str, ...] = (Provisioning.ON_DEMAND, Provisioning.SPOT, Provisioning.PREEMPTIBLE)
 PREEMPTION_MODELS = ("none", "scripted", "lifetime")
-GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT: dict[str, str] = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 #: GKE taints a node that has received its termination notice so nothing new lands on it.
 IMPENDING_TERMINATION_TAINT: dict[str, str] = {
@@ -27,6 +37,8 @@ IMPENDING_TERMINATION_TAINT: dict[str, str] = {
     "effect": "NoSchedule",
 }
 CLUSTER_NAME = "ttj-local"
+#: every node's InternalIP: the kubelets (and pods sharing the host's network) are on this machine
+NODE_INTERNAL_IP = "127.0.0.1"
 NODE_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -65,7 +77,7 @@ class NodePool:
             raise ValueError(f"pool {self.name}: provisioning must be one of {', '.join(PROVISIONINGS)}")
         if self.preemption not in PREEMPTION_MODELS:
             raise ValueError(f"pool {self.name}: preemption must be one of {', '.join(PREEMPTION_MODELS)}")
-        if self.preemption == "lifetime" and self.provisioning == "on-demand":
+        if self.preemption == "lifetime" and self.provisioning == Provisioning.ON_DEMAND:
             raise ValueError(f"pool {self.name}: on-demand nodes are not preempted; use provisioning=spot")
         if self.preemption == "scripted" and not self.preempt_at:
             raise ValueError(f"pool {self.name}: preemption=scripted needs preempt-at=SECONDS[:SECONDS...]")
@@ -77,10 +89,6 @@ class NodePool:
     @property
     def region(self) -> str:
         return self.zone.rsplit("-", 1)[0]
-
-    @property
-    def preemptible(self) -> bool:
-        return self.provisioning in ("spot", "preemptible")
 
 
 #: The default pools' names: GKE calls a cluster's first pool ``default-pool``; ``t4-spot`` is the pool the
@@ -192,30 +200,28 @@ def node_labels(pool: NodePool, node_name: str) -> dict[str, str]:
         "kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",
         "beta.kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/instance-type": pool.machine_type,
-        "beta.kubernetes.io/instance-type": pool.machine_type,
+        INSTANCE_TYPE_LABEL: pool.machine_type,
+        LEGACY_INSTANCE_TYPE_LABEL: pool.machine_type,
         "topology.kubernetes.io/region": pool.region,
         "topology.kubernetes.io/zone": pool.zone,
         "failure-domain.beta.kubernetes.io/region": pool.region,
         "failure-domain.beta.kubernetes.io/zone": pool.zone,
-        "cloud.google.com/gke-nodepool": pool.name,
+        NODE_POOL_LABEL: pool.name,
         "cloud.google.com/gke-os-distribution": "cos",
         "cloud.google.com/machine-family": pool.machine_type.split("-", 1)[0],
         "cloud.google.com/gke-provisioning": {"on-demand": "standard"}.get(pool.provisioning, pool.provisioning),
         "ttj.local/simulated": "true",
+        **provisioning_labels(pool.provisioning),
     }
-    if pool.provisioning == "spot":
-        labels["cloud.google.com/gke-spot"] = "true"
-    if pool.provisioning == "preemptible":
-        labels["cloud.google.com/gke-preemptible"] = "true"
     if pool.accelerator:
-        labels["cloud.google.com/gke-accelerator"] = pool.accelerator
+        labels[ACCELERATOR_LABEL] = pool.accelerator
         labels["cloud.google.com/gke-gpu"] = "true"
     return labels
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """metav1.Time of now."""
+    return format_time(datetime.now(UTC))
 
 
 def ready_condition(ready: bool, reason: str, message: str, now: str) -> dict[str, str]:

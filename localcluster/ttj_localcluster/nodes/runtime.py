@@ -28,9 +28,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from .pools import now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,6 @@ if [ -n "$5" ]; then mount --bind "$5" /etc/resolv.conf; fi
 shift 5
 exec "$@"
 """
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def namespaces_available() -> bool:
@@ -254,7 +251,7 @@ class ProcessRuntime:
                 env=dict(env),
                 start_new_session=True,  # its own process group, so signals reach its children too
             )
-        run = ContainerRun(name, argv, log_path, termination_path, process, _now())
+        run = ContainerRun(name, argv, log_path, termination_path, process, now_rfc3339())
         sandbox.runs[name] = run
         threading.Thread(
             target=self._reap, args=(sandbox, run), name=f"reap-{sandbox.name}-{name}", daemon=True
@@ -264,7 +261,7 @@ class ProcessRuntime:
     def _reap(self, sandbox: PodSandbox, run: ContainerRun) -> None:
         returncode = run.process.wait()
         run.exit_code = signal_exit_code(returncode)
-        run.finished_at = _now()
+        run.finished_at = now_rfc3339()
         run.reason = "Completed" if run.exit_code == 0 else "Error"
         message = run.termination_path.read_bytes()[:MAX_TERMINATION_MESSAGE].decode(errors="replace").strip()
         run.message = message or None
