@@ -81,7 +81,7 @@ def test_two_hours_of_one_spot_worker_and_an_on_demand_ps() -> None:
     assert cost.on_demand_equivalent_usd == pytest.approx(2 * ON_DEMAND_T4_NODE + 2 * PS_NODE)
     assert cost.usd_per_hour == pytest.approx(SPOT_T4_NODE + PS_NODE)
     assert cost.price_table == "gce-us-central1"
-    assert cost.accrued_at == "2026-11-21T14:00:00Z"
+    assert cost.accrued_at == "2026-11-21T14:00:00.000000Z"  # MicroTime: accrual keeps sub-second precision
 
 
 def test_pending_pods_cost_nothing_and_ps_is_always_on_demand() -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from ttj.api.models import CostStatus, PodCost, TransientTrainingJobSpec
@@ -35,6 +35,8 @@ from ttj_contract import (
     INSTANCE_TYPE_LABEL,
     LEGACY_INSTANCE_TYPE_LABEL,
     Provisioning,
+    format_micro_time,
+    parse_time,
     provisioning_of,
 )
 
@@ -139,16 +141,12 @@ def pod_rate(pod: PodObservation, prices: PriceTable, fallback_node: NodeShape |
     )
 
 
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with a Z, as Kubernetes writes times (sub-second precision kept)."""
-    text = moment.astimezone(UTC).isoformat()
-    return text.replace("+00:00", "Z")
-
-
-def parse_time(text: str) -> datetime:
-    """An RFC 3339 time as Kubernetes writes it; naive times are taken as UTC."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+def _recorded_time(text: str) -> datetime:
+    """A time this module wrote into status.cost (MicroTime: accrual keeps sub-second precision)."""
+    moment = parse_time(text)
+    if moment is None:
+        raise ValueError(f"not a time: {text!r}")
+    return moment
 
 
 def _usd(rate_per_hour: float, seconds: float) -> float:
@@ -191,7 +189,7 @@ def accrue(
         if pod.started_at is None and old is None:
             continue  # never ran: nothing to charge yet
         if old is not None:
-            started = parse_time(old.started_at)
+            started = _recorded_time(old.started_at)
             if pod.started_at is not None:
                 started = min(started, pod.started_at)
             rate_usd, rate_on_demand, provisioning = old.usd_per_hour, old.on_demand_usd_per_hour, old.provisioning
@@ -204,7 +202,7 @@ def accrue(
             rate_usd, rate_on_demand, provisioning = rate.usd_per_hour, rate.on_demand_usd_per_hour, rate.provisioning
         ended = pod.ended_at
         if ended is None and old is not None and old.ended_at is not None:
-            ended = parse_time(old.ended_at)  # an ended pod does not start costing again
+            ended = _recorded_time(old.ended_at)  # an ended pod does not start costing again
         until = min(ended, now) if ended is not None else now
         seconds = (until - started).total_seconds()
         usd = _usd(rate_usd, seconds)
@@ -217,8 +215,8 @@ def accrue(
                 uid=pod.uid,
                 role=pod.role,
                 provisioning=str(provisioning) if provisioning is not None else None,
-                started_at=format_time(started),
-                ended_at=format_time(ended) if ended is not None else None,
+                started_at=format_micro_time(started),
+                ended_at=format_micro_time(ended) if ended is not None else None,
                 usd_per_hour=rate_usd,
                 on_demand_usd_per_hour=rate_on_demand,
                 usd=usd,
@@ -242,7 +240,7 @@ def accrue(
         pods=sorted(entries, key=lambda entry: (entry.role, entry.name, entry.uid)) or None,
         price_table=prices.name,
         notes=kept_notes or None,
-        accrued_at=format_time(now),
+        accrued_at=format_micro_time(now),
     )
 
 
