@@ -55,94 +55,93 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, kubeconfig: str) -> None:
-    if True:
-        api = config.new_client_from_config(kubeconfig)
-        core = client.CoreV1Api(api)
-        namespaces = [f"bench-{i}" for i in range(10)]
-        for ns in namespaces:
-            core.create_namespace({"metadata": {"name": ns}})
-        started = time.perf_counter()
-        names = []
-        for job in range(args.jobs):
-            ns = namespaces[job % len(namespaces)]
-            for index in range(args.pods_per_job):
-                name = f"job{job}-worker-{index}"
-                core.create_namespaced_pod(
-                    ns,
-                    {
-                        "metadata": {
-                            "name": name,
-                            "labels": {"transient.training/job-name": f"job{job}", "transient.training/role": "worker"},
-                        },
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "trainer",
-                                    "image": "ttj-trainer",
-                                    "env": [{"name": "TTJ_JOB_NAME", "value": f"job{job}"}],
-                                }
-                            ],
-                            "nodeName": f"node-{job % 50}",
-                        },
+    api = config.new_client_from_config(kubeconfig)
+    core = client.CoreV1Api(api)
+    namespaces = [f"bench-{i}" for i in range(10)]
+    for ns in namespaces:
+        core.create_namespace({"metadata": {"name": ns}})
+    started = time.perf_counter()
+    names = []
+    for job in range(args.jobs):
+        ns = namespaces[job % len(namespaces)]
+        for index in range(args.pods_per_job):
+            name = f"job{job}-worker-{index}"
+            core.create_namespaced_pod(
+                ns,
+                {
+                    "metadata": {
+                        "name": name,
+                        "labels": {"transient.training/job-name": f"job{job}", "transient.training/role": "worker"},
                     },
-                )
-                names.append((ns, name))
-        create_seconds = time.perf_counter() - started
-        print(f"created {len(names)} pods in {create_seconds:.1f}s ({len(names) / create_seconds:.0f} creates/s)")
-
-        list_times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            listed = core.list_pod_for_all_namespaces(label_selector="transient.training/role=worker")
-            list_times.append(time.perf_counter() - t0)
-        print(
-            f"list all {len(listed.items)} pods (official client, deserialised): "
-            f"median {statistics.median(list_times) * 1000:.0f} ms, max {max(list_times) * 1000:.0f} ms"
-        )
-        rv = listed.metadata.resource_version
-
-        sent: dict[str, float] = {}
-        latencies: list[float] = []
-        done = threading.Event()
-
-        def consume() -> None:
-            # raw JSON lines, as kopf reads them (the typed client's model building would dominate)
-            stream = core.list_pod_for_all_namespaces(
-                watch=True, resource_version=rv, timeout_seconds=300, _preload_content=False
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "image": "ttj-trainer",
+                                "env": [{"name": "TTJ_JOB_NAME", "value": f"job{job}"}],
+                            }
+                        ],
+                        "nodeName": f"node-{job % 50}",
+                    },
+                },
             )
-            for line in stream:
-                event = json.loads(line)
-                key = (event["object"]["metadata"].get("annotations") or {}).get("bench/seq")
-                if key in sent:
-                    latencies.append(time.perf_counter() - sent.pop(key))
-                    if len(latencies) == args.updates:
-                        break
-            stream.release_conn()
-            done.set()
+            names.append((ns, name))
+    create_seconds = time.perf_counter() - started
+    print(f"created {len(names)} pods in {create_seconds:.1f}s ({len(names) / create_seconds:.0f} creates/s)")
 
-        thread = threading.Thread(target=consume, daemon=True)
-        thread.start()
-        time.sleep(0.5)  # let the watch open before the first update
-        interval = 1 / args.rate if args.rate else 0.0
-        next_at = time.perf_counter()
-        for seq in range(args.updates):
-            ns, name = names[seq * 7919 % len(names)]
-            key = str(seq)
-            if interval:
-                delay = next_at - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                next_at += interval
-            sent[key] = time.perf_counter()
-            core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {"bench/seq": key}}})
-        done.wait(60)
-        ms = [x * 1000 for x in latencies]
-        print(
-            f"watch delivery over {len(ms)} updates at {args.rate or 'max'}/s: p50 {percentile(ms, 0.5):.1f} ms, "
-            f"p90 {percentile(ms, 0.9):.1f} ms, p99 {percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms"
+    list_times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        listed = core.list_pod_for_all_namespaces(label_selector="transient.training/role=worker")
+        list_times.append(time.perf_counter() - t0)
+    print(
+        f"list all {len(listed.items)} pods (official client, deserialised): "
+        f"median {statistics.median(list_times) * 1000:.0f} ms, max {max(list_times) * 1000:.0f} ms"
+    )
+    rv = listed.metadata.resource_version
+
+    sent: dict[str, float] = {}
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        # raw JSON lines, as kopf reads them (the typed client's model building would dominate)
+        stream = core.list_pod_for_all_namespaces(
+            watch=True, resource_version=rv, timeout_seconds=300, _preload_content=False
         )
-        print(f"p99 / 100 ms budget = {percentile(ms, 0.99) / 100:.2f}")
-        api.close()
+        for line in stream:
+            event = json.loads(line)
+            key = (event["object"]["metadata"].get("annotations") or {}).get("bench/seq")
+            if key in sent:
+                latencies.append(time.perf_counter() - sent.pop(key))
+                if len(latencies) == args.updates:
+                    break
+        stream.release_conn()
+        done.set()
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # let the watch open before the first update
+    interval = 1 / args.rate if args.rate else 0.0
+    next_at = time.perf_counter()
+    for seq in range(args.updates):
+        ns, name = names[seq * 7919 % len(names)]
+        key = str(seq)
+        if interval:
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            next_at += interval
+        sent[key] = time.perf_counter()
+        core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {"bench/seq": key}}})
+    done.wait(60)
+    ms = [x * 1000 for x in latencies]
+    print(
+        f"watch delivery over {len(ms)} updates at {args.rate or 'max'}/s: p50 {percentile(ms, 0.5):.1f} ms, "
+        f"p90 {percentile(ms, 0.9):.1f} ms, p99 {percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms"
+    )
+    print(f"p99 / 100 ms budget = {percentile(ms, 0.99) / 100:.2f}")
+    api.close()
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ import copy
 import logging
 from typing import Any
 
-from .core import NAMESPACES, ApiCore
+from .core import ApiCore
 from .errors import ApiError
+from .resources import NAMESPACES
 from .store import WatchEvent
 
 log = logging.getLogger(__name__)
@@ -145,4 +146,4 @@ class Controllers:
             new["spec"]["finalizers"] = []
             rtype = self.core.registry.get("", "v1", "namespaces")
             assert rtype is not None
-            self.core._write_update(rtype, namespace, new, subresource=None)
+            self.core.write_update(rtype, namespace, new, subresource=None)

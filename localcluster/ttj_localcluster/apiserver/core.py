@@ -1,6 +1,7 @@
 """What the API does with objects: create, read, update, patch, delete with Kubernetes' metadata rules
-(uid, generation, resourceVersion conflicts, finalizers, graceful pod deletion), plus the pod binding and
-scale subresources. HTTP lives in handlers.py; CRDs, garbage collection and namespaces in their modules."""
+(uid, generation, resourceVersion conflicts, finalizers, graceful pod deletion). Defaulting and validation
+are admission.py's, binding and scale subresources.py's, HTTP handlers.py's; CRDs, garbage collection and
+namespaces have their own modules."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ttj_contract import format_time
+
 from . import patching
+from .admission import Admission
 from .errors import STALE, ApiError, already_exists, bad_request, conflict, invalid, not_found
-from .resources import Registry, ResourceType, StorageKey
-from .selectors import Matcher, label_selector_to_string
+from .resources import NAMESPACES, PODS, Registry, ResourceType, StorageKey
+from .selectors import Matcher
 from .store import Store
 
-NAMESPACES: StorageKey = ("", "namespaces")
-PODS: StorageKey = ("", "pods")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 #: what stays the server's in metadata whatever a client writes
@@ -35,54 +37,16 @@ _SERVER_OWNED = (
 )
 
 
-def now_rfc3339(offset_seconds: float = 0) -> str:
-    moment = datetime.now(UTC) + timedelta(seconds=offset_seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
-
-
-def _get_path(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(part)
-    return obj
-
-
-def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
-    parts = path.split(".")
-    for part in parts[:-1]:
-        obj = obj.setdefault(part, {})
-    obj[parts[-1]] = value
-
-
-def _without_images(containers: Any) -> list[dict[str, Any]]:
-    return [{k: v for k, v in c.items() if k != "image"} for c in containers or []]
-
-
-def _qos_class(pod: dict[str, Any]) -> str:
-    containers = (pod.get("spec") or {}).get("containers") or []
-    resources = [c.get("resources") or {} for c in containers]
-    if not any(r.get("requests") or r.get("limits") for r in resources):
-        return "BestEffort"
-    guaranteed = all(
-        (r.get("limits") or {}).get(res) is not None
-        and (r.get("requests") or {}).get(res, (r.get("limits") or {}).get(res)) == (r.get("limits") or {}).get(res)
-        for r in resources
-        for res in ("cpu", "memory")
-    )
-    return "Guaranteed" if guaranteed else "Burstable"
 
 
 class ApiCore:
     def __init__(self, store: Store, registry: Registry) -> None:
         self.store = store
         self.registry = registry
+        self.admission = Admission()
         self._rng = random.Random()
-        self._next_cluster_ip = 10
         #: called after an object with this storage key is written or removed (CRD manager, GC)
         self.on_write: dict[StorageKey, list[Callable[[dict[str, Any], dict[str, Any] | None], None]]] = {}
 
@@ -119,118 +83,6 @@ class ApiCore:
                 group=rtype.group,
                 kind=rtype.plural,
             )
-
-    def _admit(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-        name = obj["metadata"].get("name", "")
-        if rtype.admit is not None:
-            obj = rtype.admit(obj, old)
-        errors = self._validate_builtin(rtype, obj, old)
-        if errors:
-            raise invalid(rtype.kind, rtype.group, name, errors)
-        return obj
-
-    def _validate_builtin(
-        self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> list[tuple[str, str]]:
-        errors: list[tuple[str, str]] = []
-        meta = obj["metadata"]
-        for field in ("labels", "annotations"):
-            for key, value in (meta.get(field) or {}).items():
-                if not isinstance(value, str):
-                    errors.append((f"metadata.{field}", f"Invalid value: {json.dumps(value)}: {key} must be a string"))
-        if rtype.storage_key == PODS:
-            containers = (obj.get("spec") or {}).get("containers")
-            if not containers:
-                errors.append(("spec.containers", "Required value"))
-            if old is not None:
-                allowed = (
-                    "containers",
-                    "initContainers",
-                    "activeDeadlineSeconds",
-                    "tolerations",
-                    "terminationGracePeriodSeconds",
-                )
-                new_spec = {k: v for k, v in (obj.get("spec") or {}).items() if k not in allowed}
-                old_spec = {k: v for k, v in (old.get("spec") or {}).items() if k not in allowed}
-                if new_spec != old_spec or _without_images(
-                    (obj.get("spec") or {}).get("containers")
-                ) != _without_images((old.get("spec") or {}).get("containers")):
-                    errors.append(
-                        (
-                            "spec",
-                            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
-                            "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
-                            "(only additions to existing tolerations) or `spec.terminationGracePeriodSeconds`",
-                        )
-                    )
-        if rtype.group == "apps" and rtype.kind in ("Deployment", "ReplicaSet", "StatefulSet"):
-            spec = obj.get("spec") or {}
-            selector = spec.get("selector")
-            labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-            if not selector:
-                errors.append(("spec.selector", "Required value"))
-            elif any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-                errors.append(
-                    (
-                        "spec.template.metadata.labels",
-                        'Invalid value: "object": `selector` does not match template `labels`',
-                    )
-                )
-            elif old is not None and selector != (old.get("spec") or {}).get("selector"):
-                errors.append(("spec.selector", 'Invalid value: "object": field is immutable'))
-        return errors
-
-    def _defaults_on_create(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
-        key = rtype.storage_key
-        if key == PODS:
-            spec = obj.setdefault("spec", {})
-            spec.setdefault("restartPolicy", "Always")
-            spec.setdefault("terminationGracePeriodSeconds", 30)
-            spec.setdefault("dnsPolicy", "ClusterFirst")
-            spec.setdefault("schedulerName", "default-scheduler")
-            spec.setdefault("serviceAccountName", "default")
-            spec.setdefault("securityContext", {})
-            spec.setdefault("priority", 0)
-            for container in spec.get("containers") or []:
-                container.setdefault("imagePullPolicy", "IfNotPresent")
-                container.setdefault("terminationMessagePath", "/dev/termination-log")
-                container.setdefault("terminationMessagePolicy", "File")
-                container.setdefault("resources", {})
-                for port in container.get("ports") or []:
-                    port.setdefault("protocol", "TCP")
-            obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj)}
-            if spec.get("nodeName"):
-                obj["status"]["conditions"] = [
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()}
-                ]
-        elif key == ("", "services"):
-            spec = obj.setdefault("spec", {})
-            spec.setdefault("type", "ClusterIP")
-            spec.setdefault("sessionAffinity", "None")
-            if "clusterIP" not in spec:
-                self._next_cluster_ip += 1
-                spec["clusterIP"] = f"10.96.{self._next_cluster_ip // 250}.{self._next_cluster_ip % 250 + 1}"
-            spec.setdefault("clusterIPs", [spec["clusterIP"]])
-            for port in spec.get("ports") or []:
-                port.setdefault("protocol", "TCP")
-                port.setdefault("targetPort", port.get("port"))
-            obj["status"] = {"loadBalancer": {}}
-        elif key == NAMESPACES:
-            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-            obj["status"] = {"phase": "Active"}
-            obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
-        elif rtype.group == "apps":
-            spec = obj.setdefault("spec", {})
-            spec.setdefault("replicas", 1)
-            spec.setdefault("revisionHistoryLimit", 10)
-            if rtype.kind == "Deployment":
-                spec.setdefault("progressDeadlineSeconds", 600)
-                spec.setdefault(
-                    "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
-                )
-            obj["status"] = {}
-        elif rtype.status_subresource and rtype.is_custom:
-            obj.pop("status", None)  # custom resources: status is written through /status only
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -325,17 +177,17 @@ class ApiCore:
         meta.pop("resourceVersion", None)
         meta.pop("managedFields", None)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = now_rfc3339()
+        meta["creationTimestamp"] = format_time(datetime.now(UTC))
         if rtype.has_generation or rtype.is_custom:
             meta["generation"] = 1
         obj["apiVersion"] = rtype.api_version
         obj["kind"] = rtype.kind
-        self._defaults_on_create(rtype, obj)
-        obj = self._admit(rtype, obj, None)
+        self.admission.default_on_create(rtype, obj)
+        obj = self.admission.admit(rtype, obj, None)
         if dry_run:
             return obj
         stored = self.store.put(rtype.storage_key, self._storage_form(rtype, obj), None)
-        self._notify(rtype, stored, None)
+        self.notify(rtype, stored, None)
         return self._output(rtype, stored)
 
     # -- update / patch ---------------------------------------------------------------------------
@@ -364,9 +216,9 @@ class ApiCore:
         wanted_rv = meta.get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, name, STALE)
-        return self._write_update(rtype, old, copy.deepcopy(body), subresource=subresource, dry_run=dry_run)
+        return self.write_update(rtype, old, copy.deepcopy(body), subresource=subresource, dry_run=dry_run)
 
-    def _write_update(
+    def write_update(
         self,
         rtype: ResourceType,
         old: dict[str, Any],
@@ -411,7 +263,7 @@ class ApiCore:
         new["apiVersion"] = old["apiVersion"]
         new["kind"] = old["kind"]
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
-        new = self._admit(rtype, new, old)
+        new = self.admission.admit(rtype, new, old)
         if "generation" in old_meta and subresource != "status" and _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old_meta["generation"] + 1
         if new == old:
@@ -424,10 +276,10 @@ class ApiCore:
             and not self._graceful_pending(rtype, new)
         ):
             final = self.store.remove(rtype.storage_key, self._storage_form(rtype, new))
-            self._notify(rtype, None, final)
+            self.notify(rtype, None, final)
             return self._output(rtype, final)
         stored = self.store.put(rtype.storage_key, self._storage_form(rtype, new), stored_old)
-        self._notify(rtype, stored, stored_old)
+        self.notify(rtype, stored, stored_old)
         return self._output(rtype, stored)
 
     def _graceful_pending(self, rtype: ResourceType, obj: dict[str, Any]) -> bool:
@@ -459,7 +311,7 @@ class ApiCore:
         wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, name, STALE)
-        return self._write_update(rtype, old, patched, subresource=subresource, dry_run=dry_run)
+        return self.write_update(rtype, old, patched, subresource=subresource, dry_run=dry_run)
 
     # -- delete -----------------------------------------------------------------------------------
 
@@ -517,7 +369,7 @@ class ApiCore:
         if finalizers or (grace and rtype.storage_key == PODS) or needs_controller:
             return self._mark_deleting(rtype, obj, finalizers, grace or 0)
         final = self.store.remove(rtype.storage_key, obj)
-        self._notify(rtype, None, final)
+        self.notify(rtype, None, final)
         if rtype.storage_key == PODS:
             return self._output(rtype, final)
         return {
@@ -547,17 +399,17 @@ class ApiCore:
             meta["finalizers"] = finalizers
         if rtype.storage_key == PODS and grace == 0 and not finalizers:
             final = self.store.remove(rtype.storage_key, obj)
-            self._notify(rtype, None, final)
+            self.notify(rtype, None, final)
             return self._output(rtype, final)
         if not meta.get("deletionTimestamp") or rtype.storage_key == PODS:
-            meta["deletionTimestamp"] = now_rfc3339(grace)
+            meta["deletionTimestamp"] = format_time(datetime.now(UTC) + timedelta(seconds=grace))
         meta["deletionGracePeriodSeconds"] = grace
         if "generation" in meta and not obj["metadata"].get("deletionTimestamp"):
             meta["generation"] += 1
         if rtype.storage_key == NAMESPACES:
             new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
         stored = self.store.put(rtype.storage_key, new, obj)
-        self._notify(rtype, stored, obj)
+        self.notify(rtype, stored, obj)
         return self._output(rtype, stored)
 
     def remove_finalizer(self, storage_key: StorageKey, obj: dict[str, Any], finalizer: str) -> None:
@@ -572,7 +424,7 @@ class ApiCore:
         new["metadata"]["finalizers"] = [f for f in new["metadata"]["finalizers"] if f != finalizer]
         if not new["metadata"]["finalizers"]:
             del new["metadata"]["finalizers"]
-        self._write_update(rtype, current, new, subresource=None)
+        self.write_update(rtype, current, new, subresource=None)
 
     def delete_object(self, storage_key: StorageKey, obj: dict[str, Any], policy: str = "Background") -> None:
         """Controller-side delete of a stored object (ignores a concurrent removal)."""
@@ -587,87 +439,9 @@ class ApiCore:
             if exc.code != 404:
                 raise
 
-    def _notify(self, rtype: ResourceType, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
+    def notify(self, rtype: ResourceType, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
         for callback in self.on_write.get(rtype.storage_key, ()):
             if new is not None:
                 callback(new, old)
             elif old is not None:
                 callback({}, old)  # removed: the first argument is empty
-
-    # -- subresources -----------------------------------------------------------------------------
-
-    def bind(self, namespace: str, name: str, binding: Any) -> dict[str, Any]:
-        rtype = self.registry.get("", "v1", "pods")
-        assert rtype is not None
-        pod = self.store.get(PODS, namespace, name)
-        if pod is None:
-            raise not_found("pods", "", name)
-        target = (binding or {}).get("target") or {}
-        node = target.get("name")
-        if not node:
-            raise invalid("Binding", "", name, [("target.name", "Required value")])
-        if (pod.get("spec") or {}).get("nodeName"):
-            raise conflict("pods", "", name, f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
-        if pod["metadata"].get("deletionTimestamp"):
-            raise conflict("pods", "", name, f"pod {name} is being deleted, cannot be assigned to a host")
-        new = copy.deepcopy(pod)
-        new["spec"]["nodeName"] = node
-        conditions = [c for c in (new.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
-        new.setdefault("status", {})["conditions"] = conditions
-        stored = self.store.put(PODS, new, pod)
-        self._notify(rtype, stored, pod)
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-
-    def scale_of(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        assert rtype.scale is not None
-        paths = rtype.scale
-        meta = obj["metadata"]
-        if paths.label_selector:
-            selector = _get_path(obj, paths.label_selector) or ""
-        else:
-            selector = label_selector_to_string((obj.get("spec") or {}).get("selector"))
-        status: dict[str, Any] = {"replicas": _get_path(obj, paths.status_replicas) or 0}
-        if selector:
-            status["selector"] = selector
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": {
-                "name": meta["name"],
-                "namespace": meta.get("namespace"),
-                "uid": meta["uid"],
-                "resourceVersion": meta["resourceVersion"],
-                "creationTimestamp": meta["creationTimestamp"],
-            },
-            "spec": {"replicas": _get_path(obj, paths.spec_replicas) or 0},
-            "status": status,
-        }
-
-    def get_scale(self, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any]:
-        return self.scale_of(rtype, self.get(rtype, namespace, name))
-
-    def write_scale(
-        self, rtype: ResourceType, namespace: str, name: str, scale: Any, *, patch_type: str | None = None
-    ) -> dict[str, Any]:
-        assert rtype.scale is not None
-        obj = self.get(rtype, namespace, name)
-        current = self.scale_of(rtype, obj)
-        new_scale = patching.apply_patch(patch_type, current, scale, strategic_allowed=True) if patch_type else scale
-        if not isinstance(new_scale, dict):
-            raise bad_request("the body of the request must be a Scale object")
-        wanted_rv = (new_scale.get("metadata") or {}).get("resourceVersion")
-        if wanted_rv and wanted_rv != obj["metadata"]["resourceVersion"]:
-            raise conflict(rtype.plural, rtype.group, name, STALE)
-        replicas = (new_scale.get("spec") or {}).get("replicas")
-        if not isinstance(replicas, int) or replicas < 0:
-            raise invalid(
-                "Scale",
-                "autoscaling",
-                name,
-                [("spec.replicas", f"Invalid value: {json.dumps(replicas)}: must be greater than or equal to 0")],
-            )
-        updated = copy.deepcopy(obj)
-        _set_path(updated, rtype.scale.spec_replicas, replicas)
-        stored = self._write_update(rtype, obj, updated, subresource=None)
-        return self.scale_of(rtype, stored)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from .core import ApiCore, now_rfc3339
+from ttj_contract import format_time
+
+from .core import ApiCore
 from .errors import invalid
 from .resources import ResourceType, ScalePaths, StorageKey
 from .schema import CrdSchema
@@ -103,7 +106,7 @@ class CrdManager:
             ("NamesAccepted", "NoConflicts", "no conflicts found"),
             ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
         ):
-            since = previous.get(ctype, {}).get("lastTransitionTime") or now_rfc3339()
+            since = previous.get(ctype, {}).get("lastTransitionTime") or format_time(datetime.now(UTC))
             conditions.append(
                 {"type": ctype, "status": "True", "reason": reason, "message": message, "lastTransitionTime": since}
             )
@@ -114,7 +117,7 @@ class CrdManager:
                     "status": "True",
                     "reason": "InstanceDeletionInProgress",
                     "message": "CustomResource deletion is in progress",
-                    "lastTransitionTime": now_rfc3339(),
+                    "lastTransitionTime": format_time(datetime.now(UTC)),
                 }
             )
         crd["status"] = {

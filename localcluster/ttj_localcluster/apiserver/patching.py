@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonpatch
+
 from .errors import ApiError, bad_request
 
 #: list field → merge key, for strategic merge patch (what kube's Go types declare for these fields)
@@ -41,96 +43,33 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise bad_request(f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _walk(doc: Any, parts: list[str]) -> Any:
-    node = doc
-    for part in parts:
-        if isinstance(node, list):
-            try:
-                node = node[int(part)]
-            except (ValueError, IndexError):
-                raise _patch_failed(f"index {part} out of range") from None
-        elif isinstance(node, dict):
-            if part not in node:
-                raise _patch_failed(f"path segment {part!r} not found")
-            node = node[part]
-        else:
-            raise _patch_failed(f"cannot descend into {part!r}")
-    return node
-
-
-def _patch_failed(message: str) -> ApiError:
+def _does_not_apply(op: dict[str, Any], reason: str) -> ApiError:
+    """What kube-apiserver answers when a well-formed JSON patch operation does not apply to the object."""
+    source = f' from "{op["from"]}"' if "from" in op else ""
+    message = f'the {op["op"]} operation at "{op["path"]}"{source} does not apply: {reason}'
     return ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {message}")
 
 
-def _add(doc: Any, parts: list[str], value: Any) -> Any:
-    if not parts:
-        return value
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, list):
-        if last == "-":
-            parent.append(value)
-        else:
-            index = int(last)
-            if index > len(parent):
-                raise _patch_failed(f"index {index} out of range")
-            parent.insert(index, value)
-    elif isinstance(parent, dict):
-        parent[last] = value
-    else:
-        raise _patch_failed("cannot add to a scalar")
-    return doc
-
-
-def _remove(doc: Any, parts: list[str]) -> Any:
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, list):
-        try:
-            return parent.pop(int(last))
-        except (ValueError, IndexError):
-            raise _patch_failed(f"index {last} out of range") from None
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise _patch_failed(f"path {last!r} not found for remove")
-        return parent.pop(last)
-    raise _patch_failed("cannot remove from a scalar")
-
-
 def json_patch(target: Any, operations: Any) -> Any:
-    if not isinstance(operations, list):
-        raise bad_request("a JSON patch must be a list of operations")
+    """RFC 6902: a malformed patch document is a 400, an operation that does not apply to the object a 422."""
+    if not isinstance(operations, list) or not all(isinstance(op, dict) for op in operations):
+        raise bad_request("a JSON patch must be a list of operation objects")
+    try:
+        jsonpatch.JsonPatch(operations)  # checks every operation's form before any is applied
+    except (jsonpatch.InvalidJsonPatch, jsonpatch.JsonPointerException) as exc:
+        raise bad_request(f"invalid JSON patch: {exc}") from None
     doc = copy.deepcopy(target)
-    for op in operations:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise bad_request(f"invalid JSON patch operation {op!r}")
-        kind, parts = op["op"], _pointer(op["path"])
-        if kind == "add":
-            doc = _add(doc, parts, copy.deepcopy(op.get("value")))
-        elif kind == "remove":
-            _remove(doc, parts)
-        elif kind == "replace":
-            _walk(doc, parts)  # must exist
-            if parts:
-                _remove(doc, parts)
-            doc = _add(doc, parts, copy.deepcopy(op.get("value")))
-        elif kind in ("move", "copy"):
-            source = _pointer(op["from"])
-            value = _remove(doc, source) if kind == "move" else copy.deepcopy(_walk(doc, source))
-            doc = _add(doc, parts, value)
-        elif kind == "test":
-            if _walk(doc, parts) != op.get("value"):
-                raise _patch_failed(f"test operation failed at {op['path']}")
-        else:
-            raise bad_request(f"unknown JSON patch operation {kind!r}")
+    for op in operations:  # one at a time, to name the one that fails
+        try:
+            doc = jsonpatch.JsonPatch([op]).apply(doc, in_place=True)
+        except jsonpatch.InvalidJsonPatch as exc:  # without its value or from member
+            raise bad_request(f"invalid JSON patch: {exc}") from None
+        except jsonpatch.JsonPatchTestFailed:
+            raise _does_not_apply(op, "the value differs") from None
+        except jsonpatch.JsonPatchConflict as exc:
+            raise _does_not_apply(op, str(exc)) from None
+        except jsonpatch.JsonPointerException:  # its message quotes the whole document
+            raise _does_not_apply(op, "the path does not exist") from None
     return doc
 
 

@@ -10,6 +10,9 @@ from . import events
 
 #: Where one resource's objects are kept: (group, plural). All served versions of a CRD share it.
 StorageKey = tuple[str, str]
+NAMESPACES: StorageKey = ("", "namespaces")
+PODS: StorageKey = ("", "pods")
+SERVICES: StorageKey = ("", "services")
 
 
 @dataclass(frozen=True)
