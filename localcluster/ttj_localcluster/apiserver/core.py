@@ -42,9 +42,13 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class ApiCore:
-    def __init__(self, store: Store, registry: Registry) -> None:
+    def __init__(
+        self, store: Store, registry: Registry, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
         self.store = store
         self.registry = registry
+        #: the time stamped into creationTimestamp and deletionTimestamp (a test may hold it still)
+        self.clock = clock
         self.admission = Admission()
         self._rng = random.Random()
         #: called after an object with this storage key is written or removed (CRD manager, GC)
@@ -177,7 +181,7 @@ class ApiCore:
         meta.pop("resourceVersion", None)
         meta.pop("managedFields", None)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = format_time(datetime.now(UTC))
+        meta["creationTimestamp"] = format_time(self.clock())
         if rtype.has_generation or rtype.is_custom:
             meta["generation"] = 1
         obj["apiVersion"] = rtype.api_version
@@ -402,7 +406,7 @@ class ApiCore:
             self.notify(rtype, None, final)
             return self._output(rtype, final)
         if not meta.get("deletionTimestamp") or rtype.storage_key == PODS:
-            meta["deletionTimestamp"] = format_time(datetime.now(UTC) + timedelta(seconds=grace))
+            meta["deletionTimestamp"] = format_time(self.clock() + timedelta(seconds=grace))
         meta["deletionGracePeriodSeconds"] = grace
         if "generation" in meta and not obj["metadata"].get("deletionTimestamp"):
             meta["generation"] += 1

@@ -3,6 +3,8 @@ together, the bootstrap objects every cluster has, and the aiohttp web server th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -29,12 +31,13 @@ class ApiServer:
         *,
         history_size: int = 50_000,
         bookmark_interval_seconds: float = 5.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.host = host
         self.port = port
         self.store = Store(history_size)
         self.registry = Registry()
-        self.core = ApiCore(self.store, self.registry)
+        self.core = ApiCore(self.store, self.registry, clock)
         self.subresources = Subresources(self.core)
         self.crds = CrdManager(self.core)
         self.controllers = Controllers(self.core)

@@ -12,17 +12,14 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
-
-import pytest
 
 from ttj.api.crd import crd
 from ttj.kubeapi import MERGE_PATCH, RESOURCES, KubeError, path
 from ttj.planner import Observed
 from ttj.planner.observed import Obj, labels_of, name_of
 from ttj_contract import KIND, LABEL_JOB, format_time, lease_name
-from ttj_localcluster.apiserver import core as apiserver_core
 from ttj_localcluster.apiserver.errors import ApiError
 from ttj_localcluster.apiserver.resources import ResourceType
 from ttj_localcluster.apiserver.server import ApiServer
@@ -43,16 +40,12 @@ class Request:
 class InProcessApi:
     """A :class:`~ttj.controller.apply.KubeApi` over an in-process API server holding one namespace."""
 
-    def __init__(self, now: datetime, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, now: datetime) -> None:
         self.now = now
-        monkeypatch.setattr(apiserver_core, "now_rfc3339", self._clock)
-        self.server = ApiServer()
+        self.server = ApiServer(clock=lambda: self.now)
         self.requests: list[Request] = []
         self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd())
         self.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
-
-    def _clock(self, offset_seconds: float = 0) -> str:
-        return format_time(self.now + timedelta(seconds=offset_seconds))
 
     def _target(self, url: str) -> tuple[ResourceType, str, str | None, str | None]:
         parts = url.strip("/").split("/")
@@ -75,7 +68,7 @@ class InProcessApi:
             if method == "POST" and name is None:
                 answer = server.create(rtype, namespace, body)
             elif method == "POST" and subresource == "binding":
-                answer = server.bind(namespace, name, body)
+                answer = self.server.subresources.bind(namespace, name, body)
             elif method == "GET" and name is not None:
                 answer = server.get(rtype, namespace, name)
             elif method == "PATCH" and name is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
@@ -46,8 +45,8 @@ def status_writes(cluster: InProcessApi) -> list[dict[str, Any]]:
     return [r.body["status"] for r in cluster.writes("PATCH", KIND) if r.path.endswith("/status")]
 
 
-def test_an_election_refused_by_an_existing_lease_is_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster = InProcessApi(T0, monkeypatch)
+def test_an_election_refused_by_an_existing_lease_is_not_recorded() -> None:
+    cluster = InProcessApi(T0)
     cluster.create(job(NAME))
     ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
     reconciler = JobReconciler(ctx, KEY)

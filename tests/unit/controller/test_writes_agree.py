@@ -90,8 +90,8 @@ def picture(observed: Observed) -> dict[str, Any]:
 class Scenario:
     """A job on the API server, planned pass by pass; every pass's writes also go into the interpreter."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.cluster = InProcessApi(T0, monkeypatch)
+    def __init__(self) -> None:
+        self.cluster = InProcessApi(T0)
         self.cluster.create(job(NAME))
         self.nodes = {f"gpu-{i}": node(f"gpu-{i}") for i in range(3)} | {"cpu-0": node("cpu-0", "on-demand")}
         self.writes: list[Write] = []
@@ -186,8 +186,8 @@ def renew(cluster: InProcessApi, memory: Interpreter) -> None:
     memory.apply(renewal, cluster.now)
 
 
-def test_a_jobs_life_leaves_the_same_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scenario(monkeypatch)
+def test_a_jobs_life_leaves_the_same_cluster() -> None:
+    s = Scenario()
     s.start()
     chief = s.chief()
     assert [name_of(p) for p in s.workers() if labels_of(p).get(LABEL_CHIEF)] == [chief]
@@ -377,8 +377,8 @@ CASES: dict[str, Case] = {
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_each_write(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scenario(monkeypatch)
+def test_each_write(case: str) -> None:
+    s = Scenario()
     s.start()
     s.cluster.now = T0 + 5 * S
     writes = CASES[case].writes(s)
