@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ttj.mergepatch import apply_merge_patch
 from ttj_contract import ANNOTATION_PROGRESS, LeaseProgress
-from ttj_localcluster.apiserver.patching import merge_patch
 
 
 def read_progress(lease: dict[str, Any]) -> LeaseProgress | None:
@@ -165,7 +165,7 @@ class LeaseDouble:
                 patch = self._body()
                 with double.lock:
                     claimed = (patch.get("metadata") or {}).get("resourceVersion")
-                    self._write(merge_patch(double.lease, patch), claimed)
+                    self._write(apply_merge_patch(double.lease, patch), claimed)
                 return None
 
             def do_PUT(self) -> None:

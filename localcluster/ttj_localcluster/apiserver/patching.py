@@ -1,4 +1,5 @@
-"""JSON merge patch (RFC 7386), JSON patch (RFC 6902) and the subset of strategic merge patch clients send."""
+"""JSON merge patch (RFC 7396, the operator's ``ttj.mergepatch``), JSON patch (RFC 6902, the ``jsonpatch`` library)
+and the subset of strategic merge patch clients send."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import copy
 from typing import Any
 
 import jsonpatch
+
+from ttj.mergepatch import apply_merge_patch
 
 from .errors import ApiError, bad_request
 
@@ -29,18 +32,6 @@ MERGE_KEYS: dict[str, str] = {
 }
 #: primitive lists whose strategic patches merge (set union) instead of replacing
 MERGED_PRIMITIVE_LISTS = {"finalizers"}
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def _does_not_apply(op: dict[str, Any], reason: str) -> ApiError:
@@ -146,7 +137,7 @@ APPLY = "application/apply-patch+yaml"
 def apply_patch(content_type: str, target: dict[str, Any], patch: Any, *, strategic_allowed: bool) -> Any:
     kind = content_type.split(";", maxsplit=1)[0].strip()
     if kind == MERGE:
-        return merge_patch(target, patch)
+        return apply_merge_patch(target, patch)
     if kind == JSON_PATCH:
         return json_patch(target, patch)
     if kind == STRATEGIC:

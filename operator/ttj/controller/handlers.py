@@ -26,10 +26,10 @@ from prometheus_client import start_http_server
 
 from ttj.controller.apply import Applier, Conflict, KubeApi
 from ttj.controller.metrics import Metrics
-from ttj.controller.patch import merge_patch
 from ttj.controller.placement import PlacementSource
 from ttj.cost.prices import PriceSource
 from ttj.kubeapi import RESOURCES, KubeClient
+from ttj.mergepatch import merge_patch_between
 from ttj.planner import Observed, PlannerConfig, plan
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
@@ -325,7 +325,7 @@ class JobReconciler:
             applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
             old_status = job.get("status") or {}
             if result.status != old_status:
-                patch = merge_patch(old_status, result.status)
+                patch = merge_patch_between(old_status, result.status)
                 pre = job["metadata"].get("resourceVersion")
                 answer = await asyncio.to_thread(self.applier.write_status, namespace, name, pre, patch)
                 after = copy.deepcopy(job)

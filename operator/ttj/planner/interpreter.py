@@ -14,14 +14,13 @@ callers move pods through their phases themselves.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
+from ttj.mergepatch import apply_merge_patch
 from ttj.planner.actions import CreateChild, DeleteChild, LabelPod, RemoveFinalizer, ReplaceChild, UpdateLease, Write
 from ttj.planner.observed import Obj, Observed, meta, name_of
 from ttj_contract import ANNOTATION_DELETED, FINALIZER, format_time
@@ -49,19 +48,6 @@ def conditional(write: Write) -> bool:
     if isinstance(write, CreateChild):
         return write.kind == "Lease" and bool((write.manifest.get("spec") or {}).get("holderIdentity"))
     return False
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """``target`` with a JSON merge patch (RFC 7386) applied; neither is modified."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 # -- the request bodies of the writes --------------------------------------------------------------
@@ -188,7 +174,7 @@ class Interpreter:
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted and wanted != meta(current).get("resourceVersion"):
             raise Conflict(f"{kind.lower()} changed since it was observed: {name}")
-        patched = merge_patch(current, patch)
+        patched = apply_merge_patch(current, patch)
         patched["metadata"]["resourceVersion"] = meta(current).get("resourceVersion")
         if patched == current:
             return None

@@ -20,8 +20,8 @@ import pytest
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
 from ttj.controller.apply import Applier
-from ttj.controller.patch import merge_patch
 from ttj.kubeapi import path
+from ttj.mergepatch import merge_patch_between
 from ttj.planner import (
     CreateChild,
     DeleteChild,
@@ -133,7 +133,7 @@ class Scenario:
         old = the_job.get("status") or {}
         if result.status != old:
             version = the_job["metadata"]["resourceVersion"]
-            Applier(self.cluster).write_status(NAMESPACE, NAME, version, merge_patch(old, result.status))
+            Applier(self.cluster).write_status(NAMESPACE, NAME, version, merge_patch_between(old, result.status))
         return result
 
     def settle(self, now: datetime) -> None:
