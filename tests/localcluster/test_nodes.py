@@ -249,8 +249,14 @@ def test_pod_wanting_more_gpus_than_any_node_stays_pending(nodes_cluster: NodesC
     assert pod is not None
     assert pod["status"]["phase"] == "Pending"
     assert not pod["spec"].get("nodeName")
-    events = c.kube.request("GET", "/api/v1/namespaces/default/events")["items"]
-    assert any(e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "greedy" for e in events)
+    # The scheduler posts its Event after the status write, as kube-scheduler does: wait for it, not race it.
+    wait_for(
+        lambda: any(
+            e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "greedy"
+            for e in c.kube.request("GET", "/api/v1/namespaces/default/events")["items"]
+        ),
+        what="a FailedScheduling Event",
+    )
     # without the toleration the GPU nodes' taint is the reason there
     plain = pod_manifest("plain-gpu", "pass", resources={"limits": {"nvidia.com/gpu": 1}})
     c.kube.request("POST", "/api/v1/namespaces/default/pods", body=plain)
