@@ -18,10 +18,11 @@ import threading
 import time
 from typing import Any
 
+from ttj import kubeapi
 from ttj.kubeapi import JSON, KubeClient
 from ttj_contract import LABEL_POD_TEMPLATE_HASH
 
-from .kube import Informer, WorkQueue, obj_key, pod_path, wait_synced
+from .kube import Informer, WorkQueue, obj_key, wait_synced
 from .pools import now_rfc3339
 from .scheduler import replace_condition
 from .scheduling import pod_is_terminal
@@ -204,7 +205,7 @@ class DeploymentController:
                 with self._lock:
                     self._creating.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
                 try:
-                    self.client.request("POST", pod_path(namespace), body=pod)
+                    self.client.request("POST", kubeapi.path("Pod", namespace), body=pod)
                 except Exception:
                     with self._lock:
                         self._creating.get(key, {}).pop(pod_name, None)
@@ -224,7 +225,7 @@ class DeploymentController:
                 with self._lock:
                     self._deleting.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
                 try:
-                    self.client.delete(pod_path(namespace, pod_name))
+                    self.client.delete(kubeapi.path("Pod", namespace, pod_name))
                 except Exception:
                     with self._lock:
                         self._deleting.get(key, {}).pop(pod_name, None)

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
-from urllib.parse import quote
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -42,15 +41,6 @@ def obj_key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
-
-
-def pod_path(namespace: str, name: str = "", sub: str = "") -> str:
-    path = f"/api/v1/namespaces/{quote(namespace)}/pods"
-    if name:
-        path += f"/{quote(name)}"
-    if sub:
-        path += f"/{sub}"
-    return path
 
 
 Handler = Callable[[str, JSON, JSON | None], None]

@@ -13,10 +13,11 @@ import logging
 import threading
 from pathlib import Path
 
+from ttj import kubeapi
 from ttj.kubeapi import JSON, KubeClient, KubeError
 
 from .containers import ContainerRunner
-from .kube import Informer, WorkQueue, obj_key, pod_path, retrying, wait_synced
+from .kube import Informer, WorkQueue, obj_key, retrying, wait_synced
 from .pod_networking import PodNetworking
 from .podstate import (
     SHUTDOWN_MESSAGE,
@@ -135,7 +136,7 @@ class Kubelet:
         if meta.get("deletionTimestamp"):
             grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             if local is None:
-                self.client.delete(pod_path(meta["namespace"], meta["name"]), grace_seconds=0)
+                self.client.delete(kubeapi.path("Pod", meta["namespace"], meta["name"]), grace_seconds=0)
             elif not local.terminating:
                 with local.lock:
                     local.terminating = True
@@ -179,7 +180,7 @@ class Kubelet:
             "gracePeriodSeconds": 0,
             "preconditions": {"uid": local.uid},
         }
-        path = pod_path(local.namespace, local.name)
+        path = kubeapi.path("Pod", local.namespace, local.name)
         try:
             retrying(lambda: client.request("DELETE", path, body=options))
         except Exception as exc:
@@ -218,7 +219,7 @@ class Kubelet:
         if local is None:
             # Not started here: fail it directly.
             client = self.client
-            path = pod_path(pod["metadata"]["namespace"], pod["metadata"]["name"], "status")
+            path = kubeapi.path("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"], "status")
             patch = shutdown_failure(pod)
             retrying(lambda: client.merge_patch(path, patch))
             return
@@ -248,7 +249,7 @@ class Kubelet:
     def report(self, local: LocalPod) -> None:
         """Write the pod's status; when that fails, its next sync writes it again (as the status manager does)."""
         client = self.client
-        path = pod_path(local.namespace, local.name, "status")
+        path = kubeapi.path("Pod", local.namespace, local.name, "status")
         try:
             retrying(lambda: client.merge_patch(path, {"status": pod_status(local)}), attempts=3)
         except Exception as exc:

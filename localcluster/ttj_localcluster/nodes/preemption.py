@@ -15,9 +15,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ttj import kubeapi
 from ttj.kubeapi import JSON, KubeClient
 
-from .kube import obj_key, pod_path
+from .kube import obj_key
 from .kubelet import Kubelet
 from .lifecycle import NodeLifecycle
 from .registry import NodeRegistry
@@ -91,7 +92,7 @@ class Preemptions:
 
     def preempt_pod(self, namespace: str, name: str, *, wait: bool = False) -> PreemptionRecord:
         """Preempt the node that runs this pod."""
-        pod = self.client.get(pod_path(namespace, name))
+        pod = self.client.get(kubeapi.path("Pod", namespace, name))
         node = ((pod or {}).get("spec") or {}).get("nodeName")
         if not node:
             raise KeyError(f"pod {namespace}/{name} does not exist or is not on a node yet")

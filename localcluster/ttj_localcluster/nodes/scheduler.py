@@ -13,9 +13,10 @@ import random
 import threading
 from typing import Any
 
+from ttj import kubeapi
 from ttj.kubeapi import JSON, KubeClient, KubeError
 
-from .kube import Informer, WorkQueue, obj_key, pod_path, wait_synced
+from .kube import Informer, WorkQueue, obj_key, wait_synced
 from .pools import now_rfc3339
 from .scheduling import filter_node, pod_is_terminal, score_node, unschedulable_message
 
@@ -190,7 +191,7 @@ class Scheduler:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            self.client.request("POST", pod_path(meta["namespace"], meta["name"], "binding"), body=binding)
+            self.client.request("POST", kubeapi.path("Pod", meta["namespace"], meta["name"], "binding"), body=binding)
         except Exception as exc:
             # Forget the assumption on every failure, a broken connection or a timeout included: an
             # assumed pod is never scheduled again, so it would stay Pending for good. A retry of a bind
@@ -219,7 +220,7 @@ class Scheduler:
             "lastTransitionTime": now_rfc3339(),
         }
         patch = {"status": {"phase": "Pending", "conditions": replace_condition(conditions, condition)}}
-        self.client.merge_patch(pod_path(meta["namespace"], meta["name"], "status"), patch)
+        self.client.merge_patch(kubeapi.path("Pod", meta["namespace"], meta["name"], "status"), patch)
         self._event(pod, "Warning", "FailedScheduling", message)
 
     def _event(self, pod: JSON, event_type: str, reason: str, message: str) -> None:

@@ -145,7 +145,7 @@ class Applier:
             raise
 
     def delete_job(self, namespace: str, name: str) -> None:
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        options = delete_options(DeleteChild(KIND, name))
         try:
             self.api.request("DELETE", kubeapi.path(KIND, namespace, name), body=options)
         except KubeError as exc:
