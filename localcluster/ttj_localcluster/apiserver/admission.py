@@ -4,7 +4,8 @@ apps workloads) and the validation it applies on every write; custom resources b
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from ttj_contract import format_time
@@ -94,7 +95,8 @@ def _validate_workload(obj: dict[str, Any], old: dict[str, Any] | None) -> list[
 class Admission:
     """Defaulting and validation; holds the one piece of state defaulting needs, the next free cluster IP."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self.clock = clock
         self._next_cluster_ip = 10
 
     def admit(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
@@ -110,7 +112,7 @@ class Admission:
     def default_on_create(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         key = rtype.storage_key
         if key == PODS:
-            _default_pod(obj)
+            _default_pod(obj, self.clock())
         elif key == SERVICES:
             self._default_service(obj)
         elif key == NAMESPACES:
@@ -136,7 +138,7 @@ class Admission:
         obj["status"] = {"loadBalancer": {}}
 
 
-def _default_pod(obj: dict[str, Any]) -> None:
+def _default_pod(obj: dict[str, Any], now: datetime) -> None:
     spec = obj.setdefault("spec", {})
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
@@ -154,7 +156,7 @@ def _default_pod(obj: dict[str, Any]) -> None:
             port.setdefault("protocol", "TCP")
     obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj)}
     if spec.get("nodeName"):
-        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": format_time(datetime.now(UTC))}
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": format_time(now)}
         obj["status"]["conditions"] = [scheduled]
 
 

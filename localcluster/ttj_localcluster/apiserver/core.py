@@ -49,7 +49,7 @@ class ApiCore:
         self.registry = registry
         #: the time stamped into creationTimestamp and deletionTimestamp (a test may hold it still)
         self.clock = clock
-        self.admission = Admission()
+        self.admission = Admission(clock)
         self._rng = random.Random()
         #: called after an object with this storage key is written or removed (CRD manager, GC)
         self.on_write: dict[StorageKey, list[Callable[[dict[str, Any], dict[str, Any] | None], None]]] = {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from ttj_contract import format_time
@@ -106,7 +105,7 @@ class CrdManager:
             ("NamesAccepted", "NoConflicts", "no conflicts found"),
             ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
         ):
-            since = previous.get(ctype, {}).get("lastTransitionTime") or format_time(datetime.now(UTC))
+            since = previous.get(ctype, {}).get("lastTransitionTime") or format_time(self.core.clock())
             conditions.append(
                 {"type": ctype, "status": "True", "reason": reason, "message": message, "lastTransitionTime": since}
             )
@@ -117,7 +116,7 @@ class CrdManager:
                     "status": "True",
                     "reason": "InstanceDeletionInProgress",
                     "message": "CustomResource deletion is in progress",
-                    "lastTransitionTime": format_time(datetime.now(UTC)),
+                    "lastTransitionTime": format_time(self.core.clock()),
                 }
             )
         crd["status"] = {

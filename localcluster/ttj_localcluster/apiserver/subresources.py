@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from ttj_contract import format_time
@@ -54,7 +53,7 @@ class Subresources:
         new["spec"]["nodeName"] = node
         conditions = [c for c in (new.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
         conditions.append(
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": format_time(datetime.now(UTC))}
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": format_time(self.core.clock())}
         )
         new.setdefault("status", {})["conditions"] = conditions
         stored = self.core.store.put(PODS, new, pod)
