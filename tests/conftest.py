@@ -3,13 +3,31 @@ cluster), else against a fresh embedded LocalCluster for the whole session."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.harness import cluster_session
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every temporary file of the run (TensorFlow's autograph writes one per converted function, in this
+    process and in every trainer it starts) lands in pytest's own directory, not in the machine's /tmp."""
+    own = tmp_path_factory.mktemp("tmp")
+    saved = (tempfile.tempdir, os.environ.get("TMPDIR"))
+    tempfile.tempdir, os.environ["TMPDIR"] = str(own), str(own)
+    yield own
+    tempfile.tempdir = saved[0]
+    if saved[1] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved[1]
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ installs it without pulling the operator in.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -149,6 +150,18 @@ def format_micro_time(moment: datetime) -> str:
 def format_epoch_time(seconds: float) -> str:
     """``metav1.Time`` of a Unix timestamp."""
     return format_time(datetime.fromtimestamp(seconds, UTC))
+
+
+# -- money --------------------------------------------------------------------------------------
+def format_usd(amount: float) -> str:
+    """US dollars as people read them (``$0.0023``, ``$12.40``, ``$1,234.50``): the COST column,
+    ``kubectl describe`` and the demo print this one form.
+
+    Below a dollar four decimals, so that a short job's cost is not ``$0.00``; from a dollar, cents.
+    """
+    if not math.isfinite(amount):
+        return "-"
+    return f"${amount:,.4f}" if abs(amount) < 1 else f"${amount:,.2f}"
 
 
 # -- GKE ------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ttj_contract import Role
+from ttj_contract import Role, format_usd
 from ttj_demo.stack import Stack
 from ttj_demo.timeline import Timeline, draw
 
@@ -131,7 +131,7 @@ class Demo:
             f"workers {workers.get('active', 0)}/{workers.get('desired', 0)} "
             f"chief {chief.get('pod') or '-'} (epoch {chief.get('epoch', 0)})  "
             f"step [{bar}] {step}/{self.train_steps}  ckpt {progress.get('checkpointStep', '-')}  "
-            f"${float(cost.get('usd') or 0):.4f}"
+            f"{format_usd(float(cost.get('usd') or 0))}"
         )
         if sys.stdout.isatty():
             print("\r\033[K" + line, end="", flush=True)
@@ -177,8 +177,8 @@ class Demo:
             ("chief elections", str(status.get("chiefElections", 0))),
             ("steps lost", str(self.timeline.steps_lost())),
             ("time", f"{elapsed:.0f} s"),
-            ("cost", f"${float(cost.get('usd') or 0):.4f}"),
-            ("on-demand equivalent", f"${float(cost.get('onDemandEquivalentUSD') or 0):.4f}"),
+            ("cost", format_usd(float(cost.get("usd") or 0))),
+            ("on-demand equivalent", format_usd(float(cost.get("onDemandEquivalentUSD") or 0))),
             ("timeline picture", str(picture)),
         ]
         width = max(len(k) for k, _ in rows)

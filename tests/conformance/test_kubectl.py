@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from ttj_contract import format_usd
 
 from .conftest import minimal_job
 
@@ -67,6 +70,12 @@ def test_kubectl_with_transient_training_jobs(
     assert "created" in kubectl(kubeconfig, "-n", namespace, "apply", "-f", str(manifest)).stdout
     header = kubectl(kubeconfig, "-n", namespace, "get", "ttj").stdout.split("\n")[0].split()
     assert header == ["NAME", "PHASE", "WORKERS", "CHIEF", "STEP", "COST", "AGE"]
+    usd = 0.0023326063027777778
+    status = {"status": {"phase": "Running", "cost": {"usd": usd, "summary": format_usd(usd)}}}
+    kubectl(kubeconfig, "-n", namespace, "patch", "ttj", "kjob", "--subresource=status", "--type=merge",
+            "-p", json.dumps(status))  # fmt: skip
+    row = kubectl(kubeconfig, "-n", namespace, "get", "ttj", "kjob", "--no-headers").stdout.split()
+    assert "$0.0023" in row, f"money reads as money in the COST column: {row}"
     assert "scaled" in kubectl(kubeconfig, "-n", namespace, "scale", "ttj/kjob", "--replicas=4").stdout
     replicas = kubectl(
         kubeconfig, "-n", namespace, "get", "ttj", "kjob", "-o", "jsonpath={.spec.workers.replicas}"
@@ -114,6 +123,15 @@ def test_kubectl_apply_the_examples_directory(kubeconfig: str, ttj_crd: dict[str
         out = kubectl(kubeconfig, "delete", "--ignore-not-found", "-f", examples).stdout
     assert "deleted" in out
     assert "resnet32-full" not in kubectl(kubeconfig, "get", "ttj").stdout
+
+
+def test_kubectl_apply_f_on_the_crds_directory(kubeconfig: str, ttj_crd: dict[str, Any]) -> None:
+    """`kubectl apply -f crds/`, the idiom many projects document, reads the CRD and nothing else."""
+    crds = str(Path(__file__).resolve().parents[2] / "crds")
+    out = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", crds).stdout.strip().splitlines()
+    crd = "customresourcedefinition.apiextensions.k8s.io/transienttrainingjobs.transient.training"
+    assert out in ([f"{crd} configured (server dry run)"], [f"{crd} unchanged (server dry run)"]), out
+    assert "transienttrainingjobs.transient.training" in kubectl(kubeconfig, "kustomize", crds).stdout
 
 
 def test_kubectl_explain_reads_the_crd_descriptions(kubeconfig: str, ttj_crd: dict[str, Any]) -> None:

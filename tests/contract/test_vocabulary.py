@@ -113,3 +113,11 @@ def test_child_names_follow_the_documented_pattern() -> None:
     assert contract.ps_name("train", 0) == "train-ps-0"
     assert contract.dns_address("train", "ml", "train-ps-0") == f"train-ps-0.train.ml.svc:{contract.TF_PORT}"
     assert contract.worker_selector("train") == f"{contract.LABEL_JOB}=train,{contract.LABEL_ROLE}=worker"
+
+
+@pytest.mark.parametrize(
+    ("amount", "text"),
+    [(0.0023326063027777778, "$0.0023"), (0.0, "$0.0000"), (12.404, "$12.40"), (1234.5, "$1,234.50")],
+)
+def test_money_reads_as_money(amount: float, text: str) -> None:
+    assert contract.format_usd(amount) == text

@@ -73,7 +73,11 @@ def main() -> int:
 
 
 def run() -> None:
+    from ttj_trainer import scratch
+
+    own_tmp = scratch.claim()
     code = main()
+    scratch.release(own_tmp)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -120,7 +120,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "Chief", "type": "string", "jsonPath": ".status.chief.pod", "description": "Current chief pod."},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.globalStep", "description": "Global step."},
-    {"name": "Cost", "type": "number", "jsonPath": ".status.cost.usd", "description": "Cost so far, USD."},
+    {"name": "Cost", "type": "string", "jsonPath": ".status.cost.summary", "description": "Cost so far."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -433,6 +433,9 @@ class CostStatus(_Model):
     notes: list[Annotated[str, Field(description="One reason, in words.")]] | None = Field(
         default=None, description="Why a figure is an estimate (e.g. a machine type missing from the price table)."
     )
+    summary: str | None = Field(
+        default=None, description="The cost so far as people read it, e.g. $0.0023 (the COST column of kubectl get)."
+    )
     accrued_at: str | None = Field(
         default=None,
         description="When the cost was last computed (RFC 3339).",

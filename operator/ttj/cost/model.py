@@ -36,6 +36,7 @@ from ttj_contract import (
     LEGACY_INSTANCE_TYPE_LABEL,
     Provisioning,
     format_micro_time,
+    format_usd,
     parse_time,
     provisioning_of,
 )
@@ -231,8 +232,10 @@ def accrue(
     on_demand_total = settled_on_demand + sum(entry.on_demand_equivalent_usd for entry in entries)
     running_rate = sum(entry.usd_per_hour for entry in entries if entry.ended_at is None)
     kept_notes = list(dict.fromkeys([*(before.notes or []), *notes]))[-10:]
+    usd = max(usd_total, before.usd)
     return CostStatus(
-        usd=max(usd_total, before.usd),
+        usd=usd,
+        summary=format_usd(usd),
         on_demand_equivalent_usd=max(on_demand_total, before.on_demand_equivalent_usd),
         usd_per_hour=running_rate,
         settled_usd=settled_usd,

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     PARAMETER_SERVER_LOST = "ParameterServerLost"
     CHIEF_LOST = "ChiefLost"
     WORKERS_LOST = "WorkersLost"
+    STARTING = "Starting"
     AT_DESIRED_WORKERS = "AtDesiredWorkers"
     ELECTED = "Elected"
     NO_RUNNING_WORKERS = "NoRunningWorkers"
@@ -83,6 +84,9 @@ class InProgress:
 
     #: A chief was ever elected.
     started: bool
+    #: Something the job had was lost since it started: a worker or parameter server (preempted or
+    #: failed) or a chief. Until then a job short of its workers is starting, not recovering.
+    lost: bool
     chief: ChiefStatus | None
     chief_healthy: bool
     parameter_servers_ready: bool
@@ -117,7 +121,11 @@ def phase_of(situation: Situation) -> Phase | None:
         case InProgress():
             if not situation.started:
                 return Phase.PENDING
-            return Phase.RUNNING if situation.whole else Phase.RECOVERING
+            if situation.whole:
+                return Phase.RUNNING
+            if not situation.lost:
+                return Phase.RUNNING if situation.training else Phase.PENDING
+            return Phase.RECOVERING
 
 
 # -- the rule table --------------------------------------------------------------------------------
@@ -141,6 +149,9 @@ class Rule:
     of: Callable[[Situation], Holds | None]
     #: Whether its turning True (or changing reason while True) is a Warning event rather than Normal.
     warns: bool
+    #: Whether its changes raise an Event here; False when the stage that causes the change posts a
+    #: fuller one itself (an election's Event names the chief, the epoch and why).
+    evented: bool = True
 
 
 def _invalid(s: Situation) -> Holds | None:
@@ -172,6 +183,8 @@ def _recovering(s: Situation) -> Holds | None:
         return None
     if s.whole:
         return False, Reason.AT_DESIRED_WORKERS, ""
+    if not s.lost:
+        return False, Reason.STARTING, _starting(s)
     if not s.parameter_servers_ready:
         return True, Reason.PARAMETER_SERVER_LOST, "waiting for the parameter servers to run again"
     if not s.chief_healthy:
@@ -179,6 +192,17 @@ def _recovering(s: Situation) -> Holds | None:
     if s.unschedulable:
         return True, Reason.WORKERS_UNSCHEDULABLE, s.unschedulable
     return True, Reason.WORKERS_LOST, f"{s.active}/{s.desired} workers active"
+
+
+def _starting(s: InProgress) -> str:
+    waiting = [f"{s.active}/{s.desired} workers active"]
+    if s.unschedulable:
+        waiting.append(s.unschedulable)
+    if not s.parameter_servers_ready:
+        waiting.append("waiting for the parameter servers to start")
+    if not s.chief_healthy:
+        waiting.append("waiting for the chief to start")
+    return "; ".join(waiting)
 
 
 def _chief_elected(s: Situation) -> Holds | None:
@@ -225,7 +249,7 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.CREATED: Rule(_created, warns=False),
     ConditionType.RUNNING: Rule(_running, warns=False),
     ConditionType.RECOVERING: Rule(_recovering, warns=True),
-    ConditionType.CHIEF_ELECTED: Rule(_chief_elected, warns=False),
+    ConditionType.CHIEF_ELECTED: Rule(_chief_elected, warns=False, evented=False),
     ConditionType.BUDGET_EXCEEDED: Rule(_budget_exceeded, warns=True),
     ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
     ConditionType.FAILED: Rule(_failed, warns=True),
@@ -233,6 +257,8 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
 
 #: Reasons raised as a Warning event on every change, even while their condition is False.
 ALWAYS_WARN = frozenset({Reason.WORKERS_UNSCHEDULABLE})
+#: Reasons raised as a Normal event when they appear, even while their condition is False.
+ANNOUNCED = frozenset({Reason.STARTING})
 
 
 def wanted_conditions(situation: Situation) -> list[Wanted]:
@@ -265,9 +291,10 @@ def derive(situation: Situation, previous: list[Condition] | None, now: str, gen
 def _events(changed: Sequence[Wanted]) -> list[EmitEvent]:
     events = []
     for change in changed:
-        if change.status != "True" and change.reason not in ALWAYS_WARN:
+        rule = CONDITION_RULES[change.type]
+        if not rule.evented or (change.status != "True" and change.reason not in ALWAYS_WARN | ANNOUNCED):
             continue
-        warning = CONDITION_RULES[change.type].warns or change.reason in ALWAYS_WARN
+        warning = change.reason in ALWAYS_WARN or (change.status == "True" and rule.warns)
         events.append(
             EmitEvent("Warning" if warning else "Normal", change.reason.value, change.message or change.type.value)
         )

@@ -221,6 +221,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     elections = previous.chief_elections + chief.elections
     situation = InProgress(
         started=elections > 0,
+        lost=servers.lost or counted.preemptions + servers.preemptions + counted.failures > 0 or elections > 1,
         chief=chief.chief,
         chief_healthy=chief.healthy,
         parameter_servers_ready=servers.ready,

@@ -25,6 +25,8 @@ class ParameterServers:
     #: PS pods lost to preemption in this pass.
     preemptions: int
     events: tuple[EmitEvent, ...]
+    #: Some index's recorded pod (one that held model state) is not running now.
+    lost: bool = False
 
     @property
     def ready(self) -> bool:
@@ -37,12 +39,13 @@ def parameter_servers(job_name: str, replicas: int, pods: Iterable[Obj], recorde
     before = [*recorded[:replicas], *[""] * (replicas - len(recorded))]
     running, template_hash = _running(pods)
     after = list(before)
-    all_running, replaced, preemptions = True, False, 0
+    all_running, replaced, preemptions, lost = True, False, 0, False
     events: list[EmitEvent] = []
     for index in range(replicas):
         names = sorted(running.get(index, []))
         if before[index] in names:
             continue
+        lost = lost or bool(before[index])
         if not names:
             all_running = False
             continue
@@ -71,7 +74,7 @@ def parameter_servers(job_name: str, replicas: int, pods: Iterable[Obj], recorde
                 "the chief restores the latest checkpoint",
             )
         )
-    return ParameterServers(tuple(after), all_running, replaced, preemptions, tuple(events))
+    return ParameterServers(tuple(after), all_running, replaced, preemptions, tuple(events), lost)
 
 
 def _running(pods: Iterable[Obj]) -> tuple[dict[int, list[str]], dict[str, str]]:

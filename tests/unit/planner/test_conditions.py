@@ -29,6 +29,7 @@ LATER = "2026-11-21T12:05:00Z"
 
 TRAINING = InProgress(
     started=True,
+    lost=True,
     chief=ChiefStatus(pod="job-worker-0-1", epoch=2),
     chief_healthy=True,
     parameter_servers_ready=True,
@@ -150,15 +151,41 @@ def test_a_finished_job_keeps_its_conditions_and_says_nothing() -> None:
 
 def test_events_warn_for_trouble_and_note_progress() -> None:
     first = derive(TRAINING, None, NOW, 1)
-    assert [(e.type, e.reason) for e in first.events] == [
-        ("Normal", "ChildrenCreated"),
-        ("Normal", "Training"),
-        ("Normal", "Elected"),
-    ]
+    assert [(e.type, e.reason) for e in first.events] == [("Normal", "ChildrenCreated"), ("Normal", "Training")]
     lost = derive(replace(TRAINING, chief_healthy=False), first.conditions, LATER, 1)
     assert [(e.type, e.reason, e.message) for e in lost.events] == [
         ("Warning", "ChiefLost", "waiting for a running worker to become chief")
     ]
+
+
+STARTING = replace(TRAINING, lost=False, active=2, desired=4, parameter_servers_ready=False)
+
+
+def test_a_job_short_of_workers_before_any_loss_is_starting_not_recovering() -> None:
+    found = conditions(STARTING)
+    assert found["Recovering"] == (
+        "False",
+        "Starting",
+        "2/4 workers active; waiting for the parameter servers to start",
+    )
+    assert phase_of(STARTING) == Phase.PENDING
+    assert phase_of(replace(STARTING, parameter_servers_ready=True)) == Phase.RUNNING
+    assert phase_of(replace(STARTING, lost=True)) == Phase.RECOVERING
+
+
+def test_start_up_events_say_starting_and_never_lost() -> None:
+    events = derive(STARTING, None, NOW, 1).events
+    assert [(e.type, e.reason, e.message) for e in events] == [
+        ("Normal", "ChildrenCreated", "Created"),
+        ("Normal", "Starting", "2/4 workers active; waiting for the parameter servers to start"),
+    ]
+    assert not [e for e in events if "Lost" in e.reason or "lost" in e.message]
+
+
+def test_an_election_is_announced_once_by_the_chief_stage_not_by_the_condition() -> None:
+    before = derive(replace(TRAINING, chief=None, chief_healthy=False), None, NOW, 1).conditions
+    events = derive(TRAINING, before, LATER, 1).events
+    assert [e.reason for e in events if "Elect" in e.reason] == []
 
 
 def test_unschedulable_workers_warn_even_while_the_condition_is_false() -> None:

@@ -517,3 +517,25 @@ def test_a_lease_not_yet_seen_is_recreated_as_the_status_says_without_a_new_elec
     assert world.job["status"]["chief"]["epoch"] == 1
     assert world.job["status"]["chiefElections"] == status["chiefElections"]
     assert chief_labelled(world) == [status["chief"]["pod"]]
+
+
+def test_start_up_is_starting_not_losing_and_one_election_is_one_event() -> None:
+    """Two of three workers run before the parameter server does: nothing was lost, so nothing says so."""
+    world = World(job())
+    gpus = [node(f"gpu-{i}", age=timedelta(hours=2)) for i in range(2)]
+    for n in [*gpus, node("cpu-0", "on-demand", now=T0)]:
+        world.observed.nodes[n["metadata"]["name"]] = n
+    world.reconcile(T0)
+    for pod, n in zip(pods(world), gpus, strict=False):
+        run_pod(world, pod["metadata"]["name"], n["metadata"]["name"], T0)
+    settle(world, T0 + S)
+    settle(world, T0 + 2 * S)
+    status = world.job["status"]
+    assert status["chiefElections"] == 1
+    assert status["phase"] == "Pending"
+    recovering = {c["type"]: c for c in status["conditions"]}["Recovering"]
+    assert (recovering["status"], recovering["reason"]) == ("False", "Starting")
+    reasons = [e.reason for e in world.events]
+    assert not [r for r in reasons if "Lost" in r], reasons
+    assert reasons.count("ChiefElected") + reasons.count("Elected") == 1, reasons
+    assert "Starting" in reasons
