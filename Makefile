@@ -17,8 +17,9 @@ PYTEST_ARGS ?=
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# pip speaks only on errors (-qq); its full log, warnings included, goes to $(VENV)/pip.log.
-PIP := $(BIN)/pip install -qq --disable-pip-version-check --log $(VENV)/pip.log
+# pip speaks only on errors (-qq); `make setup PIP_VERBOSITY=` shows everything it says.
+PIP_VERBOSITY ?= -qq
+PIP := $(BIN)/pip install $(PIP_VERBOSITY) --disable-pip-version-check
 
 $(STAMP): contract/pyproject.toml operator/pyproject.toml trainer-image/pyproject.toml localcluster/pyproject.toml requirements-dev.txt
 	@echo "setup [1/3] virtualenv $(VENV) (Python: $$($(PYTHON) --version 2>&1))"
@@ -27,7 +28,7 @@ $(STAMP): contract/pyproject.toml operator/pyproject.toml trainer-image/pyprojec
 	@$(PIP) --upgrade pip
 	@echo "setup [3/3] ttj's four distributions (editable) and the dev tools; TensorFlow is large, allow a few minutes"
 	@$(PIP) -e contract -e 'operator[viz]' -e 'trainer-image[cpu]' -e 'localcluster[demo]' -r requirements-dev.txt \
-	  || { echo "setup failed: the full pip log is $(VENV)/pip.log" >&2; exit 1; }
+	  || { echo "setup failed: run 'make setup PIP_VERBOSITY=' to see all that pip says" >&2; exit 1; }
 	@touch $@
 
 setup: $(STAMP) ## Create the development virtualenv (.venv) with the operator, trainer and local cluster
