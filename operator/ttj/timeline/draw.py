@@ -138,5 +138,6 @@ def figure(timeline: Timeline, title: str) -> Any:
         money.set_ylabel("US dollars")
         money.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
         money.set_title(cost_line(timeline).replace("$", r"\$"), fontsize=9, loc="left")  # not mathtext
+    axes[-1].set_xlim(left=0)
     axes[-1].set_xlabel("seconds since the job was applied")
     return fig
