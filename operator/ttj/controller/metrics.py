@@ -19,8 +19,6 @@ COUNTERS = {
     "chiefElections": "chief_elections",
     "failures": "failures",
 }
-#: status.savings counter field → metric attribute
-SAVINGS_COUNTERS = {"stepsLost": "steps_lost", "slotEmptySeconds": "slot_empty_seconds"}
 #: The phases ttj_job_phase reports (api.models.Phase).
 PHASES = ("Pending", "Running", "Recovering", "Succeeded", "Failed")
 
@@ -77,10 +75,11 @@ class Metrics:
         self.steps_lost = Counter(
             "ttj_steps_lost_total", "Global steps trained again after losses.", LABELS, registry=registry
         )
-        self.slot_empty_seconds = Counter(
-            "ttj_slot_empty_seconds_total",
-            "Seconds worker slots stood empty between a loss and its replacement being ready.",
+        self.slot_empty = Histogram(
+            "ttj_slot_empty_seconds",
+            "A loss until its replacement was ready (status.preemptionCosts[].slotEmptySeconds), per loss.",
             LABELS,
+            buckets=RECOVERY_BUCKETS,
             registry=registry,
         )
         self.reconcile = Histogram(
@@ -113,11 +112,17 @@ class Metrics:
             delta = int(new.get(field) or 0) - int(old.get(field) or 0)
             if delta > 0:
                 getattr(self, attribute).labels(namespace, job).inc(delta)
-        old_savings, savings = old.get("savings") or {}, new.get("savings") or {}
-        for field, attribute in SAVINGS_COUNTERS.items():
-            grown = float(savings.get(field) or 0) - float(old_savings.get(field) or 0)
-            if grown > 0:
-                getattr(self, attribute).labels(namespace, job).inc(grown)
+        savings = new.get("savings") or {}
+        grown = int(savings.get("stepsLost") or 0) - int((old.get("savings") or {}).get("stepsLost") or 0)
+        if grown > 0:
+            self.steps_lost.labels(namespace, job).inc(grown)
+        closed_before = {
+            (r.get("pod"), r.get("lostAt")) for r in old.get("preemptionCosts") or [] if r.get("recoveredAt")
+        }
+        for record in new.get("preemptionCosts") or []:
+            key = (record.get("pod"), record.get("lostAt"))
+            if record.get("recoveredAt") and key not in closed_before and record.get("slotEmptySeconds") is not None:
+                self.slot_empty.labels(namespace, job).observe(float(record["slotEmptySeconds"]))
         cost = new.get("cost") or {}
         self.active_workers.labels(namespace, job).set((new.get("workers") or {}).get("active", 0))
         self.cost.labels(namespace, job).set(cost.get("usd", 0.0))
@@ -151,7 +156,7 @@ class Metrics:
             self.budget,
             self.chief_epoch,
             self.steps_lost,
-            self.slot_empty_seconds,
+            self.slot_empty,
             self.reconcile,
             self.recovery,
             self.handover,
