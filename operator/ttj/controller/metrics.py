@@ -7,6 +7,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ttj_contract import parse_time
+
 LABELS = ("namespace", "job")
 #: Seconds; recoveries and handovers span a pod start-up, so the buckets reach minutes.
 RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -63,6 +65,15 @@ class Metrics:
         self.budget = Gauge(
             "ttj_job_budget_usd",
             "The job's budget (spec.budget.maxCostUSD); absent without one.",
+            LABELS,
+            registry=registry,
+        )
+        self.checkpoint_step = Gauge(
+            "ttj_checkpoint_step", "Global step of the latest checkpoint the chief reported.", LABELS, registry=registry
+        )
+        self.checkpoint_time = Gauge(
+            "ttj_checkpoint_timestamp_seconds",
+            "Unix time of the latest checkpoint the chief reported (checkpoint age: time() minus this).",
             LABELS,
             registry=registry,
         )
@@ -131,6 +142,12 @@ class Metrics:
         self.preemption_loss.labels(namespace, job).set(savings.get("preemptionLossUSD", 0.0))
         self.global_step.labels(namespace, job).set((new.get("progress") or {}).get("globalStep", 0))
         self.chief_epoch.labels(namespace, job).set((new.get("chief") or {}).get("epoch", 0))
+        progress = new.get("progress") or {}
+        if progress.get("checkpointStep") is not None:
+            self.checkpoint_step.labels(namespace, job).set(progress["checkpointStep"])
+        checkpointed = parse_time(progress.get("checkpointTime"))
+        if checkpointed is not None:
+            self.checkpoint_time.labels(namespace, job).set(checkpointed.timestamp())
         for phase in PHASES:
             self.phase.labels(namespace, job, phase).set(1 if new.get("phase") == phase else 0)
         limit = ((spec or {}).get("budget") or {}).get("maxCostUSD")
@@ -155,6 +172,8 @@ class Metrics:
             self.preemption_loss,
             self.budget,
             self.chief_epoch,
+            self.checkpoint_step,
+            self.checkpoint_time,
             self.steps_lost,
             self.slot_empty,
             self.reconcile,

@@ -29,6 +29,7 @@ def test_savings_losses_budget_phase_and_epoch_follow_the_status() -> None:
         **first,
         "phase": "Recovering",
         "chief": {"epoch": 2},
+        "progress": {"globalStep": 500, "checkpointStep": 400, "checkpointTime": "2026-11-23T08:00:00Z"},
         "savings": {"stepsLost": 100, "netUSD": 1.5, "preemptionLossUSD": 0.3},
         "preemptionCosts": [
             {"pod": "w-0-1", "lostAt": "t1", "recoveredAt": "t2", "slotEmptySeconds": 40.0},
@@ -44,6 +45,8 @@ def test_savings_losses_budget_phase_and_epoch_follow_the_status() -> None:
     assert value(registry, "ttj_job_on_demand_equivalent_usd") == 3.0
     assert value(registry, "ttj_job_budget_usd") == 5.0
     assert value(registry, "ttj_chief_epoch") == 2
+    assert value(registry, "ttj_checkpoint_step") == 400
+    assert value(registry, "ttj_checkpoint_timestamp_seconds") == 1795420800.0
     assert value(registry, "ttj_job_phase", phase="Recovering") == 1
     assert value(registry, "ttj_job_phase", phase="Running") == 0
 
