@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, renew, run_pod, start, terminate
@@ -144,6 +145,7 @@ def test_the_picture_draws_every_marker_above_the_bars(run: Run, tmp_path: Path)
     assert max(bars) == Z_CHIEF
     assert all(m.get_zorder() == Z_MARKER > max(bars) for m in markers)
     assert len(fig.axes) >= 3, "lanes, global step, cost"
+    plt.close(fig)
     out = draw(timeline, tmp_path / "timeline.png", "ns/mnist")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -184,3 +186,16 @@ def test_the_command_reads_the_job_events_pods_and_lease(
     assert picture.stat().st_size > 10_000
     assert cli.main(parser.parse_args(["ns/other"])) == 1
     assert "no TransientTrainingJob ns/other" in capsys.readouterr().err
+
+
+def test_a_job_just_applied_has_a_timeline_too(tmp_path: Path) -> None:
+    """No status, no pods, no Lease, no Events yet (and no prices): text and picture still come out."""
+    fresh = {"metadata": {"name": "mnist", "namespace": "ns", "creationTimestamp": format_time(T0)}, "spec": {}}
+    timeline = from_cluster(fresh, [], [], None, T0 + 3 * S)
+    assert (timeline.end, timeline.pods, timeline.chiefs, timeline.cost) == (3.0, {}, [], [])
+    text = render(timeline, "ns/mnist (Pending)")
+    assert "cost: not accrued" in text
+    fig = figure(timeline, "ns/mnist")
+    assert len(fig.axes) == 2, "no cost panel without a cost"
+    plt.close(fig)
+    assert draw(timeline, tmp_path / "fresh.svg", "ns/mnist").read_text().lstrip().startswith("<?xml")
