@@ -27,7 +27,7 @@ from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.observed import Obj, condition, has_role, meta, name_of, slot_of
 from ttj.planner.parameter_servers import ServerLoss
 from ttj.planner.slots import incarnation_of
-from ttj_contract import Role, format_time, parse_time
+from ttj_contract import Role, format_time, format_usd, parse_time
 
 #: Records kept in status.preemptionCosts; older closed ones live on only in status.savings' totals.
 KEPT_RECORDS = 20
@@ -240,8 +240,8 @@ def describe(record: PreemptionCost) -> str:
     if record.startup_seconds is not None:
         startup = f"start-up of {record.replacement} {record.startup_seconds:.0f} s"
         if record.startup_usd is not None:
-            startup += f" ${record.startup_usd:.4f}"
+            startup += f" {format_usd(record.startup_usd)}"
         parts.append(startup)
     if record.usd is not None:
-        parts.append(f"${record.usd:.4f} in all")
+        parts.append(f"{format_usd(record.usd)} in all")
     return f"{where} lost at {record.lost_at}: " + ", ".join(parts)

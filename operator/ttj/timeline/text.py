@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ttj.planner.losses import describe
 from ttj.timeline.model import Timeline
-from ttj_contract import Role
+from ttj_contract import Role, format_usd
 
 
 def _at(seconds: float | None) -> str:
@@ -17,10 +17,12 @@ def cost_line(timeline: Timeline) -> str:
     if not cost:
         return "cost: not accrued (the operator runs without prices)"
     paid = float(cost.get("usd") or 0.0)
-    text = f"paid ${paid:.4f}, on-demand equivalent ${float(cost.get('onDemandEquivalentUSD') or 0.0):.4f}"
+    text = (
+        f"paid {format_usd(paid)}, on-demand equivalent {format_usd(float(cost.get('onDemandEquivalentUSD') or 0.0))}"
+    )
     if savings:
         loss = float(savings.get("preemptionLossUSD") or 0.0)
-        text += f"; preemptions cost ${loss:.4f}; saved ${float(savings.get('netUSD') or 0.0):.4f} net"
+        text += f"; preemptions cost {format_usd(loss)}; saved {format_usd(float(savings.get('netUSD') or 0.0))} net"
         if savings.get("netPercent") is not None:
             text += f" ({float(savings['netPercent']):.1f} %)"
     return text
