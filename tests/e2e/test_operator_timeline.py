@@ -6,6 +6,7 @@ The chief's progress reports, which a trainer would publish, are written to the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -89,7 +90,7 @@ def env(tmp_path: Path) -> Iterator[dict[str, Any]]:
     with cluster_with_nodes(pools()) as (kubeconfig, control):
         api = config.new_client_from_config(config_file=kubeconfig)
         install_crd(api)
-        namespace = "timeline"
+        namespace = f"timeline-{os.getpid()}"
         core = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": namespace}})
         operator = OperatorProcess(kubeconfig, namespace, tmp_path)
@@ -110,6 +111,8 @@ def env(tmp_path: Path) -> Iterator[dict[str, Any]]:
         finally:
             progress.stop.set()
             operator.kill()
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(namespace)  # on a shared cluster (KUBECONFIG) leave nothing behind
             api.close()
 
 
