@@ -59,6 +59,8 @@ class Role(StrEnum):
 #: The trainer container's name and the TensorFlow server port.
 CONTAINER_NAME = "trainer"
 TF_PORT = 2222
+#: The trainer's Prometheus endpoint (TTJ_METRICS_PORT's default), the container port named ``metrics``.
+METRICS_PORT = 9090
 
 
 def service_name(job: str) -> str:

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
+from ttj.timeline.model import Timeline
 from ttj_contract import Role, format_usd
 from ttj_demo.stack import Stack
-from ttj_demo.timeline import Timeline, draw
 
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL = ("Succeeded", "Failed")
@@ -161,13 +161,36 @@ class Demo:
         print()
         return self.summarise(status)
 
+    def draw(self, title: str) -> Path:
+        """The picture ``ttj timeline -o`` draws, read from the cluster the same way, with the demo's finer
+        samples of the step and the cost; its text form beside it."""
+        from datetime import UTC, datetime
+
+        from ttj.kubeapi import KubeClient
+        from ttj.timeline.cli import read_job
+        from ttj.timeline.cluster import from_cluster
+        from ttj.timeline.draw import draw
+        from ttj.timeline.text import render
+
+        client = KubeClient.from_kubeconfig(str(self.stack.kubeconfig))
+        try:
+            read = read_job(client, self.namespace, self.name)
+        finally:
+            client.close()
+        timeline = self.timeline
+        if read is not None:
+            timeline = from_cluster(*read, now=datetime.now(UTC))
+            timeline.refine(self.timeline)
+        (self.out / "timeline.txt").write_text(render(timeline, title))
+        return draw(timeline, self.out / "timeline.png", title)
+
     def summarise(self, status: dict[str, Any]) -> int:
         elapsed = time.monotonic() - self.began
         progress = status.get("progress") or {}
         cost = status.get("cost") or {}
         phase = status.get("phase") or "Pending"
         succeeded = phase == "Succeeded"
-        picture = draw(self.timeline, self.out / "timeline.png", f"ttj demo: {self.name} ({phase})")
+        picture = self.draw(f"ttj demo: {self.name} ({phase})")
         rows = [
             ("result", "succeeded" if succeeded else f"NOT succeeded (phase {phase})"),
             ("global steps", f"{progress.get('globalStep', 0)} of {self.train_steps}"),
@@ -179,6 +202,7 @@ class Demo:
             ("time", f"{elapsed:.0f} s"),
             ("cost", format_usd(float(cost.get("usd") or 0))),
             ("on-demand equivalent", format_usd(float(cost.get("onDemandEquivalentUSD") or 0))),
+            ("saved, net of preemptions", format_usd(float((status.get("savings") or {}).get("netUSD") or 0))),
             ("timeline picture", str(picture)),
         ]
         width = max(len(k) for k, _ in rows)

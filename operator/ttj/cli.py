@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("ttj.api.cli", "print the TransientTrainingJob CustomResourceDefinition (YAML)"),
     "operator": ("ttj.controller.cli", "run the operator against the cluster in KUBECONFIG or in-cluster"),
     "simulate": ("ttj.simulate.cli", "predict time, cost and failure odds of a job under preemptions"),
+    "timeline": ("ttj.timeline.cli", "show a job's timeline (pods, chiefs, preemptions and their cost); -o draws it"),
 }
 
 

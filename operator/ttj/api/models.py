@@ -443,6 +443,104 @@ class CostStatus(_Model):
     )
 
 
+class PreemptionCost(_Model):
+    """What one loss cost the job: steps to train again, time a slot stood empty, money spent starting up."""
+
+    pod: str = Field(description="The pod lost (a worker, or the parameter server pod that held the model).")
+    role: Literal["worker", "chief", "ps"] = Field(description="worker, chief (the worker holding the Lease) or ps.")
+    slot: int | None = Field(default=None, ge=0, description="Worker slot, or parameter server index.")
+    started_at: str | None = Field(
+        default=None,
+        description="When the lost pod started running (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    lost_at: str = Field(
+        description="When the loss was first evident in the cluster (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    global_step: int = Field(default=0, ge=0, description="The job's global step when the pod was lost.")
+    steps_lost: int = Field(
+        default=0,
+        ge=0,
+        description="Global steps trained again because of the loss: a parameter server's steps since the latest "
+        "checkpoint; 0 for a worker or a chief, whose parameter servers keep the model.",
+    )
+    job_usd: float = Field(
+        default=0.0, ge=0, alias="jobUSD", description="The job's accrued cost when the pod was lost, in US dollars."
+    )
+    replacement: str | None = Field(default=None, description="The pod that took the slot over.")
+    recovered_at: str | None = Field(
+        default=None,
+        description="When the replacement was ready (Ready condition, else its container running), RFC 3339; "
+        "empty while the slot waits.",
+        json_schema_extra={"format": "date-time"},
+    )
+    slot_empty_seconds: float | None = Field(
+        default=None, ge=0, description="Seconds from the loss until the replacement was ready."
+    )
+    startup_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds the replacement was paid for before it was ready (from its start time).",
+    )
+    startup_usd: float | None = Field(
+        default=None, ge=0, alias="startupUSD", description="What the replacement cost before it was ready."
+    )
+    usd: float | None = Field(
+        default=None,
+        ge=0,
+        description="What the loss cost in all: the replacement's start-up plus the lost steps at the job's "
+        "average cost per step, in US dollars.",
+    )
+    on_demand_equivalent_usd: float | None = Field(
+        default=None,
+        ge=0,
+        alias="onDemandEquivalentUSD",
+        description="The same at on-demand prices: what an on-demand run would not have spent.",
+    )
+
+
+class SavingsStatus(_Model):
+    """Savings against on-demand prices, net of what preemptions cost (the paper's Table IV, live)."""
+
+    on_demand_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="onDemandUSD",
+        description="What the work done so far would have cost on on-demand nodes, without preemptions: "
+        "cost.onDemandEquivalentUSD less the on-demand price of the losses.",
+    )
+    gross_usd: float = Field(
+        default=0.0,
+        alias="grossUSD",
+        description="cost.onDemandEquivalentUSD less cost.usd: the price difference alone.",
+    )
+    preemption_loss_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="preemptionLossUSD",
+        description="What the preemptions cost, at the prices paid (sum of the losses' usd).",
+    )
+    preemption_loss_on_demand_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="preemptionLossOnDemandUSD",
+        description="The same losses at on-demand prices (sum of the losses' onDemandEquivalentUSD).",
+    )
+    net_usd: float = Field(
+        default=0.0, alias="netUSD", description="onDemandUSD less cost.usd: what running on spot saved, net."
+    )
+    net_percent: float | None = Field(
+        default=None, description="netUSD as a percentage of onDemandUSD (empty while it is 0)."
+    )
+    steps_lost: int = Field(default=0, ge=0, description="Global steps trained again, over all losses.")
+    slot_empty_seconds: float = Field(
+        default=0.0, ge=0, description="Seconds worker slots stood empty after losses, over all recovered losses."
+    )
+    losses: int = Field(default=0, ge=0, description="Losses counted here (recovered or not).")
+    recovered: int = Field(default=0, ge=0, description="Losses whose replacement is ready.")
+
+
 class TransientTrainingJobStatus(_Model):
     """Observed state, written by the operator only."""
 
@@ -480,6 +578,13 @@ class TransientTrainingJobStatus(_Model):
         default=None,
         description="Name of the parameter server pod holding the model state, by PS index; a different pod "
         "means the PS was replaced and the model state must be restored from the latest checkpoint.",
+    )
+    preemption_costs: list[PreemptionCost] | None = Field(
+        default=None,
+        description="What each recent loss cost, newest last (the latest 20; savings keeps the totals).",
+    )
+    savings: SavingsStatus | None = Field(
+        default=None, description="Savings against on-demand prices, net of what preemptions cost."
     )
 
 

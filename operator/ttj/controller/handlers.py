@@ -332,7 +332,7 @@ class JobReconciler:
                 after["status"] = answer.get("status", result.status)
                 after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
                 self.ctx.written[self.key] = (pre, after)
-                self.ctx.metrics.status_written(namespace, name, old_status, result.status)
+                self.ctx.metrics.status_written(namespace, name, old_status, result.status, job.get("spec"))
         except Conflict as exc:
             log.info("%s/%s: %s; planning again", namespace, name, exc)
             return 0.05

@@ -7,6 +7,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ttj_contract import parse_time
+
 LABELS = ("namespace", "job")
 #: Seconds; recoveries and handovers span a pod start-up, so the buckets reach minutes.
 RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -19,6 +21,8 @@ COUNTERS = {
     "chiefElections": "chief_elections",
     "failures": "failures",
 }
+#: The phases ttj_job_phase reports (api.models.Phase).
+PHASES = ("Pending", "Running", "Recovering", "Succeeded", "Failed")
 
 
 class Metrics:
@@ -40,6 +44,55 @@ class Metrics:
         self.active_workers = Gauge("ttj_active_workers", "Workers running.", LABELS, registry=registry)
         self.cost = Gauge("ttj_job_cost_usd", "Cost accrued by the job, in US dollars.", LABELS, registry=registry)
         self.global_step = Gauge("ttj_global_step", "Global step reported by the chief.", LABELS, registry=registry)
+        self.on_demand_equivalent = Gauge(
+            "ttj_job_on_demand_equivalent_usd",
+            "What the job's pod-seconds would have cost at on-demand prices, in US dollars.",
+            LABELS,
+            registry=registry,
+        )
+        self.net_savings = Gauge(
+            "ttj_job_net_savings_usd",
+            "Savings against on-demand prices net of what preemptions cost (status.savings.netUSD).",
+            LABELS,
+            registry=registry,
+        )
+        self.preemption_loss = Gauge(
+            "ttj_job_preemption_loss_usd",
+            "What preemptions cost the job: replacements' start-up and lost steps, in US dollars.",
+            LABELS,
+            registry=registry,
+        )
+        self.budget = Gauge(
+            "ttj_job_budget_usd",
+            "The job's budget (spec.budget.maxCostUSD); absent without one.",
+            LABELS,
+            registry=registry,
+        )
+        self.checkpoint_step = Gauge(
+            "ttj_checkpoint_step", "Global step of the latest checkpoint the chief reported.", LABELS, registry=registry
+        )
+        self.checkpoint_time = Gauge(
+            "ttj_checkpoint_timestamp_seconds",
+            "Unix time of the latest checkpoint the chief reported (checkpoint age: time() minus this).",
+            LABELS,
+            registry=registry,
+        )
+        self.chief_epoch = Gauge(
+            "ttj_chief_epoch", "The chief's epoch (the Lease's transitions).", LABELS, registry=registry
+        )
+        self.phase = Gauge(
+            "ttj_job_phase", "1 for the job's phase now, 0 for the others.", (*LABELS, "phase"), registry=registry
+        )
+        self.steps_lost = Counter(
+            "ttj_steps_lost_total", "Global steps trained again after losses.", LABELS, registry=registry
+        )
+        self.slot_empty = Histogram(
+            "ttj_slot_empty_seconds",
+            "A loss until its replacement was ready (status.preemptionCosts[].slotEmptySeconds), per loss.",
+            LABELS,
+            buckets=RECOVERY_BUCKETS,
+            registry=registry,
+        )
         self.reconcile = Histogram(
             "ttj_reconcile_duration_seconds",
             "Time of one reconcile pass (observe, plan, apply, write status).",
@@ -62,15 +115,47 @@ class Metrics:
             registry=registry,
         )
 
-    def status_written(self, namespace: str, job: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    def status_written(
+        self, namespace: str, job: str, old: dict[str, Any], new: dict[str, Any], spec: dict[str, Any] | None = None
+    ) -> None:
         """Count what the new status adds to the old one's counters, and set the gauges."""
         for field, attribute in COUNTERS.items():
             delta = int(new.get(field) or 0) - int(old.get(field) or 0)
             if delta > 0:
                 getattr(self, attribute).labels(namespace, job).inc(delta)
+        savings = new.get("savings") or {}
+        grown = int(savings.get("stepsLost") or 0) - int((old.get("savings") or {}).get("stepsLost") or 0)
+        if grown > 0:
+            self.steps_lost.labels(namespace, job).inc(grown)
+        closed_before = {
+            (r.get("pod"), r.get("lostAt")) for r in old.get("preemptionCosts") or [] if r.get("recoveredAt")
+        }
+        for record in new.get("preemptionCosts") or []:
+            key = (record.get("pod"), record.get("lostAt"))
+            if record.get("recoveredAt") and key not in closed_before and record.get("slotEmptySeconds") is not None:
+                self.slot_empty.labels(namespace, job).observe(float(record["slotEmptySeconds"]))
+        cost = new.get("cost") or {}
         self.active_workers.labels(namespace, job).set((new.get("workers") or {}).get("active", 0))
-        self.cost.labels(namespace, job).set((new.get("cost") or {}).get("usd", 0.0))
+        self.cost.labels(namespace, job).set(cost.get("usd", 0.0))
+        self.on_demand_equivalent.labels(namespace, job).set(cost.get("onDemandEquivalentUSD", 0.0))
+        self.net_savings.labels(namespace, job).set(savings.get("netUSD", 0.0))
+        self.preemption_loss.labels(namespace, job).set(savings.get("preemptionLossUSD", 0.0))
         self.global_step.labels(namespace, job).set((new.get("progress") or {}).get("globalStep", 0))
+        self.chief_epoch.labels(namespace, job).set((new.get("chief") or {}).get("epoch", 0))
+        progress = new.get("progress") or {}
+        if progress.get("checkpointStep") is not None:
+            self.checkpoint_step.labels(namespace, job).set(progress["checkpointStep"])
+        checkpointed = parse_time(progress.get("checkpointTime"))
+        if checkpointed is not None:
+            self.checkpoint_time.labels(namespace, job).set(checkpointed.timestamp())
+        for phase in PHASES:
+            self.phase.labels(namespace, job, phase).set(1 if new.get("phase") == phase else 0)
+        limit = ((spec or {}).get("budget") or {}).get("maxCostUSD")
+        if limit is not None:
+            self.budget.labels(namespace, job).set(float(limit))
+        else:
+            with contextlib.suppress(KeyError):
+                self.budget.remove(namespace, job)
 
     def forget(self, namespace: str, job: str) -> None:
         """Drop a deleted job's series."""
@@ -82,9 +167,21 @@ class Metrics:
             self.active_workers,
             self.cost,
             self.global_step,
+            self.on_demand_equivalent,
+            self.net_savings,
+            self.preemption_loss,
+            self.budget,
+            self.chief_epoch,
+            self.checkpoint_step,
+            self.checkpoint_time,
+            self.steps_lost,
+            self.slot_empty,
             self.reconcile,
             self.recovery,
             self.handover,
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, job)
+        for phase in PHASES:
+            with contextlib.suppress(KeyError):
+                self.phase.remove(namespace, job, phase)

@@ -46,6 +46,8 @@ class Assessment:
     releases: tuple[Write, ...]
     #: When a node's grace period ends (its pods then count as lost).
     wake: tuple[datetime, ...]
+    #: The workers counted as preempted in this pass, sorted.
+    preempted: tuple[str, ...] = ()
 
     @property
     def replacements(self) -> int:
@@ -66,6 +68,7 @@ def assess_workers(
 
     accounted = set(already)
     preemptions = failures = 0
+    preempted: list[str] = []
     last_failure = ""
     events: list[EmitEvent] = []
     for name in sorted(by_name):
@@ -75,6 +78,7 @@ def assess_workers(
         accounted.add(name)
         if verdict.state == PodState.PREEMPTED:
             preemptions += 1
+            preempted.append(name)
             events.append(EmitEvent("Warning", "WorkerPreempted", f"worker {name} lost: {verdict.message}"))
         else:
             failures += 1
@@ -99,6 +103,7 @@ def assess_workers(
         events=tuple(events),
         releases=tuple(releases),
         wake=tuple(_node_grace_ends(workers, observed.nodes, now, node_grace)),
+        preempted=tuple(preempted),
     )
 
 

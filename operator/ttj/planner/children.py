@@ -30,6 +30,7 @@ from ttj_contract import (
     LABEL_PS_INDEX,
     LABEL_ROLE,
     LABEL_SLOT,
+    METRICS_PORT,
     PREEMPTIBLE_LABEL,
     SPOT_LABEL,
     TF_PORT,
@@ -145,7 +146,7 @@ def _container(image: str, env: list[Obj], resources: Obj, mounts: list[Obj]) ->
         "image": image,
         "command": ["python", "-m", "ttj_trainer"],
         "env": env,
-        "ports": [{"name": "tf", "containerPort": TF_PORT}],
+        "ports": [{"name": "tf", "containerPort": TF_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if resources:

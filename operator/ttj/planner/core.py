@@ -37,8 +37,9 @@ from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending
 from ttj.planner.lease import lease_holder, reported_progress
+from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.observed import Observed, meta
-from ttj.planner.parameter_servers import parameter_servers
+from ttj.planner.parameter_servers import ServerLoss, parameter_servers
 from ttj.planner.slots import fill_worker_slots
 from ttj.planner.static_children import static_children
 from ttj_contract import format_time, parse_time, worker_selector
@@ -233,8 +234,11 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         budget_limited=budget_limited,
     )
     derived = derive(situation, previous.conditions, run.now_text, run.generation)
+    losses = _losses(run, counted, assessed, servers.server_losses)
     status = counted.model_copy(
         update={
+            "preemption_costs": losses.costs,
+            "savings": losses.savings,
             "phase": derived.phase,
             "preemptions": counted.preemptions + servers.preemptions,
             "parameter_server_pods": list(servers.pods),
@@ -248,7 +252,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         run,
         status,
         writes=[*writes, *slots.writes, *chief.writes],
-        events=[*events, *servers.events, *chief.events, *derived.events],
+        events=[*events, *servers.events, *chief.events, *derived.events, *losses.events],
         observations=chief.observations,
         wake=[*assessed.wake, chief.wake, deadline_of(spec, started_at)],
     )
@@ -267,15 +271,36 @@ def _ends_now(
     """The job succeeds or fails in this pass; the next pass, seeing the written phase, cleans up."""
     derived = derive(situation, run.previous.conditions, run.now_text, run.generation)
     active, pending = assessed.count(PodState.RUNNING), assessed.count(PodState.PENDING)
+    losses = _losses(run, counted, assessed, ())
     status = counted.model_copy(
         update={
+            "preemption_costs": losses.costs,
+            "savings": losses.savings,
             "phase": derived.phase,
             "completion_time": run.now_text,
             "workers": _counts(run, spec, active=active, pending=pending),
             "conditions": derived.conditions,
         }
     )
-    return _plan(run, status, writes=writes, events=[*events, *derived.events], wake=assessed.wake)
+    return _plan(run, status, writes=writes, events=[*events, *derived.events, *losses.events], wake=assessed.wake)
+
+
+def _losses(
+    run: _Pass, counted: TransientTrainingJobStatus, assessed: Assessment, servers_lost: Iterable[ServerLoss]
+) -> LossAccounting:
+    """What this pass's losses cost, and the savings net of all losses so far (:mod:`ttj.planner.losses`)."""
+    return account_losses(
+        run.previous.preemption_costs or [],
+        run.previous.savings,
+        lost_workers=assessed.preempted,
+        lost_servers=servers_lost,
+        chief=(run.previous.chief.pod if run.previous.chief is not None else None),
+        pods=run.observed.pods,
+        verdicts=assessed.verdicts,
+        progress=counted.progress,
+        cost=counted.cost,
+        now=run.now,
+    )
 
 
 def _counts(run: _Pass, spec: TransientTrainingJobSpec, *, active: int, pending: int) -> WorkerCounts:

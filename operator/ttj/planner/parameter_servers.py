@@ -15,6 +15,15 @@ from ttj_contract import LABEL_POD_TEMPLATE_HASH, LABEL_PS_INDEX, Role, ps_name
 
 
 @dataclass(frozen=True)
+class ServerLoss:
+    """A parameter server whose model state was lost: ``old`` replaced by the running ``new``."""
+
+    index: int
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
 class ParameterServers:
     #: The PS pod holding the model state, by index ("" while none has run).
     pods: tuple[str, ...]
@@ -27,6 +36,8 @@ class ParameterServers:
     events: tuple[EmitEvent, ...]
     #: Some index's recorded pod (one that held model state) is not running now.
     lost: bool = False
+    #: The preemptions, one by one.
+    server_losses: tuple[ServerLoss, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -41,6 +52,7 @@ def parameter_servers(job_name: str, replicas: int, pods: Iterable[Obj], recorde
     after = list(before)
     all_running, replaced, preemptions, lost = True, False, 0, False
     events: list[EmitEvent] = []
+    server_losses: list[ServerLoss] = []
     for index in range(replicas):
         names = sorted(running.get(index, []))
         if before[index] in names:
@@ -66,6 +78,7 @@ def parameter_servers(job_name: str, replicas: int, pods: Iterable[Obj], recorde
             )
             continue
         preemptions += 1
+        server_losses.append(ServerLoss(index, before[index], names[0]))
         events.append(
             EmitEvent(
                 "Warning",
@@ -74,7 +87,7 @@ def parameter_servers(job_name: str, replicas: int, pods: Iterable[Obj], recorde
                 "the chief restores the latest checkpoint",
             )
         )
-    return ParameterServers(tuple(after), all_running, replaced, preemptions, tuple(events), lost)
+    return ParameterServers(tuple(after), all_running, replaced, preemptions, tuple(events), lost, tuple(server_losses))
 
 
 def _running(pods: Iterable[Obj]) -> tuple[dict[int, list[str]], dict[str, str]]:

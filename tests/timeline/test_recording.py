@@ -1,12 +1,13 @@
-"""The demo's timeline: what it records from pods and status, and the picture it draws."""
+"""A timeline recorded as a job runs (the demo): what it folds from pods and status, and the picture."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from ttj.timeline.draw import draw
+from ttj.timeline.model import Timeline
 from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role
-from ttj_demo.timeline import Timeline, draw
 
 
 def pod(name: str, role: str, phase: str, slot: int | None = None, **status: Any) -> dict[str, Any]:

@@ -1,0 +1,223 @@
+"""Rebuild a job's timeline from what the cluster keeps: the job's status, its Events, its pods and the Lease.
+
+Nothing here was recorded while the job ran, so the picture is as complete as the cluster's memory:
+
+- pods that still exist give their own lifetimes; lost pods the operator deleted live on in
+  ``status.preemptionCosts`` (from when they started to when they were lost) and in WorkerPreempted Events;
+- chief epochs come from ChiefElected Events, ``status.chief`` and the Lease;
+- the global step is known at each loss (the records), at the latest checkpoint and now; the cost at each
+  loss and now. Between those points the picture draws straight lines.
+
+Events expire (an hour by default on kube-apiserver, ``--event-ttl``), so for an old job the chief epochs
+and failures before the last hour are missing; the losses in the status are not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from ttj.api.models import PreemptionCost
+from ttj.timeline.model import PodSpan, Timeline, outcome_of
+from ttj_contract import ANNOTATION_PROGRESS, LABEL_PS_INDEX, LABEL_ROLE, LABEL_SLOT, LeaseProgress, Role, parse_time
+
+#: "POD (slot S, node N) is chief at epoch E" (ChiefElected) or "chief POD at epoch E" (the Elected condition).
+_ELECTED = re.compile(r"^(?:chief )?(?P<pod>[a-z0-9][-a-z0-9.]*)\b.*?\bat epoch (?P<epoch>\d+)")
+_WORKER_LOST = re.compile(r"^worker (?P<pod>\S+) (?:lost|failed)")
+
+
+def event_time(event: dict[str, Any]) -> datetime | None:
+    """When an Event last happened (events.k8s.io's eventTime, else core/v1's lastTimestamp)."""
+    meta = event.get("metadata") or {}
+    for key in ("eventTime", "lastTimestamp", "firstTimestamp"):
+        moment = parse_time(event.get(key))
+        if moment is not None:
+            return moment
+    return parse_time(meta.get("creationTimestamp"))
+
+
+def _pod_times(pod: dict[str, Any]) -> tuple[datetime | None, datetime | None, datetime | None]:
+    """(created, running, ended) of a pod as it is now."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    created = parse_time(meta.get("creationTimestamp"))
+    running = ended = None
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        running = running or parse_time((state.get("running") or {}).get("startedAt"))
+        terminated = state.get("terminated") or {}
+        running = running or parse_time(terminated.get("startedAt"))
+        ended = ended or parse_time(terminated.get("finishedAt"))
+    if running is None and status.get("phase") in ("Running", "Succeeded", "Failed"):
+        running = parse_time(status.get("startTime"))
+    if ended is None and status.get("phase") in ("Succeeded", "Failed"):
+        ended = parse_time(meta.get("deletionTimestamp")) or running
+    return created, running, ended
+
+
+def from_cluster(
+    job: dict[str, Any],
+    events: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]],
+    lease: dict[str, Any] | None,
+    now: datetime,
+) -> Timeline:
+    """The timeline of ``job`` (the TransientTrainingJob as read) from its Events (those whose
+    involvedObject is the job), its pods and its ``NAME-chief`` Lease, as of ``now``."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    origin = parse_time(meta.get("creationTimestamp")) or parse_time(status.get("startTime")) or now
+    timeline = Timeline(origin=origin)
+    finished = parse_time(status.get("completionTime"))
+    timeline.end = max(0.0, timeline.seconds(finished or now) or 0.0)
+    timeline.cost_status = dict(status.get("cost") or {})
+    timeline.savings = dict(status.get("savings") or {})
+    for raw in status.get("preemptionCosts") or []:
+        try:
+            timeline.losses.append(PreemptionCost.model_validate(raw))
+        except ValidationError:
+            continue  # a record written by a newer operator: keep what can be read
+
+    _pods(timeline, pods)
+    _losses(timeline)
+    _events(timeline, events)
+    _chiefs(timeline, status, lease)
+    _progress(timeline, status, lease, finished or now)
+    _cost(timeline, status, finished or now)
+    if status.get("phase"):
+        timeline.phases.append((timeline.end, str(status["phase"])))
+    timeline.preemptions.sort()
+    timeline.failures.sort()
+    timeline.events.sort()
+    return timeline
+
+
+def _seconds(timeline: Timeline, moment: datetime | None) -> float | None:
+    return timeline.seconds(moment)
+
+
+def _pods(timeline: Timeline, pods: Iterable[dict[str, Any]]) -> None:
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        role = labels.get(LABEL_ROLE)
+        if role not in (Role.WORKER, Role.PS):
+            continue
+        created, running, ended = _pod_times(pod)
+        slot = labels.get(LABEL_SLOT) if role == Role.WORKER else labels.get(LABEL_PS_INDEX)
+        span = PodSpan(
+            name=str(meta.get("name")),
+            role=str(role),
+            slot=int(slot) if slot is not None and str(slot).isdigit() else None,
+            node=(pod.get("spec") or {}).get("nodeName"),
+            created=_seconds(timeline, created) or 0.0,
+            running=_seconds(timeline, running),
+            ended=_seconds(timeline, ended),
+        )
+        if ended is not None:
+            span.outcome = outcome_of(pod)
+        timeline.pods[span.name] = span
+
+
+def _losses(timeline: Timeline) -> None:
+    """The lost pods the operator deleted since, and the time their slot stood empty."""
+    for record in timeline.losses:
+        lost = _seconds(timeline, parse_time(record.lost_at)) or 0.0
+        role = Role.PS if record.role == "ps" else Role.WORKER
+        what = "chief " if record.role == "chief" else ("parameter server " if record.role == "ps" else "worker ")
+        timeline.preemptions.append((lost, what + record.pod))
+        span = timeline.pods.get(record.pod)
+        if span is None:
+            started = _seconds(timeline, parse_time(record.started_at))
+            span = timeline.pods[record.pod] = PodSpan(
+                name=record.pod,
+                role=str(role),
+                slot=record.slot,
+                created=started if started is not None else lost,
+                running=started,
+            )
+        span.ended = lost if span.ended is None else min(span.ended, lost)
+        span.outcome = "preempted"
+        recovered = _seconds(timeline, parse_time(record.recovered_at))
+        timeline.gaps.append((lost, recovered, span.lane))
+
+
+def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
+    recorded = {pod for _, pod in timeline.preemptions}
+    for event in events:
+        moment = _seconds(timeline, event_time(event))
+        if moment is None:
+            continue
+        reason, message = str(event.get("reason") or ""), str(event.get("message") or "")
+        timeline.events.append((moment, str(event.get("type") or "Normal"), reason, message))
+        if reason in ("ChiefElected", "Elected") and (elected := _ELECTED.search(message)):
+            timeline.chiefs.append((moment, int(elected["epoch"]), elected["pod"]))
+        elif reason == "WorkerPreempted" and (lost := _WORKER_LOST.search(message)):
+            if not any(what.endswith(" " + lost["pod"]) for what in recorded):
+                timeline.preemptions.append((moment, "worker " + lost["pod"]))
+                span = timeline.pods.get(lost["pod"])
+                if span is not None and span.ended is None:
+                    span.ended, span.outcome = moment, "preempted"
+        elif reason == "WorkerFailed" and (lost := _WORKER_LOST.search(message)):
+            timeline.failures.append((moment, lost["pod"]))
+
+
+def _chiefs(timeline: Timeline, status: dict[str, Any], lease: dict[str, Any] | None) -> None:
+    """Chief epochs from the Events, the status and the Lease; one entry per epoch, the earliest seen."""
+    chief = status.get("chief") or {}
+    if chief.get("pod"):
+        elected = _seconds(timeline, parse_time(chief.get("electedAt")))
+        timeline.chiefs.append((elected if elected is not None else 0.0, int(chief.get("epoch") or 0), chief["pod"]))
+    spec = (lease or {}).get("spec") or {}
+    if spec.get("holderIdentity"):
+        acquired = _seconds(timeline, parse_time(spec.get("acquireTime")))
+        epoch = int(spec.get("leaseTransitions") or 0)
+        timeline.chiefs.append((acquired if acquired is not None else 0.0, epoch, str(spec["holderIdentity"])))
+    by_epoch: dict[int, tuple[float, int, str]] = {}
+    for entry in sorted(timeline.chiefs):
+        by_epoch.setdefault(entry[1], entry)
+    timeline.chiefs = sorted(by_epoch.values())
+
+
+def _progress(timeline: Timeline, status: dict[str, Any], lease: dict[str, Any] | None, until: datetime) -> None:
+    """Global steps: 0 at the start, at each loss, at the latest checkpoint and now."""
+    started = _seconds(timeline, parse_time(status.get("startTime")))
+    points: list[tuple[float, int]] = [(started if started is not None else 0.0, 0)]
+    for record in timeline.losses:
+        lost = _seconds(timeline, parse_time(record.lost_at))
+        if lost is not None:
+            points.append((lost, record.global_step))
+            if record.steps_lost:  # training went back to the checkpoint
+                points.append((lost, record.global_step - record.steps_lost))
+    progress = dict(status.get("progress") or {})
+    report = LeaseProgress.from_annotation(
+        ((lease or {}).get("metadata") or {}).get("annotations", {}).get(ANNOTATION_PROGRESS)
+    )
+    if report is not None and report.global_step >= int(progress.get("globalStep") or 0):
+        progress.update(globalStep=report.global_step)
+    checkpoint_at = _seconds(timeline, parse_time(progress.get("checkpointTime")))
+    if checkpoint_at is not None and progress.get("checkpointStep") is not None:
+        timeline.checkpoints.append((checkpoint_at, int(progress["checkpointStep"])))
+    points.append((_seconds(timeline, until) or 0.0, int(progress.get("globalStep") or 0)))
+    timeline.steps = sorted(points, key=lambda point: point[0])
+
+
+def _cost(timeline: Timeline, status: dict[str, Any], until: datetime) -> None:
+    """US dollars paid: 0 at the start, at each loss, and now."""
+    cost = status.get("cost") or {}
+    if not cost:
+        return
+    started = _seconds(timeline, parse_time(status.get("startTime")))
+    points = [(started if started is not None else 0.0, 0.0)]
+    points += [
+        (moment, record.job_usd)
+        for record in timeline.losses
+        if (moment := _seconds(timeline, parse_time(record.lost_at))) is not None
+    ]
+    accrued = parse_time(cost.get("accruedAt")) or until
+    points.append((_seconds(timeline, min(accrued, until)) or 0.0, float(cost.get("usd") or 0.0)))
+    timeline.cost = sorted(points)

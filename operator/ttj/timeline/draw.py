@@ -1,0 +1,143 @@
+"""The timeline as a picture, like the paper's Figure 1: pod lifetimes per slot, the global step, the cost.
+
+Needs matplotlib (``pip install 'ttj[viz]'``); imported only when a picture is drawn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ttj.timeline.model import Timeline
+from ttj.timeline.text import cost_line
+from ttj_contract import Role
+
+PENDING, RUNNING, CHIEF, LOST = "#e0e0e0", "#90caf9", "#6a1b9a", "#ef6c00"
+OUTCOME_COLOURS = {"succeeded": "#2e7d32", "failed": "#c62828", "preempted": LOST, "deleted": "#757575"}
+#: Drawing order: bars, then the chief's bar on them, then every marker on top of both.
+Z_BAR, Z_GAP, Z_CHIEF, Z_MARKER = 2, 2.5, 3, 5
+
+
+def draw(timeline: Timeline, path: Path, title: str) -> Path:
+    """Write the picture to ``path`` (PNG, SVG or PDF by its suffix)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(timeline, title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def figure(timeline: Timeline, title: str) -> Any:
+    """The picture as a matplotlib Figure (the caller closes it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+
+    end = max(
+        [timeline.end, 1.0]
+        + [s.ended or 0.0 for s in timeline.pods.values()]
+        + [t for t, _ in timeline.steps]
+        + [t for t, _ in timeline.cost]
+    )
+    with_cost = bool(timeline.cost)
+    fig, axes = plt.subplots(
+        3 if with_cost else 2,
+        1,
+        figsize=(11, 8 if with_cost else 6.5),
+        sharex=True,
+        gridspec_kw={"height_ratios": [3, 2, 1.4] if with_cost else [3, 2]},
+        constrained_layout=True,
+    )
+    lanes, steps = axes[0], axes[1]
+    rows: list[str] = []
+    spans = sorted(timeline.pods.values(), key=lambda s: (s.role != Role.PS, s.slot or 0, s.created))
+    for span in spans:
+        if span.lane not in rows:
+            rows.append(span.lane)
+    for span in spans:
+        y = rows.index(span.lane)
+        stop = span.ended if span.ended is not None else end
+        if span.running is None:  # never ran: waiting for capacity the whole time
+            lanes.barh(y, stop - span.created, left=span.created, height=0.6, color=PENDING, zorder=Z_BAR)
+        else:
+            lanes.barh(
+                y, stop - span.running, left=span.running, height=0.6, color=RUNNING, edgecolor="#1565c0", zorder=Z_BAR
+            )
+            if span.running > span.created:
+                lanes.barh(y, span.running - span.created, left=span.created, height=0.6, color=PENDING, zorder=Z_BAR)
+        for index, (elected, epoch, pod) in enumerate(timeline.chiefs):
+            if pod != span.name:
+                continue
+            until = timeline.chiefs[index + 1][0] if index + 1 < len(timeline.chiefs) else stop
+            lanes.barh(y, max(0.0, min(until, stop) - elected), left=elected, height=0.25, color=CHIEF, zorder=Z_CHIEF)
+            lanes.annotate(f"chief e{epoch}", (elected, y + 0.38), fontsize=8, color=CHIEF, zorder=Z_MARKER)
+        if span.ended is not None and span.outcome != "running":
+            marker = "X" if span.outcome == "preempted" else "|"
+            lanes.plot(
+                stop,
+                y,
+                marker=marker,
+                color=OUTCOME_COLOURS.get(span.outcome, "black"),
+                markeredgecolor="white" if marker == "X" else None,
+                markersize=12,
+                linestyle="",
+                zorder=Z_MARKER,
+            )
+    for start, gap_end, lane in timeline.gaps:  # hatched over the replacement's pending bar
+        if lane in rows:
+            lanes.barh(
+                rows.index(lane),
+                (gap_end if gap_end is not None else end) - start,
+                left=start,
+                height=0.6,
+                facecolor="none",
+                hatch="///",
+                edgecolor=LOST,
+                linewidth=0,
+                zorder=Z_GAP,
+            )
+    lanes.set_yticks(range(len(rows)), rows)
+    lanes.set_ylim(len(rows) - 0.4, -0.7)
+    lanes.set_title(title)
+    handles = [
+        Rectangle((0, 0), 1, 1, color=PENDING, label="pending"),
+        Rectangle((0, 0), 1, 1, color=RUNNING, label="running"),
+        Rectangle((0, 0), 1, 1, color=CHIEF, label="chief"),
+        Patch(facecolor="white", edgecolor=LOST, hatch="///", label="slot empty"),
+        Line2D([], [], marker="X", color=LOST, linestyle="", label="preempted"),
+    ]
+    lanes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+
+    if timeline.steps:
+        times, values = zip(*timeline.steps, strict=True)
+        steps.plot(times, values, color="#1565c0", marker="." if len(times) < 30 else None, label="global step")
+    if timeline.checkpoints:
+        times, values = zip(*timeline.checkpoints, strict=True)
+        steps.plot(times, values, "o", color="#2e7d32", markersize=4, label="checkpoint", zorder=Z_MARKER)
+    for when, epoch, _pod in timeline.chiefs[1:]:
+        steps.axvline(when, color=CHIEF, linestyle=":", linewidth=1)
+        steps.annotate(f"epoch {epoch}", (when, 0), fontsize=8, color=CHIEF)
+    steps.set_ylabel("global step")
+    steps.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    for axis in axes:
+        for when, _what in timeline.preemptions:
+            axis.axvline(when, color=LOST, linestyle="--", linewidth=1, zorder=1)
+
+    if with_cost:
+        money = axes[2]
+        times, values = zip(*timeline.cost, strict=True)
+        money.plot(times, values, color="#00695c", marker="." if len(times) < 30 else None, label="paid (USD)")
+        on_demand = float(timeline.cost_status.get("onDemandEquivalentUSD") or 0.0)
+        if on_demand > 0:
+            money.plot([times[0], times[-1]], [0.0, on_demand], color="#9e9e9e", linestyle="--", label="on-demand")
+        money.set_ylabel("US dollars")
+        money.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+        money.set_title(cost_line(timeline).replace("$", r"\$"), fontsize=9, loc="left")  # not mathtext
+    axes[-1].set_xlim(left=0)
+    axes[-1].set_xlabel("seconds since the job was applied")
+    return fig

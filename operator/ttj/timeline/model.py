@@ -1,0 +1,153 @@
+"""A job's timeline: pod lifetimes per lane, chief epochs, preemptions, progress and cost over time.
+
+Two ways to fill one: :meth:`Timeline.observe_pod` and friends fold what a watcher saw as it happened
+(the demo samples the cluster every second), and :func:`ttj.timeline.cluster.from_cluster` rebuilds it
+afterwards from what the cluster keeps. Times are seconds since ``origin`` (when the job was applied).
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ttj.api.models import PreemptionCost
+from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role
+
+#: Pod status reasons written when the node, not the code, ended the pod.
+NODE_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown", "NodeLost", "DeletionByTaintManager"})
+
+
+@dataclass
+class PodSpan:
+    """One pod's life, in seconds since the timeline's origin."""
+
+    name: str
+    role: str
+    slot: int | None
+    node: str | None = None
+    created: float = 0.0
+    running: float | None = None
+    ended: float | None = None
+    outcome: str = "running"  # running | succeeded | failed | preempted | deleted
+
+    @property
+    def lane(self) -> str:
+        if self.role == Role.PS:
+            return "PS" if not self.slot else f"PS {self.slot}"
+        return f"worker {self.slot}"
+
+
+@dataclass
+class Timeline:
+    """Everything the picture and the text need."""
+
+    origin: datetime | None = None
+    pods: dict[str, PodSpan] = field(default_factory=dict)
+    #: (time, global step), in time order.
+    steps: list[tuple[float, int]] = field(default_factory=list)
+    checkpoints: list[tuple[float, int]] = field(default_factory=list)
+    chiefs: list[tuple[float, int, str]] = field(default_factory=list)  # (time, epoch, pod)
+    preemptions: list[tuple[float, str]] = field(default_factory=list)  # (time, what was hit)
+    failures: list[tuple[float, str]] = field(default_factory=list)
+    phases: list[tuple[float, str]] = field(default_factory=list)
+    #: (time, US dollars paid so far).
+    cost: list[tuple[float, float]] = field(default_factory=list)
+    #: Slots standing empty after a loss: (from, until or None while it waits, lane).
+    gaps: list[tuple[float, float | None, str]] = field(default_factory=list)
+    #: What each loss cost, as the job's status says.
+    losses: list[PreemptionCost] = field(default_factory=list)
+    #: The job's status.cost and status.savings (camelCase JSON), for the summary.
+    cost_status: dict[str, Any] = field(default_factory=dict)
+    savings: dict[str, Any] = field(default_factory=dict)
+    #: (time, type, reason, message) of the job's Events still kept by the cluster.
+    events: list[tuple[float, str, str, str]] = field(default_factory=list)
+    #: The newest time the timeline knows of (now for a running job).
+    end: float = 0.0
+
+    def seconds(self, moment: datetime | None) -> float | None:
+        """``moment`` as seconds since the origin."""
+        if moment is None or self.origin is None:
+            return None
+        return (moment - self.origin).total_seconds()
+
+    def observe_pod(self, now: float, pod: dict[str, Any]) -> None:
+        """Fold one pod as listed from the API into its span."""
+        meta = pod.get("metadata", {})
+        labels = meta.get("labels") or {}
+        name = meta["name"]
+        slot = labels.get(LABEL_SLOT)
+        span = self.pods.get(name)
+        if span is None:
+            span = self.pods[name] = PodSpan(
+                name=name, role=labels.get(LABEL_ROLE, "?"), slot=int(slot) if slot is not None else None, created=now
+            )
+        status = pod.get("status") or {}
+        span.node = (pod.get("spec") or {}).get("nodeName") or span.node
+        phase = status.get("phase")
+        if phase == "Running" and span.running is None:
+            span.running = now
+        if phase in ("Succeeded", "Failed") and span.ended is None:
+            span.ended = now
+            span.outcome = outcome_of(pod)
+        self.end = max(self.end, now)
+
+    def observe_gone(self, now: float, present: set[str]) -> None:
+        """Pods no longer listed have ended (deleted by the operator, or gone with their node)."""
+        for name, span in self.pods.items():
+            if name not in present and span.ended is None:
+                span.ended = now
+                span.outcome = "deleted"
+
+    def observe_status(self, now: float, status: dict[str, Any]) -> None:
+        """Fold the job's status: step, checkpoints, chief epochs, phase, cost."""
+        progress = status.get("progress") or {}
+        step = progress.get("globalStep")
+        if isinstance(step, int) and (not self.steps or self.steps[-1][1] != step):
+            self.steps.append((now, step))
+        checkpoint = progress.get("checkpointStep")
+        if isinstance(checkpoint, int) and (not self.checkpoints or self.checkpoints[-1][1] != checkpoint):
+            self.checkpoints.append((now, checkpoint))
+        chief = status.get("chief") or {}
+        if chief.get("pod") and (not self.chiefs or self.chiefs[-1][1] != chief.get("epoch")):
+            self.chiefs.append((now, int(chief.get("epoch") or 0), str(chief["pod"])))
+        phase = status.get("phase")
+        if phase and (not self.phases or self.phases[-1][1] != phase):
+            self.phases.append((now, phase))
+        cost = status.get("cost") or {}
+        if "usd" in cost and (not self.cost or self.cost[-1][1] != cost["usd"]):
+            self.cost.append((now, float(cost["usd"])))
+        self.cost_status = dict(cost)
+        self.savings = dict(status.get("savings") or {})
+        self.losses = [PreemptionCost.model_validate(r) for r in status.get("preemptionCosts") or []]
+        self.end = max(self.end, now)
+
+    def refine(self, samples: Timeline) -> None:
+        """Take the finer step, checkpoint and cost curves of a timeline sampled as the job ran (same origin)."""
+        for attribute in ("steps", "checkpoints", "cost"):
+            sampled = getattr(samples, attribute)
+            if len(sampled) > len(getattr(self, attribute)):
+                setattr(self, attribute, list(sampled))
+        self.end = max(self.end, samples.end)
+
+    def steps_lost(self) -> int:
+        """Global steps that went backwards (only a parameter-server loss should cause any)."""
+        lost, peak = 0, 0
+        for _, step in self.steps:
+            if step < peak:
+                lost += peak - step
+                peak = step
+            peak = max(peak, step)
+        return max(lost, int(self.savings.get("stepsLost") or 0))
+
+
+def outcome_of(pod: dict[str, Any]) -> str:
+    """How a finished pod ended: preempted (its node ended it), succeeded or failed."""
+    status = pod.get("status") or {}
+    preempted = status.get("reason") in NODE_REASONS or any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    if preempted:
+        return "preempted"
+    return "succeeded" if status.get("phase") == "Succeeded" else "failed"

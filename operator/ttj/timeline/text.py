@@ -1,0 +1,57 @@
+"""The timeline as text, for a terminal: the lanes, what happened when, what each loss cost, the money."""
+
+from __future__ import annotations
+
+from ttj.planner.losses import describe
+from ttj.timeline.model import Timeline
+from ttj_contract import Role, format_usd
+
+
+def _at(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:7.1f}s"
+
+
+def cost_line(timeline: Timeline) -> str:
+    """Paid, the on-demand equivalent, and the savings net of what preemptions cost, in one line."""
+    cost, savings = timeline.cost_status, timeline.savings
+    if not cost:
+        return "cost: not accrued (the operator runs without prices)"
+    paid = float(cost.get("usd") or 0.0)
+    text = (
+        f"paid {format_usd(paid)}, on-demand equivalent {format_usd(float(cost.get('onDemandEquivalentUSD') or 0.0))}"
+    )
+    if savings:
+        loss = float(savings.get("preemptionLossUSD") or 0.0)
+        text += f"; preemptions cost {format_usd(loss)}; saved {format_usd(float(savings.get('netUSD') or 0.0))} net"
+        if savings.get("netPercent") is not None:
+            text += f" ({float(savings['netPercent']):.1f} %)"
+    return text
+
+
+def render(timeline: Timeline, title: str) -> str:
+    """The whole timeline as lines of text."""
+    lines = [title, ""]
+    lost = sum(1 for s in timeline.pods.values() if s.outcome == "preempted")
+    empty = float(timeline.savings.get("slotEmptySeconds") or 0.0)
+    step = timeline.steps[-1][1] if timeline.steps else 0
+    lines.append(
+        f"global step {step}, preemptions seen {lost}, chief epochs {len(timeline.chiefs)}, "
+        f"steps lost {timeline.steps_lost()}, slot-empty time {empty:.0f} s"
+    )
+    lines.append(cost_line(timeline))
+    lines += ["", "pods (seconds since the job was applied):"]
+    spans = sorted(timeline.pods.values(), key=lambda s: (s.role != Role.PS, s.slot or 0, s.created))
+    width = max((len(s.name) for s in spans), default=10)
+    for span in spans:
+        chief = [f"e{epoch}" for _, epoch, pod in timeline.chiefs if pod == span.name]
+        lines.append(
+            f"  {span.lane:<9} {span.name:<{width}}  created {_at(span.created)}  running {_at(span.running)}  "
+            f"ended {_at(span.ended)}  {span.outcome}" + (f"  chief {','.join(chief)}" if chief else "")
+        )
+    if timeline.events:
+        lines += ["", "events the cluster still keeps:"]
+        lines += [f"  {_at(when)}  {kind:<7} {reason}: {message}" for when, kind, reason, message in timeline.events]
+    if timeline.losses:
+        lines += ["", "what each loss cost:"]
+        lines += [f"  {describe(record)}" for record in timeline.losses]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,201 @@
+"""``ttj timeline``'s reading of a job from what the cluster keeps, on a job the planner took through a
+worker's and the chief's preemption; its text, its picture and the command."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pytest
+
+from tests.unit.planner.builders import T0, job, node, renew, run_pod, start, terminate
+from ttj.cost.prices import load_price_table
+from ttj.planner import PlannerConfig
+from ttj.planner.world import World
+from ttj.timeline.cluster import from_cluster
+from ttj.timeline.draw import Z_CHIEF, Z_MARKER, draw, figure
+from ttj.timeline.text import render
+from ttj_contract import format_time
+
+S = timedelta(seconds=1)
+PRICED = PlannerConfig(prices=load_price_table())
+
+
+class Run:
+    """The planner's passes, and its Events as the API server would keep them (with a time)."""
+
+    def __init__(self) -> None:
+        self.world = World(job())
+        self.events: list[dict[str, Any]] = []
+        self.chief = self.worker = ""
+
+    def settle(self, now: datetime) -> None:
+        """Passes at ``now``; a running chief renews its Lease first, as the trainer would."""
+        for _ in range(5):
+            lease = self.world.observed.lease
+            holder = self.world.pod(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+            if holder is not None and holder["status"].get("phase") == "Running":
+                renew(self.world, now)
+            self.world.reconcile(now, PRICED)
+            for event in self.world.events[len(self.events) :]:
+                self.events.append(
+                    {
+                        "type": event.type,
+                        "reason": event.reason,
+                        "message": event.message,
+                        "lastTimestamp": format_time(now),
+                        "involvedObject": {"kind": "TransientTrainingJob", "name": "mnist"},
+                    }
+                )
+
+    def ready(self, pod_name: str, node_name: str, running: datetime, ready: datetime) -> None:
+        run_pod(self.world, pod_name, node_name, running)
+        pod = self.world.pod(pod_name)
+        assert pod is not None
+        pod["status"]["conditions"].append(
+            {"type": "Ready", "status": "True", "lastTransitionTime": format_time(ready)}
+        )
+
+
+@pytest.fixture
+def run() -> Run:
+    """Three workers; a worker preempted at 100 s (back at 160 s), the chief at 200 s (back at 240 s);
+    step 400 at 5 s, 900 at 290 s."""
+    r = Run()
+    nodes = [node(f"gpu-{i}", age=timedelta(hours=2 + 5 * i)) for i in range(3)]
+    for n in nodes:
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "n1-standard-8"
+    start(r.world, nodes)
+    r.settle(T0)
+    renew(r.world, T0 + 5 * S, {"globalStep": 400, "checkpointStep": 300, "checkpointTime": format_time(T0 + 4 * S)})
+    r.settle(T0 + 50 * S)
+    r.chief = r.world.job["status"]["chief"]["pod"]
+    r.worker = min(f"mnist-worker-{slot}-1" for slot in range(3) if f"mnist-worker-{slot}-1" != r.chief)
+    terminate(r.world, r.worker, 143, pod_reason="Terminated", now=T0 + 100 * S)
+    r.settle(T0 + 101 * S)
+    r.ready(r.worker[:-1] + "2", "gpu-0", T0 + 130 * S, T0 + 160 * S)
+    r.settle(T0 + 161 * S)
+    terminate(r.world, r.chief, 143, pod_reason="Terminated", now=T0 + 200 * S)
+    r.settle(T0 + 201 * S)
+    r.ready(r.chief[:-1] + "2", "gpu-2", T0 + 230 * S, T0 + 240 * S)
+    r.settle(T0 + 241 * S)
+    renew(
+        r.world, T0 + 290 * S, {"globalStep": 900, "checkpointStep": 800, "checkpointTime": format_time(T0 + 280 * S)}
+    )
+    r.settle(T0 + 300 * S)
+    return r
+
+
+def timeline_of(run: Run) -> Any:
+    world = run.world
+    return from_cluster(world.job, run.events, world.observed.pods, world.observed.lease, T0 + 300 * S)
+
+
+def test_the_pods_the_chiefs_and_the_losses_are_rebuilt(run: Run) -> None:
+    world = run.world
+    assert world.pod(run.worker) is None, "lost pods are deleted: only the status remembers them"
+    timeline = timeline_of(run)
+    worker_lane, chief_lane = f"worker {run.worker.split('-')[2]}", f"worker {run.chief.split('-')[2]}"
+    lost = timeline.pods[run.worker]
+    assert (lost.lane, lost.running, lost.ended, lost.outcome) == (worker_lane, 0.0, 100.0, "preempted")
+    chief = timeline.pods[run.chief]
+    assert (chief.lane, chief.ended, chief.outcome) == (chief_lane, 200.0, "preempted")
+    replacement = timeline.pods[run.worker[:-1] + "2"]
+    assert (replacement.running, replacement.outcome) == (130.0, "running")
+    assert [(when, what) for when, what in timeline.preemptions] == [
+        (100.0, f"worker {run.worker}"),
+        (200.0, f"chief {run.chief}"),
+    ]
+    new_chief = world.job["status"]["chief"]["pod"]
+    assert [(epoch, pod) for _, epoch, pod in timeline.chiefs] == [(1, run.chief), (2, new_chief)]
+    assert timeline.chiefs[1][0] == 201.0
+    assert timeline.gaps == [(100.0, 160.0, worker_lane), (200.0, 240.0, chief_lane)]
+    assert timeline.steps[0] == (0.0, 0)
+    assert (100.0, 400) in timeline.steps
+    assert timeline.steps[-1] == (300.0, 900)
+    assert timeline.checkpoints == [(280.0, 800)]
+    usd = [value for _, value in timeline.cost]
+    assert usd == sorted(usd)
+    assert usd[-1] == world.job["status"]["cost"]["usd"]
+    assert timeline.end == 300.0
+
+
+def test_the_text_says_what_each_loss_cost(run: Run) -> None:
+    text = render(timeline_of(run), "ns/mnist (Running)")
+    assert text.startswith("ns/mnist (Running)\n")
+    assert "what each loss cost:" in text
+    assert f"worker {run.worker} (slot {run.worker.split('-')[2]}) lost at" in text
+    assert f"chief {run.chief} (slot {run.chief.split('-')[2]}) lost at" in text
+    assert "slot empty 60 s" in text
+    assert "saved $" in text
+    assert "PreemptionCost" in text  # the Events the cluster keeps are listed
+    assert run.chief in text.split("pods (seconds since the job was applied):")[1]
+
+
+def test_the_picture_draws_every_marker_above_the_bars(run: Run, tmp_path: Path) -> None:
+    timeline = timeline_of(run)
+    fig = figure(timeline, "ns/mnist")
+    lanes = fig.axes[0]
+    markers = [line for line in lanes.get_lines() if line.get_marker() == "X"]
+    assert len(markers) == 2, "the worker's and the chief's preemption"
+    bars = [patch.get_zorder() for patch in lanes.patches]
+    assert max(bars) == Z_CHIEF
+    assert all(m.get_zorder() == Z_MARKER > max(bars) for m in markers)
+    assert len(fig.axes) >= 3, "lanes, global step, cost"
+    plt.close(fig)
+    out = draw(timeline, tmp_path / "timeline.png", "ns/mnist")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_command_reads_the_job_events_pods_and_lease(
+    run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ttj import kubeapi
+    from ttj.timeline import cli
+
+    world = run.world
+    world.job["metadata"]["creationTimestamp"] = format_time(T0)
+    answers = {
+        kubeapi.path("TransientTrainingJob", "ns", "mnist"): world.job,
+        kubeapi.path("Pod", "ns"): {"items": world.observed.pods},
+        kubeapi.path("Event", "ns"): {"items": run.events},
+        kubeapi.path("Lease", "ns", "mnist-chief"): world.observed.lease,
+    }
+
+    class FakeClient:
+        def get(self, path: str) -> Any:
+            return answers.get(path)
+
+        def request(self, method: str, path: str, query: Any = ()) -> Any:
+            assert method == "GET"
+            return answers[path]
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(cli, "_client", lambda _kubeconfig: FakeClient())
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.main(parser.parse_args(["ns/mnist"])) == 0
+    assert "what each loss cost:" in capsys.readouterr().out
+    picture = tmp_path / "t.png"
+    assert cli.main(parser.parse_args(["ns/mnist", "-o", str(picture)])) == 0
+    assert picture.stat().st_size > 10_000
+    assert cli.main(parser.parse_args(["ns/other"])) == 1
+    assert "no TransientTrainingJob ns/other" in capsys.readouterr().err
+
+
+def test_a_job_just_applied_has_a_timeline_too(tmp_path: Path) -> None:
+    """No status, no pods, no Lease, no Events yet (and no prices): text and picture still come out."""
+    fresh = {"metadata": {"name": "mnist", "namespace": "ns", "creationTimestamp": format_time(T0)}, "spec": {}}
+    timeline = from_cluster(fresh, [], [], None, T0 + 3 * S)
+    assert (timeline.end, timeline.pods, timeline.chiefs, timeline.cost) == (3.0, {}, [], [])
+    text = render(timeline, "ns/mnist (Pending)")
+    assert "cost: not accrued" in text
+    fig = figure(timeline, "ns/mnist")
+    assert len(fig.axes) == 2, "no cost panel without a cost"
+    plt.close(fig)
+    assert draw(timeline, tmp_path / "fresh.svg", "ns/mnist").read_text().lstrip().startswith("<?xml")

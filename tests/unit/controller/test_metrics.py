@@ -1,0 +1,58 @@
+"""The operator's metrics follow the status it writes: counters grow by what the status adds, gauges follow it."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from ttj.controller.metrics import Metrics
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, {"namespace": "ns", "job": "j", **labels})
+
+
+def test_savings_losses_budget_phase_and_epoch_follow_the_status() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    first = {
+        "phase": "Running",
+        "chief": {"epoch": 1},
+        "cost": {"usd": 1.0, "onDemandEquivalentUSD": 3.0},
+        "savings": {"stepsLost": 0, "netUSD": 1.9, "preemptionLossUSD": 0.1},
+        "preemptionCosts": [
+            {"pod": "w-0-1", "lostAt": "t1", "recoveredAt": "t2", "slotEmptySeconds": 40.0},
+            {"pod": "w-1-1", "lostAt": "t3"},
+        ],
+    }
+    metrics.status_written("ns", "j", {}, first, {"budget": {"maxCostUSD": 5}})
+    second = {
+        **first,
+        "phase": "Recovering",
+        "chief": {"epoch": 2},
+        "progress": {"globalStep": 500, "checkpointStep": 400, "checkpointTime": "2026-11-23T08:00:00Z"},
+        "savings": {"stepsLost": 100, "netUSD": 1.5, "preemptionLossUSD": 0.3},
+        "preemptionCosts": [
+            {"pod": "w-0-1", "lostAt": "t1", "recoveredAt": "t2", "slotEmptySeconds": 40.0},
+            {"pod": "w-1-1", "lostAt": "t3", "recoveredAt": "t4", "slotEmptySeconds": 30.0},
+        ],
+    }
+    metrics.status_written("ns", "j", first, second, {"budget": {"maxCostUSD": 5}})
+    assert value(registry, "ttj_steps_lost_total") == 100
+    assert value(registry, "ttj_slot_empty_seconds_count") == 2, "each loss observed once, when it closes"
+    assert value(registry, "ttj_slot_empty_seconds_sum") == 70.0
+    assert value(registry, "ttj_job_net_savings_usd") == 1.5
+    assert value(registry, "ttj_job_preemption_loss_usd") == 0.3
+    assert value(registry, "ttj_job_on_demand_equivalent_usd") == 3.0
+    assert value(registry, "ttj_job_budget_usd") == 5.0
+    assert value(registry, "ttj_chief_epoch") == 2
+    assert value(registry, "ttj_checkpoint_step") == 400
+    assert value(registry, "ttj_checkpoint_timestamp_seconds") == 1795420800.0
+    assert value(registry, "ttj_job_phase", phase="Recovering") == 1
+    assert value(registry, "ttj_job_phase", phase="Running") == 0
+
+    metrics.status_written("ns", "j", second, second, {})
+    assert value(registry, "ttj_slot_empty_seconds_count") == 2
+    assert value(registry, "ttj_job_budget_usd") is None, "a budget taken out of the spec is no longer reported"
+    metrics.forget("ns", "j")
+    assert value(registry, "ttj_job_phase", phase="Recovering") is None
+    assert value(registry, "ttj_steps_lost_total") is None
