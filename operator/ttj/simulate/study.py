@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ttj.simulate.engine import Policy, PreemptionTrace, RunResult, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel
 from ttj.simulate.icac19 import ICAC19_TRAIN_STEPS, TrainingData
 from ttj.simulate.planner_policy import PlannerPolicy
 from ttj.simulate.policies import PaperStaticPolicy, TFJobLikePolicy
-from ttj.simulate.prices import ICAC19_PRICE_TABLE
-from ttj.simulate.report import MeasuredSummary, Summary, measured_summaries, summarize
+from ttj.simulate.prices import ICAC19_PRICE_TABLE, price_per_hour
+from ttj.simulate.report import MeasuredSummary, Summary, measured_summaries, summarize, wilson_interval
 
 #: Policy name on the command line → a fresh policy per run (the planner adapter keeps a picture).
 POLICIES: dict[str, Callable[[], Policy]] = {
@@ -47,24 +49,63 @@ class Study:
     lifetimes: str = "pooled"  # or "measured"
     price_table: str = ICAC19_PRICE_TABLE
 
-    def run(self, job: SimJob, policy: str) -> list[RunResult]:
+    def run(self, job: SimJob, policy: str, *, throughput: str = "central", band: str = "central") -> list[RunResult]:
+        """``runs`` seeded runs; ``throughput`` and ``band`` pick the ends of the model's intervals."""
         make = POLICIES[policy]
-        distribution = self.fitted.lifetimes(job.accelerator, job.provisioning, self.lifetimes)
+        distribution = self.fitted.lifetimes(job.accelerator, job.provisioning, self.lifetimes, band)
         sigma = self.fitted.throughput.noise_sigma
+        model = self.fitted.throughput.with_bound(throughput)
         return [
             simulate_run(
                 job,
                 make(),
                 PreemptionTrace(self.seed, index, distribution, sigma),
-                self.fitted.throughput,
+                model,
                 startup_s=self.fitted.startup_s,
                 price_table=self.price_table,
             )
             for index in range(self.runs)
         ]
 
-    def summary(self, job: SimJob, policy: str) -> Summary:
-        return summarize(job.label, job.workers, self.run(job, policy))
+    def summary(self, job: SimJob, policy: str, *, intervals: bool = True) -> Summary:
+        """The runs' summary; with ``intervals`` also the time and cost at the ends of the throughput interval
+        and the completion at the ends of the revocation band, on the same traces."""
+        results = self.run(job, policy)
+        central = summarize(job.label, job.workers, results)
+        prediction = self.fitted.throughput.predict(job.workers, job.accelerator, job.ps_replicas)
+        notes = list(prediction.why)
+        if job.provisioning != "on-demand":
+            revocations = self.fitted.revocation_summary(job.accelerator, self.lifetimes)
+            if not revocations.trusted:
+                notes.append(
+                    f"revocation rates of {job.accelerator} rest on {revocations.revocations} revocations of "
+                    f"{revocations.vms} VMs ({revocations.basis}): too few to trust"
+                )
+        extra: dict[str, Any] = {
+            "throughput_steps_s": prediction.central,
+            "throughput_low_steps_s": prediction.low,
+            "throughput_high_steps_s": prediction.high,
+            "extrapolated": prediction.extrapolated,
+            "notes": tuple(notes),
+        }
+        if intervals:
+            slow = summarize(job.label, job.workers, self.run(job, policy, throughput="low"))
+            fast = summarize(job.label, job.workers, self.run(job, policy, throughput="high"))
+            extra.update(
+                time_low_s=fast.time_mean_s,
+                time_high_s=slow.time_mean_s,
+                cost_low_usd=min(fast.cost_mean_usd, slow.cost_mean_usd),
+                cost_high_usd=max(fast.cost_mean_usd, slow.cost_mean_usd),
+            )
+            done = sum(1 for r in results if r.succeeded)
+            low, high = wilson_interval(done, len(results))
+            if job.provisioning != "on-demand":
+                worse = self.run(job, policy, band="low")
+                better = self.run(job, policy, band="high")
+                low = min(low, wilson_interval(sum(1 for r in worse if r.succeeded), len(worse))[0])
+                high = max(high, wilson_interval(sum(1 for r in better if r.succeeded), len(better))[1])
+            extra.update(completion_low=low, completion_high=high)
+        return dataclasses.replace(central, **extra)
 
     def compare(self, jobs: Sequence[SimJob], policies: Sequence[str]) -> list[Summary]:
         """Every configuration under every policy; policies of one configuration share its traces."""
@@ -80,11 +121,14 @@ class Study:
         spec.train_steps = ICAC19_TRAIN_STEPS
         base = SimJob(template.name, spec)
         pairs = []
-        for measured in measured_summaries(data):
+        k80_on_demand = price_per_hour("nvidia-tesla-k80", "on-demand", ICAC19_PRICE_TABLE)
+        for measured in measured_summaries(data, k80_on_demand):
             job = base.with_cluster(
                 workers=measured.workers, accelerator="nvidia-tesla-k80", provisioning=measured.provisioning
             )
-            pairs.append((measured, paper_prices.summary(job, "paper")))
+            if measured.workers == 1:
+                job = job.single_gpu()
+            pairs.append((measured, paper_prices.summary(job, "paper", intervals=False)))
         return pairs
 
 
