@@ -29,6 +29,7 @@ from ttj.api.models import (
 )
 from ttj.planner.actions import EmitEvent, Observation, Write
 from ttj.planner.assess import Assessment, assess_workers
+from ttj.planner.checkpoint_interval import adaptive_checkpoint_interval
 from ttj.planner.chief import keep_chief
 from ttj.planner.children import name_problems
 from ttj.planner.classify import PodState
@@ -219,6 +220,17 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         config=run.config,
     )
     elections = previous.chief_elections + chief.elections
+    chief_pod = chief.chief.pod if chief.chief is not None else None
+    interval = adaptive_checkpoint_interval(
+        spec,
+        job_name=run.name,
+        holder_pod=next((p for p in assessed.workers if meta(p).get("name") == chief_pod), None),
+        nodes=observed.nodes,
+        lease=observed.lease,
+        previous=previous.checkpoint_interval,
+        now=now,
+        active_workers=slots.active,
+    )
     situation = InProgress(
         started=elections > 0,
         chief=chief.chief,
@@ -241,12 +253,13 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             "chief_elections": elections,
             "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
             "conditions": derived.conditions,
+            "checkpoint_interval": interval.status,
         }
     )
     return _plan(
         run,
         status,
-        writes=[*writes, *slots.writes, *chief.writes],
+        writes=[*writes, *slots.writes, *chief.writes, *interval.writes],
         events=[*events, *servers.events, *chief.events, *derived.events],
         observations=chief.observations,
         wake=[*assessed.wake, chief.wake, deadline_of(spec, started_at)],
