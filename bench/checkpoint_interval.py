@@ -100,35 +100,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--write-seconds", type=float, default=2.0, help="checkpoint write time [2 s]")
+    parser.add_argument(
+        "--write-seconds",
+        default="2,20",
+        help="checkpoint write times to compare, comma-separated [2 s (ResNet-32 to GCS), 20 s (a large model)]",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     fitted = fit(load_training_data())
     rows: list[list[str]] = []
-    for steps, workers in ((64_000, 4), (640_000, 4)):
+    for write_s, steps, workers in (
+        (float(w), steps, 4) for w in args.write_seconds.split(",") for steps in (64_000, 640_000)
+    ):
         variants = {
             "fixed 500 steps / 300 s (spec defaults)": (job(steps, workers, 500, 300), None),
             "fixed 300 s": (job(steps, workers, 0, 300), None),
         }
         base = job(steps, workers, 0, 300)
         adaptive_figures = figures(
-            runs(fitted, base, args.runs, args.seed, write_s=args.write_seconds, choice=adaptive(base.spec))
+            runs(fitted, base, args.runs, args.seed, write_s=write_s, choice=adaptive(base.spec))
         )
         for label, (sim, choice) in variants.items():
-            fixed = figures(runs(fitted, sim, args.runs, args.seed, write_s=args.write_seconds, choice=choice))
+            fixed = figures(runs(fitted, sim, args.runs, args.seed, write_s=write_s, choice=choice))
             for name, f in ((label, fixed), ("adaptive (Young-Daly, 30-3600 s)", adaptive_figures)):
                 rows.append(
                     [
-                        f"{steps // 1000}K steps, K80 preemptible x{workers}",
+                        f"{steps // 1000}K steps, K80 preemptible x{workers}, write {write_s:g} s",
                         name,
                         pct(f["done"], signed=False),
                         f"{f['lost']:.0f}",
                         f"{f['writing']:.0f}",
+                        f"{f['lost'] + f['writing']:.0f}",
                         f"{f['checkpoints']:.1f}",
                         pct(f["overhead"]),
                     ]
                 )
             ratio = {k: adaptive_figures[k] / fixed[k] if fixed[k] else float("nan") for k in fixed}
+            total = (adaptive_figures["lost"] + adaptive_figures["writing"]) / (fixed["lost"] + fixed["writing"])
             rows.append(
                 [
                     "",
@@ -136,15 +144,13 @@ def main() -> None:
                     "",
                     f"{ratio['lost']:.2f}",
                     f"{ratio['writing']:.2f}",
+                    f"{total:.2f}",
                     f"{ratio['checkpoints']:.2f}",
                     f"{ratio['overhead']:.2f}",
                 ]
             )
-    headers = ["job", "interval", "done", "steps lost", "steps writing", "checkpoints", "time overhead"]
-    print(
-        f"tfjob-like restarts (no SIGTERM checkpoint), write {args.write_seconds:g} s, {args.runs} runs, "
-        f"seed {args.seed}"
-    )
+    headers = ["job", "interval", "done", "steps lost", "steps writing", "lost+writing", "checkpoints", "time overhead"]
+    print(f"tfjob-like restarts (no SIGTERM checkpoint), {args.runs} runs, seed {args.seed}")
     print(render_table(headers, rows))
     print(f"\n{time.perf_counter() - started:.0f} s")
 
