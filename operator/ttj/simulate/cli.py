@@ -72,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also compare one worker without a parameter server (the paper's single-GPU baseline)",
     )
+    parser.add_argument(
+        "--checkpoint-write-seconds",
+        type=float,
+        default=0.0,
+        help="seconds each periodic checkpoint keeps the chief from training; the chief reports it, so "
+        "checkpoint.adaptive jobs get the operator's interval [0]",
+    )
     parser.add_argument("--validate", action="store_true", help="also reproduce the ICAC'19 measured averages")
     parser.add_argument("--chart", type=Path, default=None, help="write the time/cost chart here [simulate-NAME.png]")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the chart")
@@ -159,7 +166,14 @@ def main(args: argparse.Namespace) -> int:
                 for p in provisionings
             ]
             jobs = [job.single_gpu() for job in singles] + jobs
-        study = Study(fitted, runs=args.runs, seed=args.seed, lifetimes=args.lifetimes, price_table=args.price_table)
+        study = Study(
+            fitted,
+            runs=args.runs,
+            seed=args.seed,
+            lifetimes=args.lifetimes,
+            price_table=args.price_table,
+            checkpoint_write_s=args.checkpoint_write_seconds,
+        )
         throughput = fitted.throughput
         print(f"job {name}: {template.train_steps} steps of {manifest.spec.model} on {manifest.spec.dataset}")
         capacity_low, capacity_high = throughput.ps_capacity_range

@@ -198,6 +198,8 @@ class RunView:
     preemptions: int
     failures: int
     cost_usd: float
+    #: what a periodic checkpoint takes to write (the chief reports it, for the adaptive interval)
+    checkpoint_write_s: float = 0.0
 
 
 class CheckpointIntervalChoice(Protocol):
@@ -212,6 +214,10 @@ class Policy(Protocol):
     checkpoint_on_sigterm: bool
 
     def decide(self, view: RunView) -> list[SimAction]: ...
+
+    def published_checkpoint_interval_s(self) -> float | None:
+        """The checkpoint interval the policy has told the trainer to use, if any."""
+        ...
 
 
 # --- results ---------------------------------------------------------------------------------------
@@ -301,7 +307,7 @@ class _Run:
         self.vms.append(vm)
 
 
-def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int]) -> RunView:
+def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int], write_s: float) -> RunView:
     return RunView(
         now=run.now,
         job=run.job,
@@ -316,6 +322,7 @@ def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int]) -> RunView:
         preemptions=run.revocations,
         failures=run.failures,
         cost_usd=run.cost(run.now),
+        checkpoint_write_s=write_s,
     )
 
 
@@ -348,16 +355,20 @@ def simulate_run(
     baseline_rate = throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas) * trace.speed_factor
     baseline_time = job.train_steps / baseline_rate
     baseline_cost = baseline_time * (job.workers * run.worker_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
-    interval_steps = 0 if checkpoint_interval is not None else job.spec.checkpoint.interval_steps
-    interval_s = float(job.spec.checkpoint.interval_seconds)
 
-    def choose_interval() -> float:
+    def intervals() -> tuple[float, int]:
+        """(seconds, steps) between periodic checkpoints now: the given choice, else what the policy published
+        to the trainer (the operator's adaptive interval replaces both of the spec's), else the spec's."""
         chief = run.live().get(run.chief_slot) if run.chief_slot is not None else None
-        if checkpoint_interval is None or chief is None:
-            return float(job.spec.checkpoint.interval_seconds)
-        return checkpoint_interval(run.now - chief.created_at, job.provisioning, job.accelerator, checkpoint_write_s)
+        if checkpoint_interval is not None and chief is not None:
+            age = run.now - chief.created_at
+            return checkpoint_interval(age, job.provisioning, job.accelerator, checkpoint_write_s), 0
+        published = policy.published_checkpoint_interval_s()
+        if published is not None:
+            return published, 0
+        return float(job.spec.checkpoint.interval_seconds), job.spec.checkpoint.interval_steps
 
-    interval_s = choose_interval()
+    interval_s, interval_steps = intervals()
     deadline = float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf
 
     def finish(outcome: Literal["Succeeded", "Failed"], reason: str) -> RunResult:
@@ -409,7 +420,7 @@ def simulate_run(
             actions: list[SimAction] = []
         else:
             observed_before = observed_now
-            actions = policy.decide(_view(run, live, lost))
+            actions = policy.decide(_view(run, live, lost, checkpoint_write_s))
         lost = []
         for action in actions:
             if isinstance(action, FailJob):
@@ -430,7 +441,7 @@ def simulate_run(
                 run.steps_lost += run.step - run.checkpoint_step
                 run.step = run.checkpoint_step
         # 3. the next event (the interval follows the chief's VM as it ages or changes)
-        interval_s = choose_interval()
+        interval_s, interval_steps = intervals()
         rate = run.rate()
         candidates = [deadline, MAX_SIMULATED_S]
         for vm in run.vms:
@@ -464,7 +475,9 @@ def simulate_run(
                 run.checkpoint_overhead_steps += deficit
                 run.checkpoints += 1
                 run.checkpoint_step, run.checkpoint_time = run.step, run.now
-                interval_s = choose_interval()
+                if job.spec.checkpoint.adaptive:
+                    # the chief publishes its new checkpoint (and write time) on the Lease: a watch event
+                    observed_before = None
         if run.now >= deadline - _EPS:
             return finish("Failed", "DeadlineExceeded")
         if run.now >= MAX_SIMULATED_S - _EPS:

@@ -48,6 +48,8 @@ class Study:
     seed: int = 1
     lifetimes: str = "pooled"  # or "measured"
     price_table: str = ICAC19_PRICE_TABLE
+    #: what each periodic checkpoint costs the chief (seconds of not training); also what it reports
+    checkpoint_write_s: float = 0.0
 
     def run(self, job: SimJob, policy: str, *, throughput: str = "central", band: str = "central") -> list[RunResult]:
         """``runs`` seeded runs; ``throughput`` and ``band`` pick the ends of the model's intervals."""
@@ -63,6 +65,7 @@ class Study:
                 model,
                 startup_s=self.fitted.startup_s,
                 price_table=self.price_table,
+                checkpoint_write_s=self.checkpoint_write_s,
             )
             for index in range(self.runs)
         ]
@@ -116,7 +119,7 @@ class Study:
 
         Always at the paper's prices (Table II), whatever table the comparison uses.
         """
-        paper_prices = Study(self.fitted, self.runs, self.seed, self.lifetimes, ICAC19_PRICE_TABLE)
+        paper_prices = dataclasses.replace(self, price_table=ICAC19_PRICE_TABLE)
         spec = template.spec.model_copy(deep=True)
         spec.train_steps = ICAC19_TRAIN_STEPS
         base = SimJob(template.name, spec)
