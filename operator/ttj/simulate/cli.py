@@ -175,6 +175,12 @@ def main(args: argparse.Namespace) -> int:
             checkpoint_write_s=args.checkpoint_write_seconds,
         )
         throughput = fitted.throughput
+        # fail before printing anything on a GPU type the models or the prices do not know
+        for accelerator in accelerators:
+            throughput.predict(1, accelerator)
+        price_notes = sorted(
+            {note for job in jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
+        )
         print(f"job {name}: {template.train_steps} steps of {manifest.spec.model} on {manifest.spec.dataset}")
         capacity_low, capacity_high = throughput.ps_capacity_range
         print(
@@ -188,9 +194,6 @@ def main(args: argparse.Namespace) -> int:
         )
         print("\nRevocation rates (Kaplan-Meier, 95 % Greenwood band):")
         print(revocation_table([fitted.revocation_summary(a, args.lifetimes) for a in accelerators]))
-        price_notes = sorted(
-            {note for job in jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
-        )
         for note in price_notes:
             print(f"note: {note}")
         validation = study.validate(template, data) if args.validate else []
