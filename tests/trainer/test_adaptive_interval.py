@@ -31,3 +31,11 @@ def test_progress_carries_the_write_time_and_stays_readable_without_it() -> None
     assert older is not None
     assert older.checkpoint_write_seconds is None
     assert LeaseProgress(global_step=1).to_annotation() == '{"globalStep":1}'
+
+
+def test_the_contract_document_names_the_interval_annotation() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text(encoding="utf-8")
+    assert ANNOTATION_CHECKPOINT_INTERVAL in doc
+    assert "checkpointWriteSeconds" in doc
