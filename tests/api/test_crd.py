@@ -79,6 +79,7 @@ def test_contract_names_subresources_and_columns() -> None:
         "Chief",
         "Step",
         "Cost",
+        "Checkpoint-Every",  # priority 1: kubectl get -o wide
         "Age",
     ]
 
