@@ -51,6 +51,8 @@ class Summary:
     r1_cost_overhead: float
     r1_runs: int
     time_overhead_per_revocation: float  # completed runs with r >= 1: mean (T/T0 - 1)/r
+    checkpoints_mean: float = math.nan  # periodic checkpoints written per run
+    checkpoint_steps_mean: float = math.nan  # steps the chief did not make while writing them, per run
     # --- how sure: filled in by the study (see Study.summary) ---
     throughput_steps_s: float = math.nan  # central global steps/s of the full cluster
     throughput_low_steps_s: float = math.nan
@@ -103,6 +105,8 @@ def summarize(config: str, workers: int, results: Sequence[RunResult]) -> Summar
         r1_cost_overhead=_mean(r.cost_usd / r.baseline_cost_usd - 1 for r in once),
         r1_runs=len(once),
         time_overhead_per_revocation=_mean((r.time_s / r.baseline_time_s - 1) / r.revocations for r in revoked),
+        checkpoints_mean=_mean(r.checkpoints for r in results),
+        checkpoint_steps_mean=_mean(r.checkpoint_overhead_steps for r in results),
     )
 
 
@@ -205,7 +209,8 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def comparison_table(summaries: Sequence[Summary]) -> str:
     headers = [
         "configuration", "policy", "runs", "done", "done 95% band", "time h", "time h range", "p95 h", "cost",
-        "cost range", "p95 cost", "$/done job", "revocations", "steps lost", "r=1 time", "r=1 cost", "model",
+        "cost range", "p95 cost", "$/done job", "revocations", "steps lost", "ckpts", "r=1 time", "r=1 cost",
+        "model",
     ]  # fmt: skip
     rows = [
         [
@@ -223,6 +228,7 @@ def comparison_table(summaries: Sequence[Summary]) -> str:
             usd(s.cost_per_completed_usd),
             f"{s.revocations_mean:.2f}",
             f"{s.steps_lost_mean:.0f}",
+            f"{s.checkpoints_mean:.0f}",
             pct(s.r1_time_overhead),
             pct(s.r1_cost_overhead),
             "extrapolated" if s.extrapolated else "fitted",
