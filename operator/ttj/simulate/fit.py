@@ -2,11 +2,15 @@
 
 What is fitted on which file (docs/simulate.md says the same, with the numbers):
 
-- Throughput ``X(n) = 1 / (1/(n·r) + 1/C)`` global steps/s for n K80 workers sharing one PS: r is the
-  per-worker rate, C the parameter-server ceiling (the paper's Figure 6 bottleneck). Least squares of
-  ``1/X = (1/r)·(1/n) + 1/C`` over the runs without revocations of ``agg_data.csv`` of
-  ``{2,4,8}-demand`` and ``{2,4}-spot`` (runs with a revoked VM, per ``vm_data.csv``, are left out),
-  and the single K80 baseline ``k80-demand/cost.csv`` (duration = cost / K80 on-demand price).
+- Throughput ``X(n) = ((n·r·s)^-k + (C·P)^-k)^(-1/k)`` global steps/s for n workers of relative speed s
+  behind P parameter servers (one worker without a PS: r·s): r the per-K80 rate, C one PS's capacity,
+  k how sharply the PS saturates (1: the harmonic form; large: the min of the two bounds). Least squares
+  of log X over a grid of (k, C), r fitted for each, on the runs without revocations of ``agg_data.csv``
+  of ``{2,4,8}-demand`` and ``{2,4}-spot`` (runs with a revoked VM, per ``vm_data.csv``, are left out)
+  and the single K80 baseline ``k80-demand/cost.csv`` (no PS; duration = cost / K80 on-demand price).
+  The K80 runs bound C from below only; the PS machine's line rate bounds it from above. Every shape in
+  the 95 % likelihood region is kept: predictions carry their range, and those outside the fitted
+  domain (other GPU types, more workers or PS than measured) are flagged extrapolated.
 - Run-to-run noise: the standard deviation of log(duration / fitted duration) over those same runs.
 - Start-up delay (VM boot until training starts; the time a replacement worker takes to join): the
   median of master uptime minus run duration in ``vm_data.csv`` of runs without revocations.
@@ -335,9 +339,8 @@ def _golden_min(function: Callable[[float], float], low: float, high: float, ite
 def _shape_fit(points: dict[int, list[float]], sharpness: float, capacity: float) -> ShapeFit:
     """The per-worker rate that best fits ``points`` (log residuals) for one saturation shape."""
     groups = [(n, len(rates), statistics.fmean(math.log(x) for x in rates)) for n, rates in points.items()]
-    within = sum(
-        (math.log(x) - mean) ** 2 for n, rates in points.items() for x in rates for m, _, mean in groups if m == n
-    )
+    # the spread of each cluster size around its own mean: the part of the residuals no shape can remove
+    within = sum((math.log(x) - mean) ** 2 for workers, _, mean in groups for x in points[workers])
 
     def sse(rate: float) -> float:
         total = within
