@@ -79,7 +79,6 @@ def test_contract_names_subresources_and_columns() -> None:
         "Chief",
         "Step",
         "Cost",
-        "Checkpoint-Every",  # priority 1: kubectl get -o wide
         "Age",
     ]
 

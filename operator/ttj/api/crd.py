@@ -121,13 +121,6 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Chief", "type": "string", "jsonPath": ".status.chief.pod", "description": "Current chief pod."},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.globalStep", "description": "Global step."},
     {"name": "Cost", "type": "number", "jsonPath": ".status.cost.usd", "description": "Cost so far, USD."},
-    {
-        "name": "Checkpoint-Every",
-        "type": "integer",
-        "jsonPath": ".status.checkpointInterval.seconds",
-        "description": "Adaptive checkpoint interval in force, seconds (checkpoint.adaptive).",
-        "priority": 1,
-    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
