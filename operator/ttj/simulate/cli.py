@@ -73,6 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also compare one worker without a parameter server (the paper's single-GPU baseline)",
     )
     parser.add_argument(
+        "--interval-runs",
+        type=int,
+        default=100,
+        help="runs at each end of the throughput interval and the revocation band, on the first of the same "
+        "traces [100]",
+    )
+    parser.add_argument(
         "--checkpoint-write-seconds",
         type=float,
         default=0.0,
@@ -173,6 +180,7 @@ def main(args: argparse.Namespace) -> int:
             lifetimes=args.lifetimes,
             price_table=args.price_table,
             checkpoint_write_s=args.checkpoint_write_seconds,
+            interval_runs=max(1, args.interval_runs),
         )
         throughput = fitted.throughput
         # fail before printing anything on a GPU type the models or the prices do not know

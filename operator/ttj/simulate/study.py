@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +51,14 @@ class Study:
     price_table: str = ICAC19_PRICE_TABLE
     #: what each periodic checkpoint costs the chief (seconds of not training); also what it reports
     checkpoint_write_s: float = 0.0
+    #: runs at each end of an interval (the first of the same traces): the ends are ratios on paired runs
+    interval_runs: int = 100
 
-    def run(self, job: SimJob, policy: str, *, throughput: str = "central", band: str = "central") -> list[RunResult]:
-        """``runs`` seeded runs; ``throughput`` and ``band`` pick the ends of the model's intervals."""
+    def run(
+        self, job: SimJob, policy: str, *, throughput: str = "central", band: str = "central", count: int | None = None
+    ) -> list[RunResult]:
+        """The first ``count`` (default ``runs``) seeded runs; ``throughput`` and ``band`` pick the ends of the
+        model's intervals."""
         make = POLICIES[policy]
         distribution = self.fitted.lifetimes(job.accelerator, job.provisioning, self.lifetimes, band)
         sigma = self.fitted.throughput.noise_sigma
@@ -67,7 +73,7 @@ class Study:
                 price_table=self.price_table,
                 checkpoint_write_s=self.checkpoint_write_s,
             )
-            for index in range(self.runs)
+            for index in range(self.runs if count is None else count)
         ]
 
     def summary(self, job: SimJob, policy: str, *, intervals: bool = True) -> Summary:
@@ -92,19 +98,24 @@ class Study:
             "notes": tuple(notes),
         }
         if intervals:
-            slow = summarize(job.label, job.workers, self.run(job, policy, throughput="low"))
-            fast = summarize(job.label, job.workers, self.run(job, policy, throughput="high"))
+            paired = min(self.interval_runs, self.runs)
+            same = results[:paired]
+            slow = self.run(job, policy, throughput="low", count=paired)
+            fast = self.run(job, policy, throughput="high", count=paired)
+            # each end as a ratio to the same traces at the central throughput, applied to the full means
             extra.update(
-                time_low_s=fast.time_mean_s,
-                time_high_s=slow.time_mean_s,
-                cost_low_usd=min(fast.cost_mean_usd, slow.cost_mean_usd),
-                cost_high_usd=max(fast.cost_mean_usd, slow.cost_mean_usd),
+                time_low_s=central.time_mean_s * _ratio(fast, same, "time_s"),
+                time_high_s=central.time_mean_s * _ratio(slow, same, "time_s"),
+                cost_low_usd=central.cost_mean_usd
+                * min(_ratio(fast, same, "cost_usd"), _ratio(slow, same, "cost_usd")),
+                cost_high_usd=central.cost_mean_usd
+                * max(_ratio(fast, same, "cost_usd"), _ratio(slow, same, "cost_usd")),
             )
             done = sum(1 for r in results if r.succeeded)
             low, high = wilson_interval(done, len(results))
             if job.provisioning != "on-demand":
-                worse = self.run(job, policy, band="low")
-                better = self.run(job, policy, band="high")
+                worse = self.run(job, policy, band="low", count=paired)
+                better = self.run(job, policy, band="high", count=paired)
                 low = min(low, wilson_interval(sum(1 for r in worse if r.succeeded), len(worse))[0])
                 high = max(high, wilson_interval(sum(1 for r in better if r.succeeded), len(better))[1])
             extra.update(completion_low=low, completion_high=high)
@@ -144,3 +155,12 @@ def grid(
         for p in provisionings
         for n in workers
     ]
+
+
+def _ratio(results: Sequence[RunResult], reference: Sequence[RunResult], field: str) -> float:
+    """Mean of ``field`` over the completed ``results`` against the same over the completed ``reference``."""
+    ours = [float(getattr(r, field)) for r in results if r.succeeded]
+    theirs = [float(getattr(r, field)) for r in reference if r.succeeded]
+    if not ours or not theirs:
+        return math.nan
+    return (sum(ours) / len(ours)) / (sum(theirs) / len(theirs))
