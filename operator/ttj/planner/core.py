@@ -13,6 +13,7 @@ the phase and conditions (:mod:`ttj.planner.conditions`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -231,6 +232,8 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         now=now,
         active_workers=slots.active,
     )
+    # the interval annotation goes after the chief's own Lease write (which may carry a resourceVersion precondition)
+    chief = dataclasses.replace(chief, writes=(*chief.writes, *interval.writes))
     situation = InProgress(
         started=elections > 0,
         chief=chief.chief,
@@ -259,7 +262,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     return _plan(
         run,
         status,
-        writes=[*writes, *slots.writes, *chief.writes, *interval.writes],
+        writes=[*writes, *slots.writes, *chief.writes],
         events=[*events, *servers.events, *chief.events, *derived.events],
         observations=chief.observations,
         wake=[*assessed.wake, chief.wake, deadline_of(spec, started_at)],
