@@ -36,6 +36,10 @@ ANNOTATION_ACTIVE_WORKERS = f"{GROUP}/active-workers"
 ANNOTATION_DESIRED_WORKERS = f"{GROUP}/desired-workers"
 #: On the Lease: the chief's :class:`LeaseProgress`, as JSON.
 ANNOTATION_PROGRESS = f"{GROUP}/progress"
+#: On the Lease, written by the operator for ``checkpoint.adaptive`` jobs: the seconds between the chief's
+#: periodic checkpoints, chosen from its node's preemption hazard and its measured write time. While it is
+#: present the chief uses it instead of its own step and time intervals.
+ANNOTATION_CHECKPOINT_INTERVAL = f"{GROUP}/checkpoint-interval-seconds"
 #: On a pod the operator deletes on purpose (scale-down, cleanup), so it is not taken for a loss.
 ANNOTATION_DELETED = f"{GROUP}/deleted-by-operator"
 #: On a PS Deployment: a fingerprint of what a spec change may alter in its pod template.
@@ -221,6 +225,8 @@ class LeaseProgress:
     checkpoint_path: str | None = None
     #: metav1.Time of the checkpoint.
     checkpoint_time: str | None = None
+    #: Seconds the chief took to write its latest checkpoint (the cost the adaptive interval weighs).
+    checkpoint_write_seconds: float | None = None
 
     def to_annotation(self) -> str:
         fields = {
@@ -228,6 +234,7 @@ class LeaseProgress:
             "checkpointStep": self.checkpoint_step,
             "checkpointPath": self.checkpoint_path,
             "checkpointTime": self.checkpoint_time,
+            "checkpointWriteSeconds": self.checkpoint_write_seconds,
         }
         return json.dumps({k: v for k, v in fields.items() if v is not None}, separators=(",", ":"))
 
@@ -241,11 +248,13 @@ class LeaseProgress:
             step = data.get("checkpointStep")
             path = data.get("checkpointPath")
             when = data.get("checkpointTime")
+            write = data.get("checkpointWriteSeconds")
             return cls(
                 global_step=max(0, int(data.get("globalStep", 0))),
                 checkpoint_step=None if step is None else int(step),
                 checkpoint_path=None if path is None else str(path),
                 checkpoint_time=None if when is None else str(when),
+                checkpoint_write_seconds=None if write is None else max(0.0, float(write)),
             )
         except (ValueError, TypeError, AttributeError):
             return None

@@ -73,3 +73,33 @@ def test_the_simulator_core_imports_no_kubernetes() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_job_with_defaults_simulates_with_notes_and_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CRD's default GPU (T4) has no runs and no price in the paper's table: priced from the default
+    table with a note, flagged extrapolated with intervals; the single-GPU baseline is compared; an
+    impossible deadline says which constraint failed."""
+    manifest = tmp_path / "defaults.yaml"
+    manifest.write_text(
+        "apiVersion: transient.training/v1alpha1\nkind: TransientTrainingJob\nmetadata: {name: defaults}\n"
+        "spec: {trainSteps: 20000, model: resnet32, dataset: cifar10, checkpoint: {uri: 'gs://bucket/ckpt'}}\n"
+    )
+    report = tmp_path / "out.json"
+    rc = main(
+        [
+            "simulate", str(manifest), "--runs", "6", "--workers", "4", "--single-gpu", "--policies", "ttj",
+            "--deadline", "0.01", "--no-chart", "--json", str(report),
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "nvidia-tesla-t4 is not in price table icac19-table2 of ttj/data/prices.yaml" in out
+    assert "TOO FEW REVOCATIONS TO TRUST" in out
+    assert "T4 transient x1 no PS" in out
+    assert "miss the deadline of 0.01 h at p95" in out
+    payload = json.loads(report.read_text())
+    rows = payload["summaries"]
+    assert all(row["extrapolated"] for row in rows)
+    assert all(row["throughput_low_steps_s"] < row["throughput_high_steps_s"] for row in rows)
+    assert all(row["completion_low"] <= row["completion_rate"] <= row["completion_high"] for row in rows)
+    assert payload["priceNotes"]

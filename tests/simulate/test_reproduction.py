@@ -45,6 +45,7 @@ def test_every_measured_configuration_is_simulated(pairs: list[tuple[MeasuredSum
         "K80 on-demand x2",
         "K80 on-demand x4",
         "K80 on-demand x8",
+        "K80 on-demand x1 no PS",  # the paper's single-GPU baseline
     ]
     assert all(s.config == m.config and s.policy == "paper-static" for m, s in pairs)
 

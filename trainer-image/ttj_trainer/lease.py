@@ -21,6 +21,7 @@ from typing import Any
 
 from ttj_contract import (
     ANNOTATION_ACTIVE_WORKERS,
+    ANNOTATION_CHECKPOINT_INTERVAL,
     ANNOTATION_DESIRED_WORKERS,
     ANNOTATION_PROGRESS,
     LeaseProgress,
@@ -45,6 +46,8 @@ class LeaseView:
     active_workers: int | None
     desired_workers: int | None
     resource_version: str
+    #: The operator's adaptive checkpoint interval (seconds), when the job asked for one.
+    checkpoint_interval_seconds: int | None = None
 
     def names(self, pod: str) -> bool:
         return self.holder == pod
@@ -74,6 +77,7 @@ def _view(lease: Any) -> LeaseView:
         active_workers=active,
         desired_workers=desired,
         resource_version=lease.metadata.resource_version or "",
+        checkpoint_interval_seconds=_count(annotations, ANNOTATION_CHECKPOINT_INTERVAL, minimum=1),
     )
 
 

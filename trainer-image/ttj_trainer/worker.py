@@ -87,6 +87,7 @@ class Worker:
         self.last_checkpoint: checkpoints.Latest | None = None
         self.last_checkpoint_time: float | None = None  # wall clock, for progress and metrics
         self.last_checkpoint_monotonic = time.monotonic()
+        self.last_checkpoint_write_seconds: float | None = None  # published for the adaptive interval
         self.ready = False
         self.sigterm_at = 0.0
         self.retry_checkpoint_at = 0.0  # after a checkpoint could not be confirmed, wait before the next try
@@ -119,6 +120,7 @@ class Worker:
             checkpoint_step=checkpoint.step,
             checkpoint_path=checkpoint.path,
             checkpoint_time=format_epoch_time(self.last_checkpoint_time or time.time()),
+            checkpoint_write_seconds=self.last_checkpoint_write_seconds,
         )
 
     def _on_sigterm(self, *_: Any) -> None:
@@ -189,6 +191,7 @@ class Worker:
             self._step_down()
             return False
         elapsed = time.monotonic() - started
+        self.last_checkpoint_write_seconds = round(elapsed, 3)
         self.last_checkpoint = checkpoints.Latest(step, self.chief_epoch, path)
         self.last_checkpoint_time = time.time()
         self.last_checkpoint_monotonic = time.monotonic()
@@ -376,6 +379,10 @@ class Worker:
 
     def _checkpoint_due(self) -> bool:
         cfg = self.cfg
+        view = self.watcher.view
+        if view is not None and view.checkpoint_interval_seconds:
+            # the operator's adaptive interval replaces both of the spec's fixed ones
+            return time.monotonic() - self.last_checkpoint_monotonic >= view.checkpoint_interval_seconds
         last_step = self.last_checkpoint.step if self.last_checkpoint else 0
         if cfg.checkpoint_interval_steps and self.global_step - last_step >= cfg.checkpoint_interval_steps:
             return True

@@ -125,7 +125,12 @@ class CheckpointSpec(_Model):
             (
                 "!has(self.volumeClaimName) || self.uri.startsWith('/')",
                 "checkpoint.volumeClaimName needs checkpoint.uri to be an absolute path (the mount point)",
-            )
+            ),
+            (
+                "!has(self.minIntervalSeconds) || !has(self.maxIntervalSeconds) || "
+                "self.minIntervalSeconds <= self.maxIntervalSeconds",
+                "checkpoint.minIntervalSeconds must not exceed checkpoint.maxIntervalSeconds",
+            ),
         )
     )
 
@@ -152,6 +157,29 @@ class CheckpointSpec(_Model):
         description="Write a checkpoint every this many seconds; 0 turns the time interval off. "
         "Whichever interval comes first triggers a checkpoint.",
     )
+    adaptive: bool = Field(
+        default=False,
+        description="Let the operator choose the time between checkpoints from the preemption hazard of the "
+        "chief's node (its GPU type, provisioning and age) and the chief's measured write time, as the "
+        "Young-Daly optimum sqrt(2 x write time x mean time to preemption), within "
+        "[minIntervalSeconds, maxIntervalSeconds]. It replaces intervalSteps and intervalSeconds once the "
+        "chief has measured a write; status.checkpointInterval shows the choice.",
+    )
+    min_interval_seconds: int = Field(
+        default=30, ge=1, description="With adaptive: never checkpoint more often than this."
+    )
+    max_interval_seconds: int = Field(
+        default=3600, ge=1, description="With adaptive: never checkpoint less often than this."
+    )
+
+    @model_validator(mode="after")
+    def _interval_bounds(self) -> CheckpointSpec:
+        if self.min_interval_seconds > self.max_interval_seconds:
+            raise ValueError(
+                f"checkpoint.minIntervalSeconds ({self.min_interval_seconds}) must not exceed "
+                f"checkpoint.maxIntervalSeconds ({self.max_interval_seconds})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _claim_needs_a_path(self) -> CheckpointSpec:
@@ -374,6 +402,20 @@ class ProgressStatus(_Model):
     checkpoint_path: str | None = Field(default=None, description="TensorFlow path prefix of the latest checkpoint.")
 
 
+class CheckpointIntervalStatus(_Model):
+    """The checkpoint interval the operator chose for an adaptive job, and what it rests on."""
+
+    seconds: int = Field(ge=0, description="Seconds between the chief's periodic checkpoints, as published.")
+    write_seconds: float | None = Field(
+        default=None, ge=0, description="The chief's measured checkpoint write time, in seconds."
+    )
+    hazard_per_hour: float | None = Field(
+        default=None, ge=0, description="Preemption hazard of the chief's node at its age, per hour (0: on-demand)."
+    )
+    node_age_seconds: int | None = Field(default=None, ge=0, description="Age of the chief's node, in seconds.")
+    reason: str | None = Field(default=None, description="How the interval was chosen, in words.")
+
+
 class PodCost(_Model):
     """One pod's accrued cost, kept while the pod exists; folded into settledUSD once it is gone."""
 
@@ -558,6 +600,9 @@ class TransientTrainingJobStatus(_Model):
     chief_elections: int = Field(default=0, ge=0, description="Chiefs elected over the job's life.")
     failures: int = Field(default=0, ge=0, description="Failures of the training code (counted against backoffLimit).")
     progress: ProgressStatus | None = Field(default=None, description="Progress reported by the chief.")
+    checkpoint_interval: CheckpointIntervalStatus | None = Field(
+        default=None, description="The adaptive checkpoint interval in force (checkpoint.adaptive)."
+    )
     cost: CostStatus | None = Field(default=None, description="Money spent so far.")
     start_time: str | None = Field(
         default=None, description="When the job started (RFC 3339).", json_schema_extra={"format": "date-time"}

@@ -13,6 +13,7 @@ the phase and conditions (:mod:`ttj.planner.conditions`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,6 +30,7 @@ from ttj.api.models import (
 )
 from ttj.planner.actions import EmitEvent, Observation, Write
 from ttj.planner.assess import Assessment, assess_workers
+from ttj.planner.checkpoint_interval import adaptive_checkpoint_interval
 from ttj.planner.chief import keep_chief
 from ttj.planner.children import name_problems
 from ttj.planner.classify import PodState
@@ -220,6 +222,19 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         config=run.config,
     )
     elections = previous.chief_elections + chief.elections
+    chief_pod = chief.chief.pod if chief.chief is not None else None
+    interval = adaptive_checkpoint_interval(
+        spec,
+        job_name=run.name,
+        holder_pod=next((p for p in assessed.workers if meta(p).get("name") == chief_pod), None),
+        nodes=observed.nodes,
+        lease=observed.lease,
+        previous=previous.checkpoint_interval,
+        now=now,
+        active_workers=slots.active,
+    )
+    # the interval annotation goes after the chief's own Lease write (which may carry a resourceVersion precondition)
+    chief = dataclasses.replace(chief, writes=(*chief.writes, *interval.writes))
     situation = InProgress(
         started=elections > 0,
         lost=servers.lost or counted.preemptions + servers.preemptions + counted.failures > 0 or elections > 1,
@@ -246,6 +261,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             "chief_elections": elections,
             "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
             "conditions": derived.conditions,
+            "checkpoint_interval": interval.status,
         }
     )
     return _plan(

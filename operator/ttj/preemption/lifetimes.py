@@ -146,5 +146,22 @@ class LifetimeDistribution:
         index = min(len(self._sorted) - 1, max(0, math.ceil(share * len(self._sorted)) - 1))
         return self._sorted[index]
 
+    def hazard_per_second(self, age_s: float, window_s: float = 2 * 3600.0) -> float:
+        """Revocation rate of a server that has lived ``age_s``, over the next ``window_s`` (per second).
+
+        From the measured servers that outlived ``age_s``: the share revoked within the window, as a
+        constant rate. Revocations at the 24 h limit are not counted (GCE announces them like any other,
+        and they are certain, not random). Past the measured ages the last window is used. A window
+        without a revocation counts half a revocation, so a small sample never claims a zero hazard.
+        """
+        limit = PREEMPTIBLE_MAX_LIFETIME_S
+        age = min(max(0.0, age_s), limit - window_s)
+        survivors = [s for s in self._sorted if s > age]
+        if not survivors:
+            return 0.0
+        revoked = sum(1 for s in survivors if s <= age + window_s and s < limit)
+        share = max(revoked, 0.5) / len(survivors)
+        return -math.log(max(1e-12, 1.0 - min(share, 0.999))) / window_s
+
     def share_at_most(self, seconds: float) -> float:
         return bisect.bisect_right(self._sorted, seconds) / len(self._sorted)

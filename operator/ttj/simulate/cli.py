@@ -67,6 +67,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="icac19-table2",
         help="price table of ttj.cost (ttj/data/prices.yaml) [icac19-table2, the paper's Table II]",
     )
+    parser.add_argument(
+        "--single-gpu",
+        action="store_true",
+        help="also compare one worker without a parameter server (the paper's single-GPU baseline)",
+    )
+    parser.add_argument(
+        "--interval-runs",
+        type=int,
+        default=100,
+        help="runs at each end of the throughput interval and the revocation band, on the first of the same "
+        "traces [100]",
+    )
+    parser.add_argument(
+        "--checkpoint-write-seconds",
+        type=float,
+        default=0.0,
+        help="seconds each periodic checkpoint keeps the chief from training; the chief reports it, so "
+        "checkpoint.adaptive jobs get the operator's interval [0]",
+    )
     parser.add_argument("--validate", action="store_true", help="also reproduce the ICAC'19 measured averages")
     parser.add_argument("--chart", type=Path, default=None, help="write the time/cost chart here [simulate-NAME.png]")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the chart")
@@ -102,9 +121,19 @@ def load_job(path: Path) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     from ttj.simulate.engine import SimJob
-    from ttj.simulate.fit import fit
+    from ttj.simulate.fit import PS_NETWORK_CEILING_STEPS_S, fit
     from ttj.simulate.icac19 import load_training_data
-    from ttj.simulate.report import comparison_table, draw_chart, hours, pct, recommend, usd, validation_table
+    from ttj.simulate.prices import price_note
+    from ttj.simulate.report import (
+        comparison_table,
+        draw_chart,
+        hours,
+        pct,
+        recommend,
+        revocation_table,
+        usd,
+        validation_table,
+    )
     from ttj.simulate.study import POLICIES, POLICY_LABELS, Study, accelerator_name, grid
 
     try:
@@ -137,15 +166,44 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         jobs = grid(template, workers, accelerators, provisionings)
-        study = Study(fitted, runs=args.runs, seed=args.seed, lifetimes=args.lifetimes, price_table=args.price_table)
-        throughput = fitted.throughput
-        print(f"job {name}: {template.train_steps} steps of {manifest.spec.model} on {manifest.spec.dataset}")
-        print(
-            f"model (fitted on ICAC'19): {throughput.per_worker_steps_s:.3f} steps/s per K80 worker, "
-            f"PS ceiling {throughput.ps_ceiling_steps_s:.0f} steps/s, run noise {throughput.noise_sigma:.1%}, "
-            f"start-up {fitted.startup_s:.0f} s; revocations: {args.lifetimes} lifetimes; "
-            f"{args.runs} runs per row, seed {args.seed}; prices: {args.price_table}"
+        if args.single_gpu:
+            singles = [
+                template.with_cluster(workers=1, accelerator=a, provisioning=p)
+                for a in accelerators
+                for p in provisionings
+            ]
+            jobs = [job.single_gpu() for job in singles] + jobs
+        study = Study(
+            fitted,
+            runs=args.runs,
+            seed=args.seed,
+            lifetimes=args.lifetimes,
+            price_table=args.price_table,
+            checkpoint_write_s=args.checkpoint_write_seconds,
+            interval_runs=max(1, args.interval_runs),
         )
+        throughput = fitted.throughput
+        # fail before printing anything on a GPU type the models or the prices do not know
+        for accelerator in accelerators:
+            throughput.predict(1, accelerator)
+        price_notes = sorted(
+            {note for job in jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
+        )
+        print(f"job {name}: {template.train_steps} steps of {manifest.spec.model} on {manifest.spec.dataset}")
+        capacity_low, capacity_high = throughput.ps_capacity_range
+        print(
+            f"model (fitted on ICAC'19, K80 runs of 1-{throughput.max_fitted_workers} workers): "
+            f"{throughput.per_worker_steps_s:.3f} steps/s per K80 worker; "
+            f"PS capacity {throughput.ps_capacity_steps_s:.0f} "
+            f"steps/s (95 % range {capacity_low:.0f}-{capacity_high:.0f}; line rate of its machine "
+            f"{PS_NETWORK_CEILING_STEPS_S:.0f}), saturation sharpness k={throughput.sharpness:g}; run noise "
+            f"{throughput.noise_sigma:.1%}; start-up {fitted.startup_s:.0f} s; revocations: {args.lifetimes} "
+            f"lifetimes; {args.runs} runs per row, seed {args.seed}; prices: {args.price_table}"
+        )
+        print("\nRevocation rates (Kaplan-Meier, 95 % Greenwood band):")
+        print(revocation_table([fitted.revocation_summary(a, args.lifetimes) for a in accelerators]))
+        for note in price_notes:
+            print(f"note: {note}")
         validation = study.validate(template, data) if args.validate else []
         if validation:
             print("\nReproducing the ICAC'19 measurements (paper's static policy, ResNet-32, 64K steps):")
@@ -155,11 +213,19 @@ def main(args: argparse.Namespace) -> int:
         print(f"ttj simulate: {exc}", file=sys.stderr)
         return 2
 
-    print("\nConfigurations side by side (time and cost: completed runs; $/done job: all runs / completed):")
+    print("\nConfigurations side by side (time and cost: completed runs; $/done job: all runs / completed;")
+    print("ranges: the throughput interval and the revocation band, on the same traces):")
     print(comparison_table(summaries))
+    flagged = {s.config: s.notes for s in summaries if s.notes}
+    if flagged:
+        print("\nNot fitted on measurements (the ranges above carry it):")
+        for config, notes in flagged.items():
+            print(f"  {config}: {'; '.join(notes)}")
     if "ttj" in args.policies and len(args.policies) > 1:
         print("\nThis project's policy against the others, on the same traces:")
-        for job in (j for j in jobs if j.provisioning != "on-demand"):  # on-demand: no revocations, all alike
+        for job in (
+            j for j in jobs if j.provisioning != "on-demand" and not j.without_ps
+        ):  # on-demand: no revocations, all alike
             ours = next(s for s in summaries if s.config == job.label and s.policy == POLICY_LABELS["ttj"])
             for other in (s for s in summaries if s.config == job.label and s.policy != ours.policy):
                 print(
@@ -188,6 +254,16 @@ def main(args: argparse.Namespace) -> int:
     if args.json is not None:
         payload = {
             "job": name,
+            "model": {
+                "perWorkerStepsPerSecondK80": throughput.per_worker_steps_s,
+                "psCapacityStepsPerSecond": throughput.ps_capacity_steps_s,
+                "psCapacityRange": list(throughput.ps_capacity_range),
+                "psNetworkCeilingStepsPerSecond": PS_NETWORK_CEILING_STEPS_S,
+                "sharpness": throughput.sharpness,
+                "maxFittedWorkers": throughput.max_fitted_workers,
+            },
+            "revocations": [asdict(fitted.revocation_summary(a, args.lifetimes)) for a in accelerators],
+            "priceNotes": price_notes,
             "summaries": [asdict(s) for s in summaries],
             "validation": [{"measured": asdict(m), "simulated": asdict(s)} for m, s in validation],
         }

@@ -38,6 +38,9 @@ class SimJob:
 
     name: str
     spec: TransientTrainingJobSpec
+    #: One worker training alone, no parameter server (the paper's single-GPU baseline): the model state
+    #: lives on that worker, so losing it rolls training back to the last checkpoint.
+    without_ps: bool = False
 
     @property
     def train_steps(self) -> int:
@@ -65,13 +68,18 @@ class SimJob:
 
     @property
     def ps_replicas(self) -> int:
-        return self.spec.parameter_servers.replicas
+        return 0 if self.without_ps else self.spec.parameter_servers.replicas
 
     @property
     def label(self) -> str:
         gpu = self.accelerator.removeprefix("nvidia-tesla-").removeprefix("nvidia-").upper()
         kind = "on-demand" if self.provisioning == "on-demand" else "transient"
-        return f"{gpu} {kind} x{self.workers}"
+        return f"{gpu} {kind} x{self.workers}" + (" no PS" if self.without_ps else "")
+
+    def single_gpu(self) -> SimJob:
+        """This job on its one worker alone, without a parameter server."""
+        job = self.with_cluster(workers=1, accelerator=self.accelerator, provisioning=self.provisioning)
+        return SimJob(self.name, job.spec, without_ps=True)
 
     def with_cluster(self, *, workers: int, accelerator: str, provisioning: str) -> SimJob:
         """The same job on another cluster (min/max replicas follow, as a user would set them)."""
@@ -190,6 +198,14 @@ class RunView:
     preemptions: int
     failures: int
     cost_usd: float
+    #: what a periodic checkpoint takes to write (the chief reports it, for the adaptive interval)
+    checkpoint_write_s: float = 0.0
+
+
+class CheckpointIntervalChoice(Protocol):
+    """Seconds to the next checkpoint, from the chief VM's age (s), provisioning, accelerator and write time (s)."""
+
+    def __call__(self, chief_age_s: float, provisioning: str, accelerator: str, write_s: float) -> float: ...
 
 
 class Policy(Protocol):
@@ -198,6 +214,10 @@ class Policy(Protocol):
     checkpoint_on_sigterm: bool
 
     def decide(self, view: RunView) -> list[SimAction]: ...
+
+    def published_checkpoint_interval_s(self) -> float | None:
+        """The checkpoint interval the policy has told the trainer to use, if any."""
+        ...
 
 
 # --- results ---------------------------------------------------------------------------------------
@@ -215,6 +235,9 @@ class RunResult:
     replacements: int
     chief_elections: int
     steps_lost: float  # rolled back to checkpoints, plus all progress of a failed run
+    #: periodic checkpoints written, and the steps the chief did not make while writing them
+    checkpoints: int
+    checkpoint_overhead_steps: float
     #: the same run without any revocation (same speed factor), for per-revocation overheads
     baseline_time_s: float
     baseline_cost_usd: float
@@ -245,6 +268,8 @@ class _Run:
     replacements: int = 0
     failures: int = 0
     steps_lost: float = 0.0
+    checkpoints: int = 0
+    checkpoint_overhead_steps: float = 0.0
     worker_price_h: float = 0.0
     ps_price_h: float = 0.0
 
@@ -282,7 +307,7 @@ class _Run:
         self.vms.append(vm)
 
 
-def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int]) -> RunView:
+def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int], write_s: float) -> RunView:
     return RunView(
         now=run.now,
         job=run.job,
@@ -297,6 +322,7 @@ def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int]) -> RunView:
         preemptions=run.revocations,
         failures=run.failures,
         cost_usd=run.cost(run.now),
+        checkpoint_write_s=write_s,
     )
 
 
@@ -309,8 +335,16 @@ def simulate_run(
     startup_s: float,
     handover_s: float = 15.0,
     price_table: str = ICAC19_PRICE_TABLE,
+    checkpoint_write_s: float = 0.0,
+    checkpoint_interval: CheckpointIntervalChoice | None = None,
 ) -> RunResult:
-    """Run ``job`` once under ``policy`` on ``trace``, charging the prices of ``price_table``."""
+    """Run ``job`` once under ``policy`` on ``trace``, charging the prices of ``price_table``.
+
+    Each periodic checkpoint keeps the chief from training for ``checkpoint_write_s`` (its share of the
+    steps is lost to the job). ``checkpoint_interval``, when given, chooses the time interval after every
+    checkpoint and chief change from the chief's VM (as the operator does for ``checkpoint.adaptive``)
+    and replaces the spec's intervals; otherwise the spec's fixed intervals apply.
+    """
     run = _Run(job, trace, throughput, startup_s, handover_s)
     run.worker_price_h = price_per_hour(job.accelerator, job.provisioning, price_table)
     run.ps_price_h = ps_price_per_hour(price_table)
@@ -321,8 +355,20 @@ def simulate_run(
     baseline_rate = throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas) * trace.speed_factor
     baseline_time = job.train_steps / baseline_rate
     baseline_cost = baseline_time * (job.workers * run.worker_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
-    interval_steps = job.spec.checkpoint.interval_steps
-    interval_s = job.spec.checkpoint.interval_seconds
+
+    def intervals() -> tuple[float, int]:
+        """(seconds, steps) between periodic checkpoints now: the given choice, else what the policy published
+        to the trainer (the operator's adaptive interval replaces both of the spec's), else the spec's."""
+        chief = run.live().get(run.chief_slot) if run.chief_slot is not None else None
+        if checkpoint_interval is not None and chief is not None:
+            age = run.now - chief.created_at
+            return checkpoint_interval(age, job.provisioning, job.accelerator, checkpoint_write_s), 0
+        published = policy.published_checkpoint_interval_s()
+        if published is not None:
+            return published, 0
+        return float(job.spec.checkpoint.interval_seconds), job.spec.checkpoint.interval_steps
+
+    interval_s, interval_steps = intervals()
     deadline = float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf
 
     def finish(outcome: Literal["Succeeded", "Failed"], reason: str) -> RunResult:
@@ -342,6 +388,8 @@ def simulate_run(
             replacements=run.replacements,
             chief_elections=run.elections,
             steps_lost=run.steps_lost,
+            checkpoints=run.checkpoints,
+            checkpoint_overhead_steps=run.checkpoint_overhead_steps,
             baseline_time_s=baseline_time,
             baseline_cost_usd=baseline_cost,
         )
@@ -358,6 +406,9 @@ def simulate_run(
                 lost.append(vm.slot)
                 if vm.slot == run.chief_slot and policy.checkpoint_on_sigterm and vm.running(run.now):
                     run.checkpoint_step, run.checkpoint_time = run.step, run.now
+                if job.without_ps and vm.slot == run.chief_slot:  # the model state died with the worker
+                    run.steps_lost += run.step - run.checkpoint_step
+                    run.step = run.checkpoint_step
         # 2. the policy reacts to what it observes. Like a controller woken by watch events it is asked
         #    only when the cluster changed (a VM lost or ready, a handover done), not at checkpoints.
         live = run.live()
@@ -369,7 +420,7 @@ def simulate_run(
             actions: list[SimAction] = []
         else:
             observed_before = observed_now
-            actions = policy.decide(_view(run, live, lost))
+            actions = policy.decide(_view(run, live, lost, checkpoint_write_s))
         lost = []
         for action in actions:
             if isinstance(action, FailJob):
@@ -389,7 +440,8 @@ def simulate_run(
             elif isinstance(action, RestoreCheckpoint):
                 run.steps_lost += run.step - run.checkpoint_step
                 run.step = run.checkpoint_step
-        # 3. the next event
+        # 3. the next event (the interval follows the chief's VM as it ages or changes)
+        interval_s, interval_steps = intervals()
         rate = run.rate()
         candidates = [deadline, MAX_SIMULATED_S]
         for vm in run.vms:
@@ -417,7 +469,15 @@ def simulate_run(
             due_steps = interval_steps and run.step >= run.checkpoint_step + interval_steps - 1e-6
             due_time = interval_s and run.now >= run.checkpoint_time + interval_s - 1e-6
             if due_steps or due_time:
+                # the chief writes instead of training: its share of the throughput, for the write time
+                deficit = min(run.step, rate * checkpoint_write_s / max(1, run.running_workers()))
+                run.step -= deficit
+                run.checkpoint_overhead_steps += deficit
+                run.checkpoints += 1
                 run.checkpoint_step, run.checkpoint_time = run.step, run.now
+                if job.spec.checkpoint.adaptive:
+                    # the chief publishes its new checkpoint (and write time) on the Lease: a watch event
+                    observed_before = None
         if run.now >= deadline - _EPS:
             return finish("Failed", "DeadlineExceeded")
         if run.now >= MAX_SIMULATED_S - _EPS:

@@ -24,11 +24,12 @@ from typing import Any
 
 from ttj.api.models import CostStatus, TransientTrainingJobSpec
 from ttj.planner import CreateChild, Observed, PlannerConfig, UpdateLease, Write
-from ttj.planner.observed import Obj, labels_of, name_of
+from ttj.planner.observed import Obj, annotations_of, labels_of, name_of
 from ttj.planner.world import World
 from ttj.simulate.engine import FailJob, MakeChief, RunView, SimAction, SimJob, StartWorker
 from ttj_contract import (
     ACCELERATOR_LABEL,
+    ANNOTATION_CHECKPOINT_INTERVAL,
     ANNOTATION_PROGRESS,
     API_VERSION,
     CONTAINER_NAME,
@@ -94,6 +95,12 @@ class PlannerPolicy:
                 break
         return self._wanted
 
+    def published_checkpoint_interval_s(self) -> float | None:
+        """The adaptive interval the planner wrote on the Lease (``checkpoint.adaptive``), as the trainer reads it."""
+        lease = self.world.observed.lease if self.world is not None else None
+        raw = annotations_of(lease or {}).get(ANNOTATION_CHECKPOINT_INTERVAL)
+        return float(raw) if raw is not None and raw.isdigit() and int(raw) > 0 else None
+
     # -- cluster evidence of the simulation's events ---------------------------------------------------
     @staticmethod
     def _manifest(job: SimJob) -> Obj:
@@ -142,6 +149,7 @@ class PlannerPolicy:
                 checkpoint_step=int(view.checkpoint_step),
                 checkpoint_path=f"{view.job.spec.checkpoint.uri}/model.ckpt-{int(view.checkpoint_step)}",
                 checkpoint_time=format_time(_at(view.checkpoint_time)),
+                checkpoint_write_seconds=view.checkpoint_write_s if view.checkpoint_write_s > 0 else None,
             )
             renewal = UpdateLease(
                 name=lease_name(view.job.name),

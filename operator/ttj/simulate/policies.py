@@ -25,6 +25,9 @@ class PaperStaticPolicy:
             return [FailJob("MasterRevoked")]
         return []
 
+    def published_checkpoint_interval_s(self) -> float | None:
+        return None
+
 
 class TFJobLikePolicy:
     name = "tfjob-like"
@@ -39,3 +42,6 @@ class TFJobLikePolicy:
         if view.chief_slot in view.lost_slots:
             actions.append(RestoreCheckpoint())
         return actions
+
+    def published_checkpoint_interval_s(self) -> float | None:
+        return None

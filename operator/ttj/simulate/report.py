@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ttj.simulate.engine import RunResult
+from ttj.simulate.fit import RevocationSummary
 from ttj.simulate.icac19 import MeasuredCluster, TrainingData
 
 #: The paper's Table IV as the issue quotes it: time overhead of a run with one revocation (r=1),
@@ -50,6 +51,34 @@ class Summary:
     r1_cost_overhead: float
     r1_runs: int
     time_overhead_per_revocation: float  # completed runs with r >= 1: mean (T/T0 - 1)/r
+    checkpoints_mean: float = math.nan  # periodic checkpoints written per run
+    checkpoint_steps_mean: float = math.nan  # steps the chief did not make while writing them, per run
+    # --- how sure: filled in by the study (see Study.summary) ---
+    throughput_steps_s: float = math.nan  # central global steps/s of the full cluster
+    throughput_low_steps_s: float = math.nan
+    throughput_high_steps_s: float = math.nan
+    #: mean time and cost of completed runs with the throughput at the low and high end of its interval
+    time_low_s: float = math.nan
+    time_high_s: float = math.nan
+    cost_low_usd: float = math.nan
+    cost_high_usd: float = math.nan
+    #: completion with the revocation rates at the ends of their 95 % band (Monte Carlo error included)
+    completion_low: float = math.nan
+    completion_high: float = math.nan
+    #: a prediction outside the fitted domain (no runs of this GPU type, more workers than measured, ...)
+    extrapolated: bool = False
+    notes: tuple[str, ...] = ()
+
+
+def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
+    """95 % Wilson score interval of a binomial share (the Monte Carlo error of a completion rate)."""
+    if trials <= 0:
+        return math.nan, math.nan
+    z = 1.959964
+    share = successes / trials
+    centre = (share + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def summarize(config: str, workers: int, results: Sequence[RunResult]) -> Summary:
@@ -76,6 +105,8 @@ def summarize(config: str, workers: int, results: Sequence[RunResult]) -> Summar
         r1_cost_overhead=_mean(r.cost_usd / r.baseline_cost_usd - 1 for r in once),
         r1_runs=len(once),
         time_overhead_per_revocation=_mean((r.time_s / r.baseline_time_s - 1) / r.revocations for r in revoked),
+        checkpoints_mean=_mean(r.checkpoints for r in results),
+        checkpoint_steps_mean=_mean(r.checkpoint_overhead_steps for r in results),
     )
 
 
@@ -125,8 +156,29 @@ def measured_summary(cluster: MeasuredCluster) -> MeasuredSummary:
     )
 
 
-def measured_summaries(data: TrainingData) -> list[MeasuredSummary]:
-    return [measured_summary(c) for c in data.clusters()]
+def single_gpu_summary(costs: Sequence[float], on_demand_usd_per_hour: float) -> MeasuredSummary:
+    """The paper's single on-demand K80 without a PS: its files hold costs only (duration = cost / price)."""
+    return MeasuredSummary(
+        config="K80 on-demand x1 no PS",
+        workers=1,
+        provisioning="on-demand",
+        runs=len(costs),
+        completion_rate=1.0,
+        time_mean_s=_mean(c / on_demand_usd_per_hour * 3600.0 for c in costs),
+        cost_mean_usd=_mean(costs),
+        revocations_mean=0.0,
+        r1_time_overhead=math.nan,
+        r1_time_overhead_se=math.nan,
+        r1_cost_overhead=math.nan,
+        r1_runs=0,
+    )
+
+
+def measured_summaries(data: TrainingData, on_demand_k80_usd_per_hour: float | None = None) -> list[MeasuredSummary]:
+    measured = [measured_summary(c) for c in data.clusters()]
+    if on_demand_k80_usd_per_hour is not None and data.single_k80_costs:
+        measured.append(single_gpu_summary(data.single_k80_costs, on_demand_k80_usd_per_hour))
+    return measured
 
 
 # --- text -------------------------------------------------------------------------------------------
@@ -156,8 +208,9 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def comparison_table(summaries: Sequence[Summary]) -> str:
     headers = [
-        "configuration", "policy", "runs", "done", "time h", "p95 h", "cost", "p95 cost", "$/done job",
-        "revocations", "steps lost", "r=1 time", "r=1 cost",
+        "configuration", "policy", "runs", "done", "done 95% band", "time h", "time h range", "p95 h", "cost",
+        "cost range", "p95 cost", "$/done job", "revocations", "steps lost", "ckpts", "r=1 time", "r=1 cost",
+        "model",
     ]  # fmt: skip
     rows = [
         [
@@ -165,17 +218,47 @@ def comparison_table(summaries: Sequence[Summary]) -> str:
             s.policy,
             str(s.runs),
             pct(s.completion_rate, signed=False),
+            span(s.completion_low, s.completion_high, lambda v: pct(v, signed=False)),
             hours(s.time_mean_s),
+            span(s.time_high_s, s.time_low_s, hours),
             hours(s.time_p95_s),
             usd(s.cost_mean_usd),
+            span(s.cost_high_usd, s.cost_low_usd, usd),
             usd(s.cost_p95_usd),
             usd(s.cost_per_completed_usd),
             f"{s.revocations_mean:.2f}",
             f"{s.steps_lost_mean:.0f}",
+            f"{s.checkpoints_mean:.0f}",
             pct(s.r1_time_overhead),
             pct(s.r1_cost_overhead),
+            "extrapolated" if s.extrapolated else "fitted",
         ]
         for s in summaries
+    ]
+    return render_table(headers, rows)
+
+
+def span(low: float, high: float, show: Callable[[float], str]) -> str:
+    """An interval as text; "-" when it is unknown."""
+    if math.isnan(low) or math.isnan(high):
+        return "-"
+    first, last = sorted((low, high))
+    return f"{show(first)}-{show(last)}"
+
+
+def revocation_table(summaries: Sequence[RevocationSummary]) -> str:
+    headers = ["GPU", "VMs", "revocations", "alive at 1 h (95% band)", "alive at 6 h (95% band)", "trust", "from"]
+    rows = [
+        [
+            r.accelerator,
+            str(r.vms),
+            str(r.revocations),
+            f"{pct(r.survival_1h[0], False)} ({pct(r.survival_1h[1], False)}-{pct(r.survival_1h[2], False)})",
+            f"{pct(r.survival_6h[0], False)} ({pct(r.survival_6h[1], False)}-{pct(r.survival_6h[2], False)})",
+            "ok" if r.trusted else "TOO FEW REVOCATIONS TO TRUST",
+            r.basis,
+        ]
+        for r in summaries
     ]
     return render_table(headers, rows)
 
@@ -208,7 +291,7 @@ def validation_table(pairs: Sequence[tuple[MeasuredSummary, Summary]]) -> str:
                 f"{s.revocations_mean:.2f}",
                 f"{pct(m.r1_time_overhead)}±{m.r1_time_overhead_se * 100:.1f} (n={m.r1_runs})" if m.r1_runs else "-",
                 pct(s.r1_time_overhead) if m.provisioning != "on-demand" else "-",
-                pct(PAPER_R1_TIME_OVERHEAD[m.workers]) if m.provisioning != "on-demand" else "-",
+                pct(PAPER_R1_TIME_OVERHEAD.get(m.workers, math.nan)) if m.provisioning != "on-demand" else "-",
             ]
         )
     return render_table(headers, rows)
@@ -288,9 +371,12 @@ def recommend(
     if budget_usd is not None:
         candidates = [s for s in candidates if s.cost_p95_usd <= budget_usd]
     if not candidates:
-        return None, (
-            f"no configuration meets the constraints with {policy} at >= {min_completion:.0%} completion "
-            "(p95 time within the deadline, p95 cost within the budget)"
+        return None, _why_none(
+            [s for s in summaries if s.policy == policy],
+            policy=policy,
+            budget_usd=budget_usd,
+            deadline_s=deadline_s,
+            min_completion=min_completion,
         )
     key: Callable[[Summary], float]
     if deadline_s is not None or budget_usd is None:
@@ -303,3 +389,36 @@ def recommend(
         why += " and whose p95 cost stays within the budget"
     best = min(candidates, key=key)
     return best, why
+
+
+def _why_none(
+    pool: Sequence[Summary], *, policy: str, budget_usd: float | None, deadline_s: float | None, min_completion: float
+) -> str:
+    """Which constraint each configuration failed, and the one that came closest to each."""
+    if not pool:
+        return f"no configuration was simulated with {policy}"
+    reasons: list[str] = []
+    unlikely = [s for s in pool if s.completion_rate < min_completion]
+    if unlikely:
+        closest = max(unlikely, key=lambda s: s.completion_rate)
+        reasons.append(
+            f"{len(unlikely)} of {len(pool)} complete in fewer than {min_completion:.0%} of runs "
+            f"(best: {closest.config}, {pct(closest.completion_rate, signed=False)})"
+        )
+    if deadline_s is not None:
+        late = [s for s in pool if not s.time_p95_s <= deadline_s]
+        if late:
+            fastest = min(late, key=lambda s: s.time_p95_s if not math.isnan(s.time_p95_s) else math.inf)
+            reasons.append(
+                f"{len(late)} of {len(pool)} miss the deadline of {hours(deadline_s)} h at p95 "
+                f"(fastest: {fastest.config}, p95 {hours(fastest.time_p95_s)} h)"
+            )
+    if budget_usd is not None:
+        dear = [s for s in pool if not s.cost_p95_usd <= budget_usd]
+        if dear:
+            cheapest = min(dear, key=lambda s: s.cost_p95_usd if not math.isnan(s.cost_p95_usd) else math.inf)
+            reasons.append(
+                f"{len(dear)} of {len(pool)} exceed the budget of {usd(budget_usd)} at p95 "
+                f"(cheapest: {cheapest.config}, p95 {usd(cheapest.cost_p95_usd)})"
+            )
+    return f"no configuration meets the constraints with {policy}: " + "; ".join(reasons)

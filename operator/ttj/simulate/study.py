@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ttj.simulate.engine import Policy, PreemptionTrace, RunResult, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel
 from ttj.simulate.icac19 import ICAC19_TRAIN_STEPS, TrainingData
 from ttj.simulate.planner_policy import PlannerPolicy
 from ttj.simulate.policies import PaperStaticPolicy, TFJobLikePolicy
-from ttj.simulate.prices import ICAC19_PRICE_TABLE
-from ttj.simulate.report import MeasuredSummary, Summary, measured_summaries, summarize
+from ttj.simulate.prices import ICAC19_PRICE_TABLE, price_per_hour
+from ttj.simulate.report import MeasuredSummary, Summary, measured_summaries, summarize, wilson_interval
 
 #: Policy name on the command line → a fresh policy per run (the planner adapter keeps a picture).
 POLICIES: dict[str, Callable[[], Policy]] = {
@@ -46,25 +49,77 @@ class Study:
     seed: int = 1
     lifetimes: str = "pooled"  # or "measured"
     price_table: str = ICAC19_PRICE_TABLE
+    #: what each periodic checkpoint costs the chief (seconds of not training); also what it reports
+    checkpoint_write_s: float = 0.0
+    #: runs at each end of an interval (the first of the same traces): the ends are ratios on paired runs
+    interval_runs: int = 100
 
-    def run(self, job: SimJob, policy: str) -> list[RunResult]:
+    def run(
+        self, job: SimJob, policy: str, *, throughput: str = "central", band: str = "central", count: int | None = None
+    ) -> list[RunResult]:
+        """The first ``count`` (default ``runs``) seeded runs; ``throughput`` and ``band`` pick the ends of the
+        model's intervals."""
         make = POLICIES[policy]
-        distribution = self.fitted.lifetimes(job.accelerator, job.provisioning, self.lifetimes)
+        distribution = self.fitted.lifetimes(job.accelerator, job.provisioning, self.lifetimes, band)
         sigma = self.fitted.throughput.noise_sigma
+        model = self.fitted.throughput.with_bound(throughput)
         return [
             simulate_run(
                 job,
                 make(),
                 PreemptionTrace(self.seed, index, distribution, sigma),
-                self.fitted.throughput,
+                model,
                 startup_s=self.fitted.startup_s,
                 price_table=self.price_table,
+                checkpoint_write_s=self.checkpoint_write_s,
             )
-            for index in range(self.runs)
+            for index in range(self.runs if count is None else count)
         ]
 
-    def summary(self, job: SimJob, policy: str) -> Summary:
-        return summarize(job.label, job.workers, self.run(job, policy))
+    def summary(self, job: SimJob, policy: str, *, intervals: bool = True) -> Summary:
+        """The runs' summary; with ``intervals`` also the time and cost at the ends of the throughput interval
+        and the completion at the ends of the revocation band, on the same traces."""
+        results = self.run(job, policy)
+        central = summarize(job.label, job.workers, results)
+        prediction = self.fitted.throughput.predict(job.workers, job.accelerator, job.ps_replicas)
+        notes = list(prediction.why)
+        if job.provisioning != "on-demand":
+            revocations = self.fitted.revocation_summary(job.accelerator, self.lifetimes)
+            if not revocations.trusted:
+                notes.append(
+                    f"revocation rates of {job.accelerator} rest on {revocations.revocations} revocations of "
+                    f"{revocations.vms} VMs ({revocations.basis}): too few to trust"
+                )
+        extra: dict[str, Any] = {
+            "throughput_steps_s": prediction.central,
+            "throughput_low_steps_s": prediction.low,
+            "throughput_high_steps_s": prediction.high,
+            "extrapolated": prediction.extrapolated,
+            "notes": tuple(notes),
+        }
+        if intervals:
+            paired = min(self.interval_runs, self.runs)
+            same = results[:paired]
+            slow = self.run(job, policy, throughput="low", count=paired)
+            fast = self.run(job, policy, throughput="high", count=paired)
+            # each end as a ratio to the same traces at the central throughput, applied to the full means
+            extra.update(
+                time_low_s=central.time_mean_s * _ratio(fast, same, "time_s"),
+                time_high_s=central.time_mean_s * _ratio(slow, same, "time_s"),
+                cost_low_usd=central.cost_mean_usd
+                * min(_ratio(fast, same, "cost_usd"), _ratio(slow, same, "cost_usd")),
+                cost_high_usd=central.cost_mean_usd
+                * max(_ratio(fast, same, "cost_usd"), _ratio(slow, same, "cost_usd")),
+            )
+            done = sum(1 for r in results if r.succeeded)
+            low, high = wilson_interval(done, len(results))
+            if job.provisioning != "on-demand":
+                worse = self.run(job, policy, band="low", count=paired)
+                better = self.run(job, policy, band="high", count=paired)
+                low = min(low, wilson_interval(sum(1 for r in worse if r.succeeded), len(worse))[0])
+                high = max(high, wilson_interval(sum(1 for r in better if r.succeeded), len(better))[1])
+            extra.update(completion_low=low, completion_high=high)
+        return dataclasses.replace(central, **extra)
 
     def compare(self, jobs: Sequence[SimJob], policies: Sequence[str]) -> list[Summary]:
         """Every configuration under every policy; policies of one configuration share its traces."""
@@ -75,16 +130,19 @@ class Study:
 
         Always at the paper's prices (Table II), whatever table the comparison uses.
         """
-        paper_prices = Study(self.fitted, self.runs, self.seed, self.lifetimes, ICAC19_PRICE_TABLE)
+        paper_prices = dataclasses.replace(self, price_table=ICAC19_PRICE_TABLE)
         spec = template.spec.model_copy(deep=True)
         spec.train_steps = ICAC19_TRAIN_STEPS
         base = SimJob(template.name, spec)
         pairs = []
-        for measured in measured_summaries(data):
+        k80_on_demand = price_per_hour("nvidia-tesla-k80", "on-demand", ICAC19_PRICE_TABLE)
+        for measured in measured_summaries(data, k80_on_demand):
             job = base.with_cluster(
                 workers=measured.workers, accelerator="nvidia-tesla-k80", provisioning=measured.provisioning
             )
-            pairs.append((measured, paper_prices.summary(job, "paper")))
+            if measured.workers == 1:
+                job = job.single_gpu()
+            pairs.append((measured, paper_prices.summary(job, "paper", intervals=False)))
         return pairs
 
 
@@ -97,3 +155,12 @@ def grid(
         for p in provisionings
         for n in workers
     ]
+
+
+def _ratio(results: Sequence[RunResult], reference: Sequence[RunResult], field: str) -> float:
+    """Mean of ``field`` over the completed ``results`` against the same over the completed ``reference``."""
+    ours = [float(getattr(r, field)) for r in results if r.succeeded]
+    theirs = [float(getattr(r, field)) for r in reference if r.succeeded]
+    if not ours or not theirs:
+        return math.nan
+    return (sum(ours) / len(ours)) / (sum(theirs) / len(theirs))
