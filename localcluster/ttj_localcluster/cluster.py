@@ -25,10 +25,11 @@ class Addon(Protocol):
     def stop(self) -> None: ...
 
 
-def kubeconfig_text(url: str, name: str = "ttj-local") -> str:
+def kubeconfig_text(url: str, name: str = "ttj-local", token: str | None = None) -> str:
     """The kubeconfig as YAML, written by hand: importing a YAML library would delay the start by more than
     the server itself takes to start. Scalars are JSON strings, which YAML reads as double-quoted scalars."""
     q = json.dumps
+    user = f"  user:\n    token: {q(token)}\n" if token else "  user: {}\n"
     return (
         "apiVersion: v1\n"
         "kind: Config\n"
@@ -38,7 +39,7 @@ def kubeconfig_text(url: str, name: str = "ttj-local") -> str:
         f"    server: {q(url)}\n"
         "users:\n"
         f"- name: {q(name)}\n"
-        "  user: {}\n"
+        f"{user}"
         "contexts:\n"
         f"- name: {q(name)}\n"
         "  context:\n"
@@ -62,9 +63,14 @@ class LocalCluster:
         kubeconfig_path: str | None = None,
         history_size: int = 50_000,
         bookmark_interval_seconds: float = 5.0,
+        authorization_mode: str = "AlwaysAllow",
     ) -> None:
         self.server = ApiServer(
-            host, port, history_size=history_size, bookmark_interval_seconds=bookmark_interval_seconds
+            host,
+            port,
+            history_size=history_size,
+            bookmark_interval_seconds=bookmark_interval_seconds,
+            authorization_mode=authorization_mode,
         )
         self.addons = list(addons)
         self._kubeconfig_path = kubeconfig_path
@@ -98,7 +104,7 @@ class LocalCluster:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kubeconfig-")
         with os.fdopen(fd, "w") as handle:
-            handle.write(kubeconfig_text(self.url))
+            handle.write(kubeconfig_text(self.url, token=self.server.access.authenticator.admin_token))
         os.replace(tmp, path)
         return path
 

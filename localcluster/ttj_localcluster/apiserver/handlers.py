@@ -158,6 +158,15 @@ class ResourceHandlers:
         await self._accept("get" if request.method == "GET" else None, target)
         return await podlog.serve(self.server, request, target.namespace_or_empty, target.name, "get")
 
+    async def token(self, request: web.Request) -> web.StreamResponse:
+        """``serviceaccounts/NAME/token``: a TokenRequest, what a kubelet asks for each pod's service account."""
+        target = self._target(request, "token")
+        assert target.name is not None
+        await self._accept("create" if request.method == "POST" else None, target)
+        body = await read_json(request)
+        issued = self.server.access.authenticator.token_request(target.namespace_or_empty, target.name, body)
+        return json_response(issued, 201)
+
     async def finalize(self, request: web.Request) -> web.StreamResponse:
         """``namespaces/NAME/finalize``, where kube's namespace controller empties ``spec.finalizers``: a PUT."""
         target = self._target(request, "finalize")

@@ -9,11 +9,13 @@ from typing import Any
 
 from aiohttp import web
 
+from . import pod_security, rbac
+from .access import ALWAYS_ALLOW, AccessControl
 from .controllers import Controllers
 from .core import ApiCore
 from .crds import CrdManager
 from .faults import FaultInjector
-from .resources import Registry, ResourceType
+from .resources import NAMESPACES, PODS, Registry, ResourceType
 from .routes import build_app
 from .store import Store
 from .subresources import Subresources
@@ -32,6 +34,7 @@ class ApiServer:
         history_size: int = 50_000,
         bookmark_interval_seconds: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        authorization_mode: str = ALWAYS_ALLOW,
     ) -> None:
         self.host = host
         self.port = port
@@ -42,6 +45,9 @@ class ApiServer:
         self.crds = CrdManager(self.core)
         self.controllers = Controllers(self.core)
         self.faults = FaultInjector()
+        #: authentication always; authorization by RBAC when ``authorization_mode`` is "RBAC"
+        self.access = AccessControl(self.store, clock, authorization_mode)
+        self.core.admission.plugins.append(self._admit_access)
         #: how often an idle watch that asked for bookmarks gets one; read on every bookmark, so tests may change it
         self.bookmark_interval_seconds = bookmark_interval_seconds
         self._runner: web.AppRunner | None = None
@@ -52,11 +58,23 @@ class ApiServer:
         service_accounts = self._builtin("serviceaccounts")
         for name in BOOTSTRAP_NAMESPACES:
             self.core.create(service_accounts, name, {"metadata": {"name": "default"}})
+        for (group, plural), obj in rbac.bootstrap_policy():
+            rtype = self.registry.get(group, "v1", plural)
+            assert rtype is not None
+            self.core.create(rtype, "", obj)
 
     def _builtin(self, plural: str) -> ResourceType:
         rtype = self.registry.get("", "v1", plural)
         assert rtype is not None
         return rtype
+
+    def _admit_access(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """Privilege-escalation prevention on RBAC objects; Pod Security admission on pod creation."""
+        if rtype.group == rbac.GROUP:
+            self.access.admit_rbac_object(rtype.kind, obj)
+        elif rtype.storage_key == PODS and old is None:
+            namespace = self.store.get(NAMESPACES, "", obj["metadata"].get("namespace", ""))
+            pod_security.admit_pod(obj, namespace)
 
     def _default_service_account(self, new: dict[str, Any], old: dict[str, Any] | None) -> None:
         """What kube's serviceaccount controller does: every new namespace gets a ``default`` ServiceAccount."""

@@ -1,0 +1,107 @@
+"""Who may do what, in front of every route: authentication (:mod:`.authn`), then authorization — everyone
+(``AlwaysAllow``, the default) or by RBAC (:mod:`.rbac`) — answering 401 and 403 as kube-apiserver does, before
+the URL is even resolved. Every 403 the server answers (authorization, privilege escalation, Pod Security) is
+logged and kept (:attr:`AccessControl.denials`), so that a test can count the 403s a client met."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from .authn import Authenticator
+from .errors import ApiError
+from .identity import CURRENT_USER, UserInfo
+from .protocol import error_response
+from .rbac import RbacAuthorizer, check_escalation, forbidden, forbidden_message
+from .requestinfo import request_attributes
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+ALWAYS_ALLOW = "AlwaysAllow"
+RBAC = "RBAC"
+AUTHORIZATION_MODES = (ALWAYS_ALLOW, RBAC)
+#: how many denials are kept for inspection
+DENIALS_KEPT = 10_000
+
+
+@dataclass(frozen=True)
+class Denial:
+    user: str
+    verb: str
+    path: str
+    message: str
+
+
+class AccessControl:
+    def __init__(self, store: Store, clock: Callable[[], datetime], mode: str = ALWAYS_ALLOW) -> None:
+        if mode not in AUTHORIZATION_MODES:
+            raise ValueError(f"unknown authorization mode {mode!r}: one of {', '.join(AUTHORIZATION_MODES)}")
+        self.mode = mode
+        self.authenticator = Authenticator(store, clock)
+        self.rbac = RbacAuthorizer(store)
+        self.denials: list[Denial] = []
+        self.denied_total = 0
+        self._lock = threading.Lock()
+
+    @property
+    def enforcing(self) -> bool:
+        return self.mode == RBAC
+
+    def _deny(self, user: UserInfo, method: str, path: str, error: ApiError) -> ApiError:
+        log.warning("forbidden: %s %s by %s: %s", method, path, user.name, error.message)
+        with self._lock:
+            self.denied_total += 1
+            self.denials.append(Denial(user.name, method, path, error.message))
+            del self.denials[:-DENIALS_KEPT]
+        return error
+
+    def check(self, request: web.Request) -> UserInfo:
+        """The request's user; ApiError 401 or 403 when it may not go on."""
+        user = self.authenticator.authenticate(request.headers.get("Authorization"))
+        if not self.enforcing:
+            return user
+        attributes = request_attributes(request.method, request.path, request.query)
+        allowed, reason = self.rbac.authorize(user, attributes)
+        if allowed:
+            return user
+        detail = forbidden_message(user, attributes)
+        if reason:
+            detail = f"{detail}: {reason}"
+        if attributes.resource_request:
+            error = forbidden(attributes.api_group, attributes.resource, attributes.name, detail)
+        else:
+            error = forbidden("", "", "", detail)
+        raise self._deny(user, request.method, request.path_qs, error)
+
+    def admit_rbac_object(self, kind: str, obj: dict[str, Any]) -> None:
+        """Privilege-escalation prevention on a Role, ClusterRole or binding being written (RBAC mode only)."""
+        if not self.enforcing:
+            return
+        check_escalation(self.rbac, CURRENT_USER.get(), kind, obj)
+
+    def middleware(self) -> Any:
+        @web.middleware
+        async def access_control(request: web.Request, handler: Handler) -> web.StreamResponse:
+            try:
+                user = self.check(request)
+            except ApiError as error:
+                return error_response(error)
+            token = CURRENT_USER.set(user)
+            try:
+                return await handler(request)
+            except ApiError as error:
+                if error.code == 403:  # admission's refusals (escalation, Pod Security, a namespace going away)
+                    self._deny(user, request.method, request.path_qs, error)
+                raise
+            finally:
+                CURRENT_USER.reset(token)
+
+        return access_control
