@@ -14,6 +14,7 @@ from .access import ALWAYS_ALLOW, AccessControl
 from .controllers import Controllers
 from .core import ApiCore
 from .crds import CrdManager
+from .errors import ApiError
 from .faults import FaultInjector
 from .resources import NAMESPACES, PODS, Registry, ResourceType
 from .routes import build_app
@@ -69,12 +70,23 @@ class ApiServer:
         return rtype
 
     def _admit_access(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        """Privilege-escalation prevention on RBAC objects; Pod Security admission on pod creation."""
+        """Privilege-escalation prevention on RBAC objects; on pod creation the ServiceAccount admission plugin's
+        check (the pod's service account exists) and Pod Security admission."""
         if rtype.group == rbac.GROUP:
             self.access.admit_rbac_object(rtype.kind, obj)
         elif rtype.storage_key == PODS and old is None:
-            namespace = self.store.get(NAMESPACES, "", obj["metadata"].get("namespace", ""))
-            pod_security.admit_pod(obj, namespace)
+            namespace_name, name = obj["metadata"].get("namespace", ""), obj["metadata"].get("name", "")
+            account = (obj.get("spec") or {}).get("serviceAccountName") or "default"
+            if self.store.get(("", "serviceaccounts"), namespace_name, account) is None:
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'pods "{name}" is forbidden: error looking up service account {namespace_name}/{account}: '
+                    f'serviceaccount "{account}" not found',
+                    name=name,
+                    kind="pods",
+                )
+            pod_security.admit_pod(obj, self.store.get(NAMESPACES, "", namespace_name))
 
     def _default_service_account(self, new: dict[str, Any], old: dict[str, Any] | None) -> None:
         """What kube's serviceaccount controller does: every new namespace gets a ``default`` ServiceAccount."""
