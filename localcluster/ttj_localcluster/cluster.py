@@ -84,6 +84,11 @@ class LocalCluster:
         return self.server.url
 
     @property
+    def admin_token(self) -> str:
+        """The bearer token of the kubeconfig's user (system:masters), for requests made without the kubeconfig."""
+        return self.server.access.authenticator.admin_token
+
+    @property
     def faults(self) -> FaultInjector:
         """Fault injection, controllable from any thread."""
         return self.server.faults
