@@ -4,6 +4,7 @@ usable from sync code (own thread and event loop) or async code (``await cluster
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -25,11 +26,12 @@ class Addon(Protocol):
     def stop(self) -> None: ...
 
 
-def kubeconfig_text(url: str, name: str = "ttj-local", token: str | None = None) -> str:
+def kubeconfig_text(url: str, name: str = "ttj-local", token: str | None = None, ca_pem: bytes | None = None) -> str:
     """The kubeconfig as YAML, written by hand: importing a YAML library would delay the start by more than
     the server itself takes to start. Scalars are JSON strings, which YAML reads as double-quoted scalars."""
     q = json.dumps
     user = f"  user:\n    token: {q(token)}\n" if token else "  user: {}\n"
+    authority = f"    certificate-authority-data: {q(base64.b64encode(ca_pem).decode())}\n" if ca_pem else ""
     return (
         "apiVersion: v1\n"
         "kind: Config\n"
@@ -37,6 +39,7 @@ def kubeconfig_text(url: str, name: str = "ttj-local", token: str | None = None)
         f"- name: {q(name)}\n"
         "  cluster:\n"
         f"    server: {q(url)}\n"
+        f"{authority}"
         "users:\n"
         f"- name: {q(name)}\n"
         f"{user}"
@@ -64,6 +67,7 @@ class LocalCluster:
         history_size: int = 50_000,
         bookmark_interval_seconds: float = 5.0,
         authorization_mode: str = "AlwaysAllow",
+        tls: bool | None = None,
     ) -> None:
         self.server = ApiServer(
             host,
@@ -71,6 +75,7 @@ class LocalCluster:
             history_size=history_size,
             bookmark_interval_seconds=bookmark_interval_seconds,
             authorization_mode=authorization_mode,
+            tls=tls,
         )
         self.addons = list(addons)
         self._kubeconfig_path = kubeconfig_path
@@ -109,7 +114,14 @@ class LocalCluster:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kubeconfig-")
         with os.fdopen(fd, "w") as handle:
-            handle.write(kubeconfig_text(self.url, token=self.server.access.authenticator.admin_token))
+            certificates = self.server.certificates
+            handle.write(
+                kubeconfig_text(
+                    self.url,
+                    token=self.server.access.authenticator.admin_token,
+                    ca_pem=certificates.ca_pem if certificates is not None else None,
+                )
+            )
         os.replace(tmp, path)
         return path
 

@@ -17,10 +17,11 @@ from .conftest import wait_for
 T = TypeVar("T")
 
 
-def client_with_token(admin: client.ApiClient, token: str) -> client.ApiClient:
-    """A client for the same server, authenticated by ``token`` alone (no client certificate, no exec plugin)."""
+def client_with_token(admin: client.ApiClient, token: str | None) -> client.ApiClient:
+    """A client for the same server, authenticated by ``token`` alone (no client certificate, no exec plugin);
+    no token: anonymous."""
     configuration = copy.deepcopy(admin.configuration)
-    configuration.api_key = {"authorization": f"Bearer {token}"}
+    configuration.api_key = {"authorization": f"Bearer {token}"} if token else {}
     configuration.api_key_prefix = {}
     configuration.refresh_api_key_hook = None
     configuration.cert_file = configuration.key_file = None
@@ -88,8 +89,8 @@ def eventually(call: Callable[[], T], what: str) -> T:
 @pytest.fixture(scope="module")
 def rbac_api(k8s_api: client.ApiClient, local_cluster: LocalCluster | None) -> Iterator[client.ApiClient]:
     """An admin client for a cluster that authorizes by RBAC: the real cluster under test, or a local cluster
-    of its own started with authorization mode RBAC (the session's local cluster allows everything, because
-    kubectl sends no credentials over its plain HTTP)."""
+    of its own started with authorization mode RBAC (and so TLS: the session's local cluster serves plain HTTP
+    and allows everything, because kubectl sends no credentials over plain HTTP)."""
     if local_cluster is None:
         yield k8s_api
         return

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,6 +49,8 @@ class AccessControl:
         self.authenticator = Authenticator(store, clock)
         self.rbac = RbacAuthorizer(store)
         self.denials: list[Denial] = []
+        #: requests served per user name, allowed or not (a light audit log)
+        self.requests: Counter[str] = Counter()
         self.denied_total = 0
         self._lock = threading.Lock()
 
@@ -66,6 +69,8 @@ class AccessControl:
     def check(self, request: web.Request) -> UserInfo:
         """The request's user; ApiError 401 or 403 when it may not go on."""
         user = self.authenticator.authenticate(request.headers.get("Authorization"))
+        with self._lock:
+            self.requests[user.name] += 1
         if not self.enforcing:
             return user
         attributes = request_attributes(request.method, request.path, request.query)

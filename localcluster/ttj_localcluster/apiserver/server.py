@@ -20,6 +20,7 @@ from .resources import NAMESPACES, PODS, Registry, ResourceType
 from .routes import build_app
 from .store import Store
 from .subresources import Subresources
+from .tls import make_serving_certificates
 
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -36,6 +37,7 @@ class ApiServer:
         bookmark_interval_seconds: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         authorization_mode: str = ALWAYS_ALLOW,
+        tls: bool | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -48,6 +50,8 @@ class ApiServer:
         self.faults = FaultInjector()
         #: authentication always; authorization by RBAC when ``authorization_mode`` is "RBAC"
         self.access = AccessControl(self.store, clock, authorization_mode)
+        #: TLS by default with RBAC: kubectl and client-go send credentials over TLS only
+        self.certificates = make_serving_certificates(host) if (self.access.enforcing if tls is None else tls) else None
         self.core.admission.plugins.append(self._admit_access)
         #: how often an idle watch that asked for bookmarks gets one; read on every bookmark, so tests may change it
         self.bookmark_interval_seconds = bookmark_interval_seconds
@@ -97,12 +101,14 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.certificates is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self) -> None:
         self._runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        context = self.certificates.context if self.certificates is not None else None
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, ssl_context=context)
         await site.start()
         if self.port == 0:
             self.port = int(self._runner.addresses[0][1])

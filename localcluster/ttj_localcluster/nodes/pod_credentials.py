@@ -15,6 +15,8 @@ from ttj.kubeapi import JSON, KubeClient, KubeError
 
 log = logging.getLogger(__name__)
 
+#: the name in the API server's certificate that pods check (apiserver.tls)
+IN_CLUSTER_NAME = "kubernetes.default.svc"
 #: what a kubelet asks for (the API server makes it last a year; a kubelet would rotate it)
 TOKEN_SECONDS = 3607
 
@@ -69,7 +71,12 @@ class PodCredentials:
         import yaml
 
         config = yaml.safe_load(Path(self.pod_kubeconfig).read_text(encoding="utf-8"))
-        return dict(config["clusters"][0]["cluster"])
+        cluster = dict(config["clusters"][0]["cluster"])
+        if str(cluster.get("server", "")).startswith("https:"):
+            # Through the pod network's relay the address is the gateway's: pods verify the name they know the
+            # API server by, as in-cluster clients do.
+            cluster["tls-server-name"] = IN_CLUSTER_NAME
+        return cluster
 
 
 def _kubeconfig(cluster: dict[str, Any], token: str) -> str:
