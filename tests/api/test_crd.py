@@ -122,7 +122,10 @@ def test_schema_refuses_what_users_get_wrong(path: tuple[str, ...], value: Any) 
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-@pytest.mark.parametrize("target", ["crds", "manifests/base", "manifests/overlays/gke", "manifests/overlays/dev"])
+@pytest.mark.parametrize(
+    "target",
+    ["crds", "manifests/base", "manifests/overlays/gke", "manifests/overlays/dev", "manifests/overlays/namespaced"],
+)
 def test_kustomize_builds(target: str) -> None:
     built = subprocess.run(
         ["kubectl", "kustomize", str(ROOT / target)], capture_output=True, text=True, check=False, timeout=60
@@ -148,11 +151,33 @@ def test_operator_deployment_is_locked_down() -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
-def test_every_rbac_rule_says_why() -> None:
-    lines = (ROOT / "manifests" / "base" / "clusterrole.yaml").read_text().splitlines()
+RBAC_FILES = ["clusterrole.yaml", "clusterrole-cluster.yaml", "role-leader-election.yaml"]
+
+
+@pytest.mark.parametrize("name", RBAC_FILES)
+def test_every_rbac_rule_says_why(name: str) -> None:
+    """A rule is commented, or shares the comment of the rule just above it (same reason, other resources)."""
+    lines = (ROOT / "manifests" / "base" / name).read_text().splitlines()
     for number, line in enumerate(lines):
         if line.strip().startswith("- apiGroups:"):
             before = lines[number - 1].strip()
-            assert before.startswith("#") or lines[number - 1].strip().startswith("verbs:"), (
-                f"rule at line {number + 1} has no comment"
-            )
+            assert before.startswith("#") or before.startswith("verbs:"), f"{name}: rule at line {number + 1}"
+
+
+def test_the_operator_holds_what_it_grants_its_trainers() -> None:
+    """RBAC lets the operator create each job's trainer Role only if it holds every permission in it itself
+    (it has no escalate or bind): every verb of the trainer Role is in the operator's Lease rule."""
+    from ttj.planner.children import trainer_rbac
+
+    operator = yaml.safe_load((ROOT / "manifests" / "base" / "clusterrole.yaml").read_text())
+    trainer_role = next(o for o in trainer_rbac({"metadata": {"name": "j", "namespace": "ns"}}) if o["kind"] == "Role")
+    for granted in trainer_role["rules"]:
+        holding = [
+            r
+            for r in operator["rules"]
+            if set(granted["apiGroups"]) <= set(r["apiGroups"]) and set(granted["resources"]) <= set(r["resources"])
+        ]
+        assert holding, granted
+        assert set(granted["verbs"]) <= {v for r in holding for v in r["verbs"]}, granted
+    verbs = {v for r in operator["rules"] for v in r["verbs"]}
+    assert not verbs & {"escalate", "bind", "impersonate", "*", "update"}
