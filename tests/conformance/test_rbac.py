@@ -268,3 +268,30 @@ def test_anonymous_requests_get_only_public_information(rbac_api: client.ApiClie
         'namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" in API group "" '
         "at the cluster scope"
     )
+
+
+def invalid(call: Any) -> dict[str, Any]:
+    with pytest.raises(client.ApiException) as info:
+        call()
+    assert info.value.status == 422, info.value.body
+    body: dict[str, Any] = json.loads(info.value.body)
+    assert body["reason"] == "Invalid"
+    return body
+
+
+def test_rbac_objects_are_validated(rbac: client.RbacAuthorizationV1Api, namespace: str) -> None:
+    no_verbs = role("no-verbs", {"apiGroups": [""], "resources": ["pods"]})  # the typed client refuses to send it
+    path = f"/apis/{RBAC_GROUP}/v1/namespaces/{namespace}/roles"
+    body = invalid(lambda: raw_request(rbac.api_client, "POST", path, no_verbs))
+    assert "rules[0].verbs: Required value: verbs must contain at least one value" in body["message"]
+    urls = role("urls", {"nonResourceURLs": ["/healthz"], "verbs": ["get"]})
+    body = invalid(lambda: rbac.create_namespaced_role(namespace, urls))
+    assert "namespaced rules cannot apply to non-resource URLs" in body["message"]
+    rbac.create_namespaced_role(namespace, role("a", {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}))
+    rbac.create_namespaced_role_binding(namespace, binding("b", "Role", "a", account(namespace, "x")))
+    moved = {"roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": "other"}}
+    body = invalid(lambda: rbac.patch_namespaced_role_binding("b", namespace, moved))
+    assert "cannot change roleRef" in body["message"]
+    cluster_binding = binding(f"conf-{uuid.uuid4().hex[:8]}", "Role", "a", account(namespace, "x"))
+    body = invalid(lambda: rbac.create_cluster_role_binding(cluster_binding))
+    assert 'roleRef.kind: Unsupported value: "Role"' in body["message"]

@@ -17,10 +17,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from .authn import Authenticator
-from .errors import ApiError
+from .errors import ApiError, invalid
 from .identity import CURRENT_USER, UserInfo
 from .protocol import error_response
-from .rbac import RbacAuthorizer, check_escalation, forbidden, forbidden_message
+from .rbac import GROUP, RbacAuthorizer, check_escalation, forbidden, forbidden_message, validation_errors
 from .requestinfo import request_attributes
 from .store import Store
 
@@ -86,11 +86,13 @@ class AccessControl:
             error = forbidden("", "", "", detail)
         raise self._deny(user, request.method, request.path_qs, error)
 
-    def admit_rbac_object(self, kind: str, obj: dict[str, Any]) -> None:
-        """Privilege-escalation prevention on a Role, ClusterRole or binding being written (RBAC mode only)."""
-        if not self.enforcing:
-            return
-        check_escalation(self.rbac, CURRENT_USER.get(), kind, obj)
+    def admit_rbac_object(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """Validation of a Role, ClusterRole or binding being written, then (RBAC mode) escalation prevention."""
+        errors = validation_errors(kind, obj, old)
+        if errors:
+            raise invalid(kind, GROUP, str((obj.get("metadata") or {}).get("name", "")), errors)
+        if self.enforcing:
+            check_escalation(self.rbac, CURRENT_USER.get(), kind, obj)
 
     def middleware(self) -> Any:
         @web.middleware

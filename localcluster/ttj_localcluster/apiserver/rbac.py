@@ -167,6 +167,76 @@ def forbidden(group: str, resource: str, name: str, detail: str) -> ApiError:
     return ApiError(403, "Forbidden", message, name=name or None, group=group, kind=resource or None)
 
 
+# -- validation --------------------------------------------------------------------------------------
+
+
+def validation_errors(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """kube's field errors for a Role, ClusterRole or binding: rules need verbs and say what they apply to, a
+    Role cannot name non-resource URLs, a binding refers to a role kind it may and never changes its roleRef."""
+    errors: list[tuple[str, str]] = []
+    if kind in ("Role", "ClusterRole"):
+        for index, rule in enumerate(obj.get("rules") or []):
+            errors.extend(_rule_errors(f"rules[{index}]", rule, namespaced=kind == "Role"))
+        return errors
+    ref = obj.get("roleRef") or {}
+    allowed = ["ClusterRole"] if kind == "ClusterRoleBinding" else ["Role", "ClusterRole"]
+    if ref.get("apiGroup") != GROUP:
+        errors.append(
+            ("roleRef.apiGroup", f'Unsupported value: "{ref.get("apiGroup", "")}": supported values: "{GROUP}"')
+        )
+    if ref.get("kind") not in allowed:
+        supported = ", ".join(f'"{k}"' for k in allowed)
+        errors.append(("roleRef.kind", f'Unsupported value: "{ref.get("kind", "")}": supported values: {supported}'))
+    if not ref.get("name"):
+        errors.append(("roleRef.name", "Required value"))
+    if old is not None and (old.get("roleRef") or {}) != ref:
+        old_ref = old.get("roleRef") or {}
+        shown = (
+            f'rbac.RoleRef{{APIGroup:"{old_ref.get("apiGroup")}", Kind:"{old_ref.get("kind")}", '
+            f'Name:"{old_ref.get("name")}"}}'
+        )
+        errors.append(("roleRef", f"Invalid value: {shown}: cannot change roleRef"))
+    for index, subject in enumerate(obj.get("subjects") or []):
+        where = f"subjects[{index}]"
+        if subject.get("kind") not in ("User", "Group", "ServiceAccount"):
+            errors.append(
+                (
+                    f"{where}.kind",
+                    f'Unsupported value: "{subject.get("kind", "")}": '
+                    'supported values: "ServiceAccount", "User", "Group"',
+                )
+            )
+        if not subject.get("name"):
+            errors.append((f"{where}.name", "Required value"))
+        if subject.get("kind") == "ServiceAccount" and kind == "ClusterRoleBinding" and not subject.get("namespace"):
+            errors.append((f"{where}.namespace", "Required value"))
+    return errors
+
+
+def _rule_errors(where: str, rule: dict[str, Any], namespaced: bool) -> list[tuple[str, str]]:
+    errors = []
+    if not rule.get("verbs"):
+        errors.append((f"{where}.verbs", "Required value: verbs must contain at least one value"))
+    urls = rule.get("nonResourceURLs") or []
+    if urls and namespaced:
+        errors.append(
+            (f"{where}.nonResourceURLs", f"Invalid value: {urls}: namespaced rules cannot apply to non-resource URLs")
+        )
+    if urls and (rule.get("apiGroups") or rule.get("resources")):
+        errors.append(
+            (
+                f"{where}.nonResourceURLs",
+                f"Invalid value: {urls}: rules cannot apply to both regular resources and non-resource URLs",
+            )
+        )
+    if not urls:
+        if not rule.get("apiGroups"):
+            errors.append((f"{where}.apiGroups", "Required value: resource rules must supply at least one api group"))
+        if not rule.get("resources"):
+            errors.append((f"{where}.resources", "Required value: resource rules must supply at least one resource"))
+    return errors
+
+
 # -- privilege escalation ----------------------------------------------------------------------------
 
 

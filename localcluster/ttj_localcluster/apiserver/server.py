@@ -77,7 +77,7 @@ class ApiServer:
         """Privilege-escalation prevention on RBAC objects; on pod creation the ServiceAccount admission plugin's
         check (the pod's service account exists) and Pod Security admission."""
         if rtype.group == rbac.GROUP:
-            self.access.admit_rbac_object(rtype.kind, obj)
+            self.access.admit_rbac_object(rtype.kind, obj, old)
         elif rtype.storage_key == PODS and old is None:
             namespace_name, name = obj["metadata"].get("namespace", ""), obj["metadata"].get("name", "")
             account = (obj.get("spec") or {}).get("serviceAccountName") or "default"
