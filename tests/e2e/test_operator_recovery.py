@@ -436,4 +436,8 @@ def test_the_operator_never_met_a_403(stack: dict[str, Any]) -> None:
         pytest.skip("counts the local API server's 403s")
     assert stack["access"].requests[stack["operator_user"]] > 0, "the operator never acted under its own identity"
     refused = [d for d in stack["access"].denials if d.user == stack["operator_user"]]
+    print(
+        f"operator requests: {stack['access'].requests[stack['operator_user']]}, 403s: {len(refused)}; "
+        f"403s to anyone: {stack['access'].denied_total}"
+    )
     assert refused == [], "\n".join(f"{d.verb} {d.path}: {d.message}" for d in refused)
