@@ -116,3 +116,62 @@ def test_privileged_and_unlabelled_namespaces_admit_anything(
     core = client.CoreV1Api(k8s_api)
     for namespace in (labelled_namespace(**{ENFORCE: "privileged"}), labelled_namespace()):
         core.create_namespaced_pod(namespace, pod("priv", privileged=True), dry_run="All")
+
+
+def warning_of(api: client.ApiClient, path: str, body: dict[str, Any]) -> str | None:
+    """POST with dryRun=All; the response's Warning header (kube's 299 warnings), which kubectl prints."""
+    serialized = api.param_serialize(
+        "POST",
+        f"{path}?dryRun=All",
+        header_params={"Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*serialized)
+    response.read()
+    assert response.status == 201, response.data
+    warning = response.getheader("Warning")
+    return str(warning) if warning is not None else None
+
+
+def test_warn_label_warns_on_pods_and_workload_templates_without_refusing(
+    k8s_api: client.ApiClient, labelled_namespace: Callable[..., str]
+) -> None:
+    namespace = labelled_namespace(**{"pod-security.kubernetes.io/warn": "baseline"})
+    privileged = pod("priv", privileged=True)
+    expected = (
+        '299 - "would violate PodSecurity \\"baseline:latest\\": '
+        'privileged (container \\"main\\" must not set securityContext.privileged=true)"'
+    )
+    assert warning_of(k8s_api, f"/api/v1/namespaces/{namespace}/pods", privileged) == expected
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": privileged["spec"]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template},
+    }
+    assert warning_of(k8s_api, f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment) == expected
+    assert warning_of(k8s_api, f"/api/v1/namespaces/{namespace}/pods", pod("fine")) is None
+    # enforce does not apply to workload templates: the Deployment is admitted, its pods would be refused
+    enforcing = labelled_namespace(**{ENFORCE: "baseline"})
+    assert warning_of(k8s_api, f"/apis/apps/v1/namespaces/{enforcing}/deployments", deployment) is None
+
+
+def test_a_pod_update_is_checked_again_unless_it_only_touches_exempt_fields(
+    k8s_api: client.ApiClient, labelled_namespace: Callable[..., str]
+) -> None:
+    core = client.CoreV1Api(k8s_api)
+    namespace = labelled_namespace()
+    core.create_namespaced_pod(namespace, pod("priv", privileged=True))
+    core.patch_namespace(namespace, {"metadata": {"labels": {ENFORCE: "baseline"}}})
+    core.patch_namespaced_pod("priv", namespace, {"metadata": {"labels": {"touched": "yes"}}})  # metadata: exempt
+    with pytest.raises(client.ApiException) as info:
+        core.patch_namespaced_pod(
+            "priv", namespace, {"spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+        )
+    assert info.value.status == 403
+    assert json.loads(info.value.body)["message"] == (
+        'pods "priv" is forbidden: violates PodSecurity "baseline:latest": '
+        'privileged (container "main" must not set securityContext.privileged=true)'
+    )

@@ -18,7 +18,7 @@ from aiohttp.typedefs import Handler
 
 from .authn import Authenticator
 from .errors import ApiError, invalid
-from .identity import CURRENT_USER, UserInfo
+from .identity import CURRENT_USER, WARNINGS, UserInfo
 from .protocol import error_response
 from .rbac import GROUP, RbacAuthorizer, check_escalation, forbidden, forbidden_message, validation_errors
 from .requestinfo import request_attributes
@@ -39,6 +39,12 @@ class Denial:
     verb: str
     path: str
     message: str
+
+
+def warning_header(text: str) -> str:
+    """A ``Warning`` header value as kube-apiserver writes it (RFC 7234 code 299, no agent)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'
 
 
 class AccessControl:
@@ -102,13 +108,19 @@ class AccessControl:
             except ApiError as error:
                 return error_response(error)
             token = CURRENT_USER.set(user)
+            warnings: list[str] = []
+            warnings_token = WARNINGS.set(warnings)
             try:
-                return await handler(request)
+                response = await handler(request)
+                for text in warnings:
+                    response.headers.add("Warning", warning_header(text))
+                return response
             except ApiError as error:
                 if error.code == 403:  # admission's refusals (escalation, Pod Security, a namespace going away)
                     self._deny(user, request.method, request.path_qs, error)
                 raise
             finally:
                 CURRENT_USER.reset(token)
+                WARNINGS.reset(warnings_token)
 
         return access_control

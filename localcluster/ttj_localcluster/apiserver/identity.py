@@ -36,6 +36,9 @@ def service_account_user(namespace: str, name: str) -> UserInfo:
     )
 
 
+#: Warnings for the response to the request being served (``Warning: 299 - "..."`` headers).
+WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("ttj_local_warnings", default=None)
+
 #: The user of the request being served; None inside the server's own controllers (garbage collector,
 #: namespace controller), which act as kube-controller-manager would, with its own rights.
 CURRENT_USER: contextvars.ContextVar[UserInfo | None] = contextvars.ContextVar("ttj_local_user", default=None)

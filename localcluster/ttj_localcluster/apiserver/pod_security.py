@@ -3,8 +3,9 @@ that level of the Pod Security Standards (``privileged``, ``baseline``, ``restri
 and kube-apiserver's message (``pods "x" is forbidden: violates PodSecurity "restricted:latest": ...``).
 
 The checks are the standards' as of Kubernetes 1.32, each with the reason and detail kube words it, reported in
-kube's order (by check id). Only ``enforce`` is applied (no ``warn``/``audit``), only on pod creation (a pod
-update may not change anything these checks read), and every version label is read as ``latest``.
+kube's order (by check id). ``warn`` gives ``would violate PodSecurity ...`` warnings, for pods and for the pod
+templates of workload resources (which ``enforce`` does not refuse); ``audit`` is not acted on; every version
+label is read as ``latest``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 
 from .errors import ApiError
 
-ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
-ENFORCE_VERSION_LABEL = "pod-security.kubernetes.io/enforce-version"
+PREFIX = "pod-security.kubernetes.io/"
+ENFORCE_LABEL = f"{PREFIX}enforce"
+ENFORCE_VERSION_LABEL = f"{PREFIX}enforce-version"
 LEVELS = ("privileged", "baseline", "restricted")
 
 Pod = dict[str, Any]
@@ -276,21 +278,60 @@ def violations(pod: Pod, level: str) -> list[str]:
     return found
 
 
-def enforced_level(namespace: dict[str, Any] | None) -> tuple[str, str]:
-    """(level, version) a namespace enforces; a level that is not one of the three is read as restricted."""
+def mode_level(namespace: dict[str, Any] | None, mode: str = "enforce") -> tuple[str, str]:
+    """(level, version) of a namespace's ``enforce`` or ``warn`` label; a level that is not one of the three is
+    read as restricted; no label: privileged."""
     labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
-    level = labels.get(ENFORCE_LABEL)
+    level = labels.get(f"{PREFIX}{mode}")
     if level is None:
         return "privileged", "latest"
-    return (level if level in LEVELS else "restricted"), labels.get(ENFORCE_VERSION_LABEL) or "latest"
+    return (level if level in LEVELS else "restricted"), labels.get(f"{PREFIX}{mode}-version") or "latest"
 
 
-def admit_pod(pod: Pod, namespace: dict[str, Any] | None) -> None:
-    """Raise 403 Forbidden when the namespace's enforced level refuses the pod."""
-    level, version = enforced_level(namespace)
+def admit_pod(pod: Pod, namespace: dict[str, Any] | None) -> list[str]:
+    """Raise 403 Forbidden when the namespace's enforced level refuses the pod; else the warnings its ``warn``
+    level gives (kube sends them as ``Warning`` headers, which kubectl prints)."""
+    level, version = mode_level(namespace)
     found = violations(pod, level)
-    if not found:
-        return
-    name = (pod.get("metadata") or {}).get("name", "")
-    message = f'pods "{name}" is forbidden: violates PodSecurity "{level}:{version}": ' + ", ".join(found)
-    raise ApiError(403, "Forbidden", message, name=name, group="", kind="pods")
+    if found:
+        name = (pod.get("metadata") or {}).get("name", "")
+        message = f'pods "{name}" is forbidden: violates PodSecurity "{level}:{version}": ' + ", ".join(found)
+        raise ApiError(403, "Forbidden", message, name=name, group="", kind="pods")
+    return warnings(pod, namespace)
+
+
+def warnings(pod: Pod, namespace: dict[str, Any] | None) -> list[str]:
+    """``would violate PodSecurity ...`` for a pod, or a workload's pod template, that breaks the ``warn`` level."""
+    level, version = mode_level(namespace, "warn")
+    found = violations(pod, level)
+    return [f'would violate PodSecurity "{level}:{version}": ' + ", ".join(found)] if found else []
+
+
+#: a pod update that changes only these (and metadata other than seccomp/AppArmor annotations) is not checked
+_UPDATE_EXEMPT_SPEC = ("activeDeadlineSeconds", "tolerations")
+_CHECKED_ANNOTATIONS = ("seccomp.security.alpha.kubernetes.io/", "container.seccomp.security.alpha.kubernetes.io/",
+                        "container.apparmor.security.beta.kubernetes.io/")  # fmt: skip
+
+
+def update_is_checked(old: Pod, new: Pod) -> bool:
+    """Whether a pod update is evaluated again: it changes the spec (a container image, say) beyond the exempt
+    fields, or a seccomp or AppArmor annotation."""
+
+    def checked(pod: Pod) -> tuple[dict[str, Any], dict[str, Any]]:
+        spec = {k: v for k, v in (pod.get("spec") or {}).items() if k not in _UPDATE_EXEMPT_SPEC}
+        annotations = ((pod.get("metadata") or {}).get("annotations")) or {}
+        return spec, {k: v for k, v in annotations.items() if k.startswith(_CHECKED_ANNOTATIONS)}
+
+    return checked(old) != checked(new)
+
+
+def pod_template(kind: str, obj: dict[str, Any]) -> Pod | None:
+    """The pod a workload object makes, as Pod Security checks it (Deployments, ReplicaSets, StatefulSets,
+    DaemonSets, Jobs, CronJobs)."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    elif kind not in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "ReplicationController"):
+        return None
+    template = spec.get("template")
+    return template if isinstance(template, dict) else None

@@ -16,6 +16,7 @@ from .core import ApiCore
 from .crds import CrdManager
 from .errors import ApiError
 from .faults import FaultInjector
+from .identity import WARNINGS
 from .resources import NAMESPACES, PODS, Registry, ResourceType
 from .routes import build_app
 from .store import Store
@@ -78,7 +79,11 @@ class ApiServer:
         check (the pod's service account exists) and Pod Security admission."""
         if rtype.group == rbac.GROUP:
             self.access.admit_rbac_object(rtype.kind, obj, old)
-        elif rtype.storage_key == PODS and old is None:
+        elif rtype.storage_key == PODS and old is not None:
+            if pod_security.update_is_checked(old, obj):
+                namespace = self.store.get(NAMESPACES, "", obj["metadata"].get("namespace", ""))
+                self._warn(pod_security.admit_pod(obj, namespace))
+        elif rtype.storage_key == PODS:
             namespace_name, name = obj["metadata"].get("namespace", ""), obj["metadata"].get("name", "")
             account = (obj.get("spec") or {}).get("serviceAccountName") or "default"
             if self.store.get(("", "serviceaccounts"), namespace_name, account) is None:
@@ -90,7 +95,18 @@ class ApiServer:
                     name=name,
                     kind="pods",
                 )
-            pod_security.admit_pod(obj, self.store.get(NAMESPACES, "", namespace_name))
+            self._warn(pod_security.admit_pod(obj, self.store.get(NAMESPACES, "", namespace_name)))
+        elif (template := pod_security.pod_template(rtype.kind, obj)) is not None and (
+            old is None or pod_security.pod_template(rtype.kind, old) != template
+        ):
+            namespace = self.store.get(NAMESPACES, "", obj["metadata"].get("namespace", ""))
+            self._warn(pod_security.warnings(template, namespace))
+
+    @staticmethod
+    def _warn(texts: list[str]) -> None:
+        warnings = WARNINGS.get()
+        if warnings is not None:
+            warnings.extend(texts)
 
     def _default_service_account(self, new: dict[str, Any], old: dict[str, Any] | None) -> None:
         """What kube's serviceaccount controller does: every new namespace gets a ``default`` ServiceAccount."""
