@@ -295,3 +295,57 @@ def test_rbac_objects_are_validated(rbac: client.RbacAuthorizationV1Api, namespa
     cluster_binding = binding(f"conf-{uuid.uuid4().hex[:8]}", "Role", "a", account(namespace, "x"))
     body = invalid(lambda: rbac.create_cluster_role_binding(cluster_binding))
     assert 'roleRef.kind: Unsupported value: "Role"' in body["message"]
+
+
+def test_impersonation_needs_the_impersonate_verb_and_then_acts_as_the_user(
+    rbac_api: client.ApiClient, nobody: client.ApiClient, namespace: str
+) -> None:
+    """``kubectl --as``: an admin may act as the service account, and is then refused what it is refused."""
+    user = f"system:serviceaccount:{namespace}:nobody"
+    as_nobody = {"Accept": "application/json", "Impersonate-User": user}
+    with pytest.raises(client.ApiException) as info:
+        raw_request(rbac_api, "GET", f"/api/v1/namespaces/{namespace}/pods", headers=as_nobody)
+    assert json.loads(info.value.body)["message"] == (
+        f'pods is forbidden: User "{user}" cannot list resource "pods" in API group "" in the namespace "{namespace}"'
+    )
+    as_admin = {"Accept": "application/json", "Impersonate-User": "kubernetes-admin"}
+    body = forbidden(lambda: raw_request(nobody, "GET", "/api/v1/namespaces", headers=as_admin))
+    assert body["message"] == (
+        f'users "kubernetes-admin" is forbidden: User "{user}" cannot impersonate resource "users" in API group "" '
+        "at the cluster scope"
+    )
+
+
+def test_access_reviews_answer_what_the_authorizer_would(
+    rbac_api: client.ApiClient, nobody: client.ApiClient, namespace: str
+) -> None:
+    authorization = client.AuthorizationV1Api(nobody)
+
+    def may(verb: str, resource: str, name: str = "") -> bool:
+        attributes = {"namespace": namespace, "verb": verb, "group": "coordination.k8s.io", "resource": resource}
+        if name:
+            attributes["name"] = name
+        answer = authorization.create_self_subject_access_review({"spec": {"resourceAttributes": attributes}})
+        return bool(answer.status.allowed)
+
+    assert not may("get", "leases", "job-a-chief")
+    rule = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["job-a-chief"]}
+    rbac = client.RbacAuthorizationV1Api(rbac_api)
+    rbac.create_namespaced_role(namespace, role("lease", {**rule, "verbs": ["get"]}))
+    rbac.create_namespaced_role_binding(namespace, binding("lease", "Role", "lease", account(namespace, "nobody")))
+    from .conftest import wait_for
+
+    wait_for(lambda: may("get", "leases", "job-a-chief"), what="the Role to take effect")
+    assert not may("get", "leases", "job-b-chief")
+    assert not may("patch", "leases", "job-a-chief")
+    # an admin asks about someone else
+    review = client.AuthorizationV1Api(rbac_api).create_subject_access_review(
+        {
+            "spec": {
+                "user": f"system:serviceaccount:{namespace}:nobody",
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+                "resourceAttributes": {"namespace": namespace, "verb": "list", "resource": "pods"},
+            }
+        }
+    )
+    assert review.status.allowed is False

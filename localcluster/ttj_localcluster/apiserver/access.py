@@ -18,10 +18,17 @@ from aiohttp.typedefs import Handler
 
 from .authn import Authenticator
 from .errors import ApiError, invalid
-from .identity import CURRENT_USER, WARNINGS, UserInfo
+from .identity import (
+    AUTHENTICATED,
+    CURRENT_USER,
+    SERVICE_ACCOUNT_PREFIX,
+    WARNINGS,
+    UserInfo,
+    service_account_user,
+)
 from .protocol import error_response
 from .rbac import GROUP, RbacAuthorizer, check_escalation, forbidden, forbidden_message, validation_errors
-from .requestinfo import request_attributes
+from .requestinfo import RequestAttributes, request_attributes
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,10 @@ def warning_header(text: str) -> str:
     """A ``Warning`` header value as kube-apiserver writes it (RFC 7234 code 299, no agent)."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return f'299 - "{escaped}"'
+
+
+def _impersonation(resource: str, name: str, namespace: str = "") -> RequestAttributes:
+    return RequestAttributes("impersonate", "", True, "", "v1", namespace, resource, "", name)
 
 
 class AccessControl:
@@ -75,14 +86,18 @@ class AccessControl:
     def check(self, request: web.Request) -> UserInfo:
         """The request's user; ApiError 401 or 403 when it may not go on."""
         user = self.authenticator.authenticate(request.headers.get("Authorization"))
+        user = self._impersonated(request, user)
         with self._lock:
             self.requests[user.name] += 1
+        self._authorize(request, user, request_attributes(request.method, request.path, request.query))
+        return user
+
+    def _authorize(self, request: web.Request, user: UserInfo, attributes: RequestAttributes) -> None:
         if not self.enforcing:
-            return user
-        attributes = request_attributes(request.method, request.path, request.query)
+            return
         allowed, reason = self.rbac.authorize(user, attributes)
         if allowed:
-            return user
+            return
         detail = forbidden_message(user, attributes)
         if reason:
             detail = f"{detail}: {reason}"
@@ -91,6 +106,27 @@ class AccessControl:
         else:
             error = forbidden("", "", "", detail)
         raise self._deny(user, request.method, request.path_qs, error)
+
+    def _impersonated(self, request: web.Request, user: UserInfo) -> UserInfo:
+        """``Impersonate-User``/``Impersonate-Group`` (``kubectl --as``, ``--as-group``): the request goes on as that
+        user if the requester may ``impersonate`` it, as kube's impersonation filter does."""
+        name = request.headers.get("Impersonate-User")
+        groups = request.headers.getall("Impersonate-Group", [])
+        if not name:
+            if groups:
+                raise ApiError(400, "BadRequest", "requested impersonation of groups without a user")
+            return user
+        for group in groups:
+            self._authorize(request, user, _impersonation("groups", group))
+        if name.startswith(SERVICE_ACCOUNT_PREFIX) and name.count(":") == 3:
+            namespace, account = name[len(SERVICE_ACCOUNT_PREFIX) :].split(":")
+            self._authorize(request, user, _impersonation("serviceaccounts", account, namespace))
+            implied = service_account_user(namespace, account).groups
+        else:
+            self._authorize(request, user, _impersonation("users", name))
+            implied = ()
+        everyone = () if name == "system:anonymous" else (AUTHENTICATED,)
+        return UserInfo(name, tuple(dict.fromkeys([*groups, *implied, *everyone])))
 
     def admit_rbac_object(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """Validation of a Role, ClusterRole or binding being written, then (RBAC mode) escalation prevention."""

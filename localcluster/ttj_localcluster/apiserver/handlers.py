@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from . import podlog, tables
+from . import podlog, reviews, tables
 from .errors import ApiError
 from .protocol import (
     Target,
@@ -193,6 +193,8 @@ class ResourceHandlers:
         if rtype.plural == "bindings" and rtype.group == "":
             pod_name = str((body.get("metadata") or {}).get("name", "")) if isinstance(body, dict) else ""
             return json_response(self.subresources.bind(namespace, pod_name, body), 201)
+        if rtype.group == reviews.GROUP:
+            return json_response(reviews.review(self.server.access, rtype.plural, namespace, body), 201)
         return json_response(self.core.create(rtype, namespace, body, dry_run=dry_run(request)), 201)
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:

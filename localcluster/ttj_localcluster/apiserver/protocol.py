@@ -74,6 +74,9 @@ async def read_json(request: web.Request) -> Any:
     raw = await request.read()
     if not raw:
         return {}
+    if "protobuf" in request.headers.get("Content-Type", ""):
+        # kubectl sends built-in kinds it has typed clients for (auth can-i's reviews) as protobuf
+        raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format: protobuf")
     return json.loads(raw)
 
 

@@ -188,6 +188,14 @@ def builtin_types() -> list[ResourceType]:
         ),
         ResourceType("coordination.k8s.io", "v1", "Lease", "leases", "lease", True),
         ResourceType("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", True),
+        *(
+            ResourceType("authorization.k8s.io", "v1", kind, plural, kind.lower(), plural.startswith("local"))
+            for plural, kind in (
+                ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+                ("subjectaccessreviews", "SubjectAccessReview"),
+                ("localsubjectaccessreviews", "LocalSubjectAccessReview"),
+            )
+        ),
         ResourceType("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", True),
         ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", False),
         ResourceType(
