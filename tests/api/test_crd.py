@@ -151,7 +151,11 @@ def test_operator_deployment_is_locked_down() -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
-RBAC_FILES = ["clusterrole.yaml", "clusterrole-cluster.yaml", "role-leader-election.yaml"]
+RBAC_FILES = sorted(
+    path.name
+    for path in (ROOT / "manifests" / "base").glob("*.yaml")
+    if any((doc or {}).get("kind") in ("Role", "ClusterRole") for doc in yaml.safe_load_all(path.read_text()))
+)
 
 
 @pytest.mark.parametrize("name", RBAC_FILES)
