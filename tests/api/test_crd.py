@@ -168,20 +168,42 @@ def test_every_rbac_rule_says_why(name: str) -> None:
             assert before.startswith("#") or before.startswith("verbs:"), f"{name}: rule at line {number + 1}"
 
 
-def test_the_operator_holds_what_it_grants_its_trainers() -> None:
-    """RBAC lets the operator create each job's trainer Role only if it holds every permission in it itself
-    (it has no escalate or bind): every verb of the trainer Role is in the operator's Lease rule."""
-    from ttj.planner.children import trainer_rbac
+def _first_pass_creates() -> list[dict[str, Any]]:
+    """What the planner creates for a new job (examples/demo.yaml): every kind of child the operator makes."""
+    from datetime import UTC, datetime
 
-    operator = yaml.safe_load((ROOT / "manifests" / "base" / "clusterrole.yaml").read_text())
-    trainer_role = next(o for o in trainer_rbac({"metadata": {"name": "j", "namespace": "ns"}}) if o["kind"] == "Role")
-    for granted in trainer_role["rules"]:
-        holding = [
-            r
-            for r in operator["rules"]
-            if set(granted["apiGroups"]) <= set(r["apiGroups"]) and set(granted["resources"]) <= set(r["resources"])
-        ]
-        assert holding, granted
-        assert set(granted["verbs"]) <= {v for r in holding for v in r["verbs"]}, granted
-    verbs = {v for r in operator["rules"] for v in r["verbs"]}
+    from ttj.planner import CreateChild, Observed, PlannerConfig, plan
+
+    job = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    job["metadata"].update(namespace="ns", uid="uid-1")
+    result = plan(job, Observed(), datetime.now(UTC), PlannerConfig())
+    return [w.manifest for w in result.writes if isinstance(w, CreateChild)]
+
+
+def _granted(rules: list[dict[str, Any]], group: str, resource: str) -> set[str]:
+    return {
+        v for r in rules if group in r.get("apiGroups", []) and resource in r.get("resources", []) for v in r["verbs"]
+    }
+
+
+def test_the_operator_may_create_and_watch_every_child_the_planner_makes() -> None:
+    from ttj.kubeapi import RESOURCES
+
+    rules = yaml.safe_load((ROOT / "manifests" / "base" / "clusterrole.yaml").read_text())["rules"]
+    for manifest in _first_pass_creates():
+        where = RESOURCES[manifest["kind"]]
+        assert {"create", "list", "watch"} <= _granted(rules, where.group, where.plural), manifest["kind"]
+
+
+def test_the_operator_holds_what_it_grants_its_trainers() -> None:
+    """RBAC lets the operator create each job's trainer Role and bind it only if it holds every permission in it
+    itself (it has no escalate or bind): every verb of the trainer Role is in the operator's Lease rule."""
+    rules = yaml.safe_load((ROOT / "manifests" / "base" / "clusterrole.yaml").read_text())["rules"]
+    roles = [m for m in _first_pass_creates() if m["kind"] == "Role"]
+    assert roles
+    for granted in (rule for role in roles for rule in role["rules"]):
+        for group in granted["apiGroups"]:
+            for resource in granted["resources"]:
+                assert set(granted["verbs"]) <= _granted(rules, group, resource), granted
+    verbs = {v for r in rules for v in r["verbs"]}
     assert not verbs & {"escalate", "bind", "impersonate", "*", "update"}
