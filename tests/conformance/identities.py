@@ -87,16 +87,23 @@ def eventually(call: Callable[[], T], what: str) -> T:
 
 
 @pytest.fixture(scope="module")
-def rbac_api(k8s_api: client.ApiClient, local_cluster: LocalCluster | None) -> Iterator[client.ApiClient]:
-    """An admin client for a cluster that authorizes by RBAC: the real cluster under test, or a local cluster
-    of its own started with authorization mode RBAC (and so TLS: the session's local cluster serves plain HTTP
-    and allows everything, because kubectl sends no credentials over plain HTTP)."""
+def rbac_cluster(
+    kubeconfig: str, k8s_api: client.ApiClient, local_cluster: LocalCluster | None
+) -> Iterator[tuple[str, client.ApiClient]]:
+    """(kubeconfig, admin client) of a cluster that authorizes by RBAC: the real cluster under test, or a local
+    cluster of its own started with authorization mode RBAC (and so TLS: the session's local cluster serves plain
+    HTTP and allows everything, because kubectl sends no credentials over plain HTTP)."""
     if local_cluster is None:
-        yield k8s_api
+        yield kubeconfig, k8s_api
         return
     from kubernetes import config
 
     with LocalCluster(authorization_mode="RBAC") as cluster:
         api = config.new_client_from_config(config_file=cluster.kubeconfig_path)
-        yield api
+        yield cluster.kubeconfig_path, api
         api.close()
+
+
+@pytest.fixture(scope="module")
+def rbac_api(rbac_cluster: tuple[str, client.ApiClient]) -> client.ApiClient:
+    return rbac_cluster[1]

@@ -8,6 +8,9 @@ where the cluster under test does not enforce RBAC."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +19,17 @@ import pytest
 from kubernetes import client
 
 from .conftest import raw_request
-from .identities import client_with_token, eventually, forbidden, rbac_api, service_account_client, status_of
+from .identities import (
+    client_with_token,
+    eventually,
+    forbidden,
+    rbac_api,
+    rbac_cluster,
+    service_account_client,
+    status_of,
+)
 
-__all__ = ["rbac_api"]  # the fixture
+__all__ = ["rbac_api", "rbac_cluster"]  # the fixtures
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
@@ -349,3 +360,24 @@ def test_access_reviews_answer_what_the_authorizer_would(
         }
     )
     assert review.status.allowed is False
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_create_token_and_auth_can_i(
+    rbac_cluster: tuple[str, client.ApiClient], nobody: client.ApiClient, namespace: str
+) -> None:
+    """What a platform team runs to audit an identity: ``kubectl auth can-i --as``, and ``kubectl create token``."""
+    kubeconfig = rbac_cluster[0]
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": kubeconfig}
+        return subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env, timeout=60, check=False)
+
+    token = kubectl("create", "token", "nobody", "-n", namespace, "--duration=10m")
+    assert token.returncode == 0, token.stderr
+    assert client.VersionApi(client_with_token(rbac_cluster[1], token.stdout.strip())).get_code().major
+    as_nobody = f"--as=system:serviceaccount:{namespace}:nobody"
+    denied = kubectl("auth", "can-i", "list", "pods", "-n", namespace, as_nobody)
+    assert (denied.returncode, denied.stdout.strip()) == (1, "no"), denied.stderr
+    allowed = kubectl("auth", "can-i", "get", "/version", as_nobody)
+    assert (allowed.returncode, allowed.stdout.strip()) == (0, "yes"), allowed.stderr
