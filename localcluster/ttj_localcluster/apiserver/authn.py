@@ -69,7 +69,11 @@ class Authenticator:
             return ADMIN
         with self._lock:
             issued = self._tokens.get(token)
-        if issued is None or not self._still_valid(issued):
+        if issued is None:
+            raise unauthorized()
+        if not self._still_valid(issued):
+            with self._lock:
+                self._tokens.pop(token, None)  # never valid again: its account, pod or time is gone
             raise unauthorized()
         return issued.user
 
