@@ -440,4 +440,4 @@ def test_the_operator_never_met_a_403(stack: dict[str, Any]) -> None:
         f"operator requests: {stack['access'].requests[stack['operator_user']]}, 403s: {len(refused)}; "
         f"403s to anyone: {stack['access'].denied_total}"
     )
-    assert refused == [], "\n".join(f"{d.verb} {d.path}: {d.message}" for d in refused)
+    assert refused == [], "\n".join(f"{d.method} {d.path}: {d.message}" for d in refused)

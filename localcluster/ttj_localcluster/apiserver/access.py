@@ -42,8 +42,10 @@ DENIALS_KEPT = 10_000
 
 @dataclass(frozen=True)
 class Denial:
+    """One 403: who, the HTTP method and path (with the query), and the Status message."""
+
     user: str
-    verb: str
+    method: str
     path: str
     message: str
 
