@@ -96,7 +96,8 @@ class RbacAuthorizer:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def _role_rules(self, ref: dict[str, Any], namespace: str) -> tuple[list[Rule], str | None]:
+    def role_rules(self, ref: dict[str, Any], namespace: str) -> tuple[list[Rule], str | None]:
+        """The rules of the Role (in ``namespace``) or ClusterRole a roleRef names; or why there are none."""
         kind, name = ref.get("kind"), str(ref.get("name") or "")
         if kind == "ClusterRole":
             role = self.store.get(CLUSTER_ROLES, "", name)
@@ -122,7 +123,7 @@ class RbacAuthorizer:
         """Every rule the user holds in ``namespace`` (None or "": cluster-wide rules only)."""
         held = RuleSet()
         for ref, scope in self._bindings(user, namespace):
-            rules, error = self._role_rules(ref, scope)
+            rules, error = self.role_rules(ref, scope)
             if error:
                 held.errors.append(error)
             elif scope:
@@ -314,7 +315,7 @@ def check_escalation(authorizer: RbacAuthorizer, user: UserInfo | None, kind: st
         ref = obj.get("roleRef") or {}
         ref_plural = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
         waiver = RequestAttributes("bind", "", True, GROUP, "v1", namespace, ref_plural, "", str(ref.get("name") or ""))
-        granted, error = authorizer._role_rules(ref, namespace)
+        granted, error = authorizer.role_rules(ref, namespace)
         if error and not authorizer.authorize(user, waiver)[0]:
             raise forbidden(GROUP, _binding_plural(kind), name, error)
     if authorizer.authorize(user, waiver)[0]:
