@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,22 @@ CPU_POOL = "cpu-pool"
 class Stack:
     """A cluster to run jobs on, and a way to preempt its nodes."""
 
-    def __init__(self, workdir: Path, *, gpu_nodes: int = 3, operator_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        gpu_nodes: int = 3,
+        operator_args: tuple[str, ...] = (),
+        authorization_mode: str = "AlwaysAllow",
+        operator_identity: Callable[[str], str] | None = None,
+    ) -> None:
+        """``authorization_mode`` is the local cluster's; ``operator_identity(admin_kubeconfig)`` returns the
+        kubeconfig the operator runs with (default: the admin's)."""
         self.workdir = workdir
         self.gpu_nodes = gpu_nodes
         self.operator_args = operator_args
+        self.authorization_mode = authorization_mode
+        self.operator_identity = operator_identity
         self.external = os.environ.get("KUBECONFIG")
         self.kubeconfig = Path(self.external) if self.external else workdir / "kubeconfig"
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -47,6 +60,9 @@ class Stack:
             self._start_local_cluster()
         self._install_crd()
         if self.local:
+            operator_kubeconfig = (
+                self.operator_identity(str(self.kubeconfig)) if self.operator_identity else str(self.kubeconfig)
+            )
             self._spawn(
                 "operator",
                 "operator",
@@ -60,6 +76,7 @@ class Stack:
                 "--node-grace",
                 "10",
                 *self.operator_args,
+                kubeconfig=operator_kubeconfig,
             )
         return self
 
@@ -89,9 +106,9 @@ class Stack:
                     f"a stack process exited with code {process.returncode} ({name}); logs in {self.workdir}"
                 )
 
-    def _spawn(self, log_name: str, *argv: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, log_name: str, *argv: str, kubeconfig: str | None = None) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{log_name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "KUBECONFIG": kubeconfig or str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         process = subprocess.Popen(
             [sys.executable, "-m", "ttj", *argv], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
@@ -114,6 +131,8 @@ class Stack:
             f"name={CPU_POOL},nodes=2,cpu=4,memory=15Gi,machine-type=n1-standard-4",
             "--pool",
             gpu_pool,
+            "--authorization-mode",
+            self.authorization_mode,
         )
         deadline = time.monotonic() + 60
         while not self.kubeconfig.exists():

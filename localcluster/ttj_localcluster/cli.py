@@ -21,6 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=0, help="port to serve the API on; 0 picks a free one [%(default)s]"
     )
+    parser.add_argument(
+        "--authorization-mode",
+        choices=("AlwaysAllow", "RBAC"),
+        default="AlwaysAllow",
+        help="AlwaysAllow: every authenticated or anonymous request is allowed; RBAC: Roles, ClusterRoles and "
+        "their bindings decide, as kube-apiserver --authorization-mode=RBAC (the kubeconfig's user is in "
+        "system:masters; pods get their service account's token) [%(default)s]",
+    )
     nodes_cli.add_arguments(parser)
 
 
@@ -52,7 +60,9 @@ def main(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    cluster = LocalCluster(host=args.host, port=args.port, kubeconfig_path=args.kubeconfig)
+    cluster = LocalCluster(
+        host=args.host, port=args.port, kubeconfig_path=args.kubeconfig, authorization_mode=args.authorization_mode
+    )
     try:
         cluster.start()
     except (OSError, RuntimeError) as exc:

@@ -4,6 +4,7 @@ usable from sync code (own thread and event loop) or async code (``await cluster
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -25,10 +26,12 @@ class Addon(Protocol):
     def stop(self) -> None: ...
 
 
-def kubeconfig_text(url: str, name: str = "ttj-local") -> str:
+def kubeconfig_text(url: str, name: str = "ttj-local", token: str | None = None, ca_pem: bytes | None = None) -> str:
     """The kubeconfig as YAML, written by hand: importing a YAML library would delay the start by more than
     the server itself takes to start. Scalars are JSON strings, which YAML reads as double-quoted scalars."""
     q = json.dumps
+    user = f"  user:\n    token: {q(token)}\n" if token else "  user: {}\n"
+    authority = f"    certificate-authority-data: {q(base64.b64encode(ca_pem).decode())}\n" if ca_pem else ""
     return (
         "apiVersion: v1\n"
         "kind: Config\n"
@@ -36,9 +39,10 @@ def kubeconfig_text(url: str, name: str = "ttj-local") -> str:
         f"- name: {q(name)}\n"
         "  cluster:\n"
         f"    server: {q(url)}\n"
+        f"{authority}"
         "users:\n"
         f"- name: {q(name)}\n"
-        "  user: {}\n"
+        f"{user}"
         "contexts:\n"
         f"- name: {q(name)}\n"
         "  context:\n"
@@ -62,9 +66,16 @@ class LocalCluster:
         kubeconfig_path: str | None = None,
         history_size: int = 50_000,
         bookmark_interval_seconds: float = 5.0,
+        authorization_mode: str = "AlwaysAllow",
+        tls: bool | None = None,
     ) -> None:
         self.server = ApiServer(
-            host, port, history_size=history_size, bookmark_interval_seconds=bookmark_interval_seconds
+            host,
+            port,
+            history_size=history_size,
+            bookmark_interval_seconds=bookmark_interval_seconds,
+            authorization_mode=authorization_mode,
+            tls=tls,
         )
         self.addons = list(addons)
         self._kubeconfig_path = kubeconfig_path
@@ -76,6 +87,11 @@ class LocalCluster:
     @property
     def url(self) -> str:
         return self.server.url
+
+    @property
+    def admin_token(self) -> str:
+        """The bearer token of the kubeconfig's user (system:masters), for requests made without the kubeconfig."""
+        return self.server.access.authenticator.admin_token
 
     @property
     def faults(self) -> FaultInjector:
@@ -98,7 +114,14 @@ class LocalCluster:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kubeconfig-")
         with os.fdopen(fd, "w") as handle:
-            handle.write(kubeconfig_text(self.url))
+            certificates = self.server.certificates
+            handle.write(
+                kubeconfig_text(
+                    self.url,
+                    token=self.server.access.authenticator.admin_token,
+                    ca_pem=certificates.ca_pem if certificates is not None else None,
+                )
+            )
         os.replace(tmp, path)
         return path
 

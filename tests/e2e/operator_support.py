@@ -141,10 +141,11 @@ def e2e_pools() -> list[Any]:
 
 
 @contextlib.contextmanager
-def cluster_with_nodes(pools: Sequence[Any] | None = None) -> Iterator[tuple[str, Any]]:
-    """(kubeconfig, control client or None): KUBECONFIG's cluster when set, else a local cluster with the
-    real node add-ons and simulated pods. The control client (preemption, node loss) exists only on a
-    ttj local cluster; on another cluster those tests skip."""
+def cluster_with_nodes(pools: Sequence[Any] | None = None) -> Iterator[tuple[str, Any, Any]]:
+    """(kubeconfig, control client or None, the local API server's access control or None): KUBECONFIG's cluster
+    when set, else a local cluster authorizing by RBAC with the real node add-ons and simulated pods. The
+    control client (preemption, node loss) exists only on a ttj local cluster; on another cluster those tests
+    skip. The access control lists every 403 the local server answered."""
     from ttj_localcluster.cluster import LocalCluster
     from ttj_localcluster.nodes.control import ControlClient
     from ttj_localcluster.nodes.deployments import DeploymentController
@@ -158,11 +159,12 @@ def cluster_with_nodes(pools: Sequence[Any] | None = None) -> Iterator[tuple[str
         except Exception as exc:  # a real cluster: no injection endpoint
             logging.getLogger(__name__).info("no local-cluster control: %s", exc)
             control = None
-        yield real, control
+        yield real, control, None
         return
     fleet = NodeFleet(list(pools or e2e_pools()), run_pods=False, pod_network=False)
-    with LocalCluster(addons=[fleet, Scheduler(seed=1), DeploymentController()]) as cluster:
-        yield cluster.kubeconfig_path, ControlClient.from_kubeconfig(cluster.kubeconfig_path)
+    addons = [fleet, Scheduler(seed=1), DeploymentController()]
+    with LocalCluster(addons=addons, authorization_mode="RBAC") as cluster:
+        yield cluster.kubeconfig_path, ControlClient.from_kubeconfig(cluster.kubeconfig_path), cluster.server.access
 
 
 class ChiefHeartbeat:

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from tests.conformance.identities import client_with_token, status_of
+from tests.e2e.operator_identity import install_operator_identity
 from tests.e2e.operator_support import ChiefHeartbeat, OperatorProcess, cluster_with_nodes, install_crd, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -30,16 +32,26 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One cluster, one operator (watching ``op-e2e-*``) and one chief heartbeat for the module."""
+    """One cluster, one operator (watching ``op-e2e-*``, as the ServiceAccount and RBAC of manifests/base) and
+    one chief heartbeat for the module."""
     logs = tmp_path_factory.mktemp("operator")
-    with cluster_with_nodes() as (kubeconfig, control):
+    with cluster_with_nodes() as (kubeconfig, control, access):
         api = config.new_client_from_config(config_file=kubeconfig)
         install_crd(api)
-        operator = OperatorProcess(kubeconfig, f"{PREFIX}-*", logs)
+        operator_kubeconfig, operator_user = install_operator_identity(api, kubeconfig, logs)
+        operator = OperatorProcess(operator_kubeconfig, f"{PREFIX}-*", logs)
         operator.start()
         try:
             with ChiefHeartbeat(api):
-                yield {"api": api, "kubeconfig": kubeconfig, "control": control, "operator": operator, "logs": logs}
+                yield {
+                    "api": api,
+                    "kubeconfig": kubeconfig,
+                    "control": control,
+                    "operator": operator,
+                    "logs": logs,
+                    "access": access,
+                    "operator_user": operator_user,
+                }
         finally:
             operator.kill()
             for log in sorted(logs.glob("operator-*.log")):
@@ -375,3 +387,57 @@ def test_a_job_no_pool_can_run_says_why(env: dict[str, Any]) -> None:
         lambda: [e for e in job_events(env) if e.reason == "WorkersUnschedulable"],
     )
     assert warning[0].type == "Warning"
+
+
+def test_a_trainer_cannot_touch_another_jobs_lease_or_delete_pods(env: dict[str, Any]) -> None:
+    """Each job's pods run as its own ServiceAccount, whose Role names that job's Lease only."""
+    from ttj_contract import lease_name, trainer_account_name
+
+    create_job(env, "job-a", replicas=1)
+    create_job(env, "job-b", replicas=1)
+    coordination = client.CoordinationV1Api(env["api"])
+    for job in ("job-a", "job-b"):
+        wait_for(f"{job}'s Lease", lambda job=job: coordination.read_namespaced_lease(lease_name(job), env["ns"]))
+    victim = wait_for("a pod of job-b", lambda: workers(env, "job-b"))[0].metadata.name
+    token = wait_for(
+        "job-a's trainer ServiceAccount",
+        lambda: (
+            env["core"]
+            .create_namespaced_service_account_token(trainer_account_name("job-a"), env["ns"], {"spec": {}})
+            .status.token
+        ),
+    )
+    trainer_api = client_with_token(env["api"], token)
+    trainer = client.CoordinationV1Api(trainer_api)
+    user = f"system:serviceaccount:{env['ns']}:{trainer_account_name('job-a')}"
+
+    own = trainer.read_namespaced_lease(lease_name("job-a"), env["ns"])  # its own Lease: allowed
+    assert own.metadata.name == lease_name("job-a")
+    with pytest.raises(client.ApiException) as info:
+        trainer.read_namespaced_lease(lease_name("job-b"), env["ns"])
+    assert info.value.status == 403
+    assert json.loads(info.value.body)["message"] == (
+        f'leases.coordination.k8s.io "{lease_name("job-b")}" is forbidden: User "{user}" cannot get resource '
+        f'"leases" in API group "coordination.k8s.io" in the namespace "{env["ns"]}"'
+    )
+    steal = {"spec": {"holderIdentity": "job-a-worker-0-0"}}
+    assert status_of(lambda: trainer.patch_namespaced_lease(lease_name("job-b"), env["ns"], steal)) == 403
+    pods = client.CoreV1Api(trainer_api)
+    assert status_of(lambda: pods.delete_namespaced_pod(victim, env["ns"])) == 403
+    assert status_of(lambda: pods.delete_collection_namespaced_pod(env["ns"])) == 403
+    assert status_of(lambda: pods.list_namespaced_pod(env["ns"])) == 403
+    assert not gone(env, victim)
+    trainer_api.close()
+
+
+def test_the_operator_never_met_a_403(stack: dict[str, Any]) -> None:
+    """Last in the module: every request the operator made under its manifest's identity was allowed."""
+    if stack["access"] is None:
+        pytest.skip("counts the local API server's 403s")
+    assert stack["access"].requests[stack["operator_user"]] > 0, "the operator never acted under its own identity"
+    refused = [d for d in stack["access"].denials if d.user == stack["operator_user"]]
+    print(
+        f"operator requests: {stack['access'].requests[stack['operator_user']]}, 403s: {len(refused)}; "
+        f"403s to anyone: {stack['access'].denied_total}"
+    )
+    assert refused == [], "\n".join(f"{d.method} {d.path}: {d.message}" for d in refused)

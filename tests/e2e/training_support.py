@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.e2e.operator_identity import install_operator_identity
 
 from ttj_contract import (
     ANNOTATION_ACTIVE_WORKERS,
@@ -39,8 +40,21 @@ _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)-e(\d+)\.index$")
 
 
 def start_stack(tmp_path_factory: pytest.TempPathFactory, gpu_nodes: int = 4) -> Iterator[Stack]:
-    """The body of a module-scoped ``stack`` fixture."""
-    with Stack(tmp_path_factory.mktemp("stack"), gpu_nodes=gpu_nodes) as running:
+    """The body of a module-scoped ``stack`` fixture: a local cluster authorizing by RBAC, the operator running as
+    the ServiceAccount and RBAC of manifests/base, and each trainer as its job's ServiceAccount."""
+    workdir = tmp_path_factory.mktemp("stack")
+
+    def operator_kubeconfig(admin_kubeconfig: str) -> str:
+        from kubernetes import config
+
+        api = config.new_client_from_config(config_file=admin_kubeconfig)
+        try:
+            return install_operator_identity(api, admin_kubeconfig, workdir)[0]
+        finally:
+            api.close()
+
+    stack = Stack(workdir, gpu_nodes=gpu_nodes, authorization_mode="RBAC", operator_identity=operator_kubeconfig)
+    with stack as running:
         yield running
 
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from ttj import kubeapi
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.kubeapi import KubeClient
-from ttj.planner.children import ps_deployment, worker_pod
+from ttj.planner.children import ps_deployment, trainer_rbac, worker_pod
 from ttj_localcluster.nodes.pools import DEFAULT_CPU_POOL, DEFAULT_GPU_NODES, DEFAULT_GPU_POOL, default_pools
 
 from .conftest import wait_for
@@ -117,6 +118,13 @@ def running_pods(kube: KubeClient, namespace: str, selector: str) -> list[dict[s
     return [p for p in pods if p.get("status", {}).get("phase") == "Running"]
 
 
+def create_trainer_identity(kube: KubeClient, namespace: str, job: dict[str, Any]) -> None:
+    """The job's ServiceAccount (and its Role and binding), as the operator creates them before any pod: the
+    API refuses a pod whose service account does not exist."""
+    for child in trainer_rbac(job):
+        kube.request("POST", kubeapi.path(child["kind"], namespace), body=child)
+
+
 def test_the_examples_schedule_on_the_default_pools(default_cluster: KubeClient) -> None:
     kube = default_cluster
     kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
@@ -128,6 +136,7 @@ def test_the_examples_schedule_on_the_default_pools(default_cluster: KubeClient)
         manifest = yaml.safe_load((REPO / "examples" / f"{example}.yaml").read_text())
         job = create_job(kube, namespace, manifest)  # the CRD (schema, CEL rules) accepts it
         spec = TransientTrainingJobSpec.model_validate(job["spec"])
+        create_trainer_identity(kube, namespace, job)
         for index in range(spec.parameter_servers.replicas):
             kube.request(
                 "POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", body=ps_deployment(job, spec, index)
@@ -178,6 +187,7 @@ def test_the_full_example_at_max_replicas_fits_the_t4_spot_pool(default_cluster:
     job = create_job(kube, namespace, manifest)
     spec = TransientTrainingJobSpec.model_validate(job["spec"])
     assert spec.workers.node_selector == {POOL_LABEL: DEFAULT_GPU_POOL}
+    create_trainer_identity(kube, namespace, job)
     for slot in range(spec.workers.slots):
         kube.request(
             "POST",

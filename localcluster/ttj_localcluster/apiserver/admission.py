@@ -98,6 +98,8 @@ class Admission:
     def __init__(self, clock: Callable[[], datetime]) -> None:
         self.clock = clock
         self._next_cluster_ip = 10
+        #: validating admission plugins run after validation (RBAC escalation, Pod Security): raise ApiError
+        self.plugins: list[Callable[[ResourceType, dict[str, Any], dict[str, Any] | None], None]] = []
 
     def admit(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         """The object as it will be stored, or ApiError (422 Invalid) for every rule it breaks."""
@@ -107,6 +109,8 @@ class Admission:
         errors = _validate(rtype, obj, old)
         if errors:
             raise invalid(rtype.kind, rtype.group, name, errors)
+        for plugin in self.plugins:
+            plugin(rtype, obj, old)
         return obj
 
     def default_on_create(self, rtype: ResourceType, obj: dict[str, Any]) -> None:

@@ -37,6 +37,19 @@ _SERVER_OWNED = (
 )
 
 
+def _check_path_segment_name(rtype: ResourceType, name: Any) -> None:
+    """RBAC objects' names need only be usable in a URL (``system:discovery``), as kube validates them."""
+    problem = None
+    if not isinstance(name, str) or name in (".", ".."):
+        problem = f"may not be '{name}'"
+    elif "/" in name or "%" in name:
+        problem = f"may not contain '{'/' if '/' in name else '%'}'"
+    if problem:
+        raise invalid(
+            rtype.kind, rtype.group, str(name), [("metadata.name", f"Invalid value: {json.dumps(name)}: {problem}")]
+        )
+
+
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
@@ -151,7 +164,9 @@ class ApiCore:
                 )
             meta["name"] = prefix + "".join(self._rng.choice(_SUFFIX_CHARS) for _ in range(5))
         name = meta["name"]
-        if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
+        if rtype.group == "rbac.authorization.k8s.io":
+            _check_path_segment_name(rtype, name)
+        elif not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
             raise invalid(
                 rtype.kind,
                 rtype.group,

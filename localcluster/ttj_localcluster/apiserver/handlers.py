@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from . import podlog, tables
+from . import podlog, reviews, tables
 from .errors import ApiError
 from .protocol import (
     Target,
@@ -158,6 +158,15 @@ class ResourceHandlers:
         await self._accept("get" if request.method == "GET" else None, target)
         return await podlog.serve(self.server, request, target.namespace_or_empty, target.name, "get")
 
+    async def token(self, request: web.Request) -> web.StreamResponse:
+        """``serviceaccounts/NAME/token``: a TokenRequest, what a kubelet asks for each pod's service account."""
+        target = self._target(request, "token")
+        assert target.name is not None
+        await self._accept("create" if request.method == "POST" else None, target)
+        body = await read_json(request)
+        issued = self.server.access.authenticator.token_request(target.namespace_or_empty, target.name, body)
+        return json_response(issued, 201)
+
     async def finalize(self, request: web.Request) -> web.StreamResponse:
         """``namespaces/NAME/finalize``, where kube's namespace controller empties ``spec.finalizers``: a PUT."""
         target = self._target(request, "finalize")
@@ -184,6 +193,8 @@ class ResourceHandlers:
         if rtype.plural == "bindings" and rtype.group == "":
             pod_name = str((body.get("metadata") or {}).get("name", "")) if isinstance(body, dict) else ""
             return json_response(self.subresources.bind(namespace, pod_name, body), 201)
+        if rtype.group == reviews.GROUP:
+            return json_response(reviews.review(self.server.access, rtype.plural, namespace, body), 201)
         return json_response(self.core.create(rtype, namespace, body, dry_run=dry_run(request)), 201)
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:

@@ -74,6 +74,10 @@ async def read_json(request: web.Request) -> Any:
     raw = await request.read()
     if not raw:
         return {}
+    if "protobuf" in request.headers.get("Content-Type", ""):
+        from .protobuf import to_json  # kubectl's typed clients: `create token`, `auth can-i`
+
+        return to_json(raw)
     return json.loads(raw)
 
 

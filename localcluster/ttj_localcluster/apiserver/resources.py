@@ -84,8 +84,10 @@ class ResourceType:
             main["categories"] = list(self.categories)
         entries = [main]
         for sub in self.subresources:
-            sub_kind = {"scale": "Scale", "binding": "Binding"}.get(sub, self.kind)
-            sub_verbs = {"binding": ["create"], "log": ["get"]}.get(sub, ["get", "patch", "update"])
+            sub_kind = {"scale": "Scale", "binding": "Binding", "token": "TokenRequest"}.get(sub, self.kind)
+            sub_verbs = {"binding": ["create"], "log": ["get"], "token": ["create"]}.get(
+                sub, ["get", "patch", "update"]
+            )
             entry: dict[str, Any] = {
                 "name": f"{self.plural}/{sub}",
                 "singularName": "",
@@ -95,6 +97,8 @@ class ResourceType:
             }
             if sub == "scale":
                 entry.update(group="autoscaling", version="v1")
+            elif sub == "token":
+                entry.update(group="authentication.k8s.io", version="v1")
             entries.append(entry)
         return entries
 
@@ -127,7 +131,7 @@ def builtin_types() -> list[ResourceType]:
         _core("ConfigMap", "configmaps", short_names=("cm",)),
         _core("Secret", "secrets"),
         _core("Event", "events", short_names=("ev",)),
-        _core("ServiceAccount", "serviceaccounts", short_names=("sa",)),
+        _core("ServiceAccount", "serviceaccounts", short_names=("sa",), extra_subresources=("token",)),
         _core("Endpoints", "endpoints", short_names=("ep",)),
         _core("PersistentVolumeClaim", "persistentvolumeclaims", short_names=("pvc",), status_subresource=True),
         _core("Node", "nodes", False, short_names=("no",), status_subresource=True),
@@ -184,6 +188,14 @@ def builtin_types() -> list[ResourceType]:
         ),
         ResourceType("coordination.k8s.io", "v1", "Lease", "leases", "lease", True),
         ResourceType("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", True),
+        *(
+            ResourceType("authorization.k8s.io", "v1", kind, plural, kind.lower(), plural.startswith("local"))
+            for plural, kind in (
+                ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+                ("subjectaccessreviews", "SubjectAccessReview"),
+                ("localsubjectaccessreviews", "LocalSubjectAccessReview"),
+            )
+        ),
         ResourceType("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", True),
         ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", False),
         ResourceType(

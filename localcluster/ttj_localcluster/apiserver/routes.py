@@ -56,7 +56,8 @@ def _client_error(exc: web.HTTPClientError) -> ApiError:
 def build_app(server: ApiServer) -> web.Application:
     # A path with a trailing or doubled slash (`kubectl get --raw /api/v1/`) is redirected to the path meant.
     normalize = web.normalize_path_middleware(append_slash=False, remove_slash=True, merge_slashes=True)
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[kube_status_errors, normalize])
+    access = server.access.middleware()
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[kube_status_errors, access, normalize])
     _add_discovery(app.router, Discovery(server))
     _add_control(app.router, Control(server))
     _add_resources(app.router, ResourceHandlers(server))
@@ -99,6 +100,7 @@ def _add_resources(router: web.UrlDispatcher, handlers: ResourceHandlers) -> Non
         "binding": handlers.binding,
         "log": handlers.log,
         "finalize": handlers.finalize,
+        "token": handlers.token,
     }
     for prefix in API_PREFIXES:
         namespaced = f"{prefix}/namespaces/{{namespace}}/{{resource}}"

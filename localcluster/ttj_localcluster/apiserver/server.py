@@ -9,14 +9,19 @@ from typing import Any
 
 from aiohttp import web
 
+from . import pod_security, rbac
+from .access import ALWAYS_ALLOW, AccessControl
 from .controllers import Controllers
 from .core import ApiCore
 from .crds import CrdManager
+from .errors import ApiError
 from .faults import FaultInjector
-from .resources import Registry, ResourceType
+from .identity import WARNINGS
+from .resources import NAMESPACES, PODS, Registry, ResourceType
 from .routes import build_app
 from .store import Store
 from .subresources import Subresources
+from .tls import make_serving_certificates
 
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -32,6 +37,8 @@ class ApiServer:
         history_size: int = 50_000,
         bookmark_interval_seconds: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        authorization_mode: str = ALWAYS_ALLOW,
+        tls: bool | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -42,6 +49,11 @@ class ApiServer:
         self.crds = CrdManager(self.core)
         self.controllers = Controllers(self.core)
         self.faults = FaultInjector()
+        #: authentication always; authorization by RBAC when ``authorization_mode`` is "RBAC"
+        self.access = AccessControl(self.store, clock, authorization_mode)
+        #: TLS by default with RBAC: kubectl and client-go send credentials over TLS only
+        self.certificates = make_serving_certificates(host) if (self.access.enforcing if tls is None else tls) else None
+        self.core.admission.plugins.append(self._admit_access)
         #: how often an idle watch that asked for bookmarks gets one; read on every bookmark, so tests may change it
         self.bookmark_interval_seconds = bookmark_interval_seconds
         self._runner: web.AppRunner | None = None
@@ -52,11 +64,49 @@ class ApiServer:
         service_accounts = self._builtin("serviceaccounts")
         for name in BOOTSTRAP_NAMESPACES:
             self.core.create(service_accounts, name, {"metadata": {"name": "default"}})
+        for (group, plural), obj in rbac.bootstrap_policy():
+            rtype = self.registry.get(group, "v1", plural)
+            assert rtype is not None
+            self.core.create(rtype, "", obj)
 
     def _builtin(self, plural: str) -> ResourceType:
         rtype = self.registry.get("", "v1", plural)
         assert rtype is not None
         return rtype
+
+    def _admit_access(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """Privilege-escalation prevention on RBAC objects; on pod creation the ServiceAccount admission plugin's
+        check (the pod's service account exists) and Pod Security admission."""
+        if rtype.group == rbac.GROUP:
+            self.access.admit_rbac_object(rtype.kind, obj, old)
+        elif rtype.storage_key == PODS and old is not None:
+            if pod_security.update_is_checked(old, obj):
+                namespace = self.store.get(NAMESPACES, "", obj["metadata"].get("namespace", ""))
+                self._warn(pod_security.admit_pod(obj, namespace))
+        elif rtype.storage_key == PODS:
+            namespace_name, name = obj["metadata"].get("namespace", ""), obj["metadata"].get("name", "")
+            account = (obj.get("spec") or {}).get("serviceAccountName") or "default"
+            if self.store.get(("", "serviceaccounts"), namespace_name, account) is None:
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'pods "{name}" is forbidden: error looking up service account {namespace_name}/{account}: '
+                    f'serviceaccount "{account}" not found',
+                    name=name,
+                    kind="pods",
+                )
+            self._warn(pod_security.admit_pod(obj, self.store.get(NAMESPACES, "", namespace_name)))
+        elif (template := pod_security.pod_template(rtype.kind, obj)) is not None and (
+            old is None or pod_security.pod_template(rtype.kind, old) != template
+        ):
+            namespace = self.store.get(NAMESPACES, "", obj["metadata"].get("namespace", ""))
+            self._warn(pod_security.warnings(template, namespace))
+
+    @staticmethod
+    def _warn(texts: list[str]) -> None:
+        warnings = WARNINGS.get()
+        if warnings is not None:
+            warnings.extend(texts)
 
     def _default_service_account(self, new: dict[str, Any], old: dict[str, Any] | None) -> None:
         """What kube's serviceaccount controller does: every new namespace gets a ``default`` ServiceAccount."""
@@ -67,12 +117,14 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.certificates is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self) -> None:
         self._runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        context = self.certificates.context if self.certificates is not None else None
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, ssl_context=context)
         await site.start()
         if self.port == 0:
             self.port = int(self._runner.addresses[0][1])

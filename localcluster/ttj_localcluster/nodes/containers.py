@@ -16,6 +16,7 @@ from pathlib import Path
 from ttj.kubeapi import JSON, KubeClient
 
 from .network import pod_hostname
+from .pod_credentials import PodCredentials
 from .pod_networking import PodNetworking
 from .podstate import LocalPod, settle_phase, terminated_state
 from .pools import NODE_INTERNAL_IP
@@ -77,7 +78,9 @@ class ContainerRunner:
         self.current_pod = current_pod
         self.local_pod = local_pod
         self.report = report
-        self.runtime = ProcessRuntime(state_dir, kubeconfig=pod_kubeconfig, on_exit=self._on_exit)
+        # Each pod gets its own kubeconfig, with its service account's token (pod_credentials.py).
+        self.runtime = ProcessRuntime(state_dir, kubeconfig=None, on_exit=self._on_exit)
+        self.credentials = PodCredentials(client, pod_kubeconfig)
 
     def run_pod(self, local: LocalPod, pod: JSON) -> None:
         """The pod's sandbox (hostname, hosts file, network namespace) and its containers."""
@@ -105,10 +108,11 @@ class ContainerRunner:
         name = str(container.get("name"))
         state = local.containers[name]
         try:
+            kubeconfig = self.credentials.kubeconfig_for(pod, local.sandbox.directory)
             env = pod_environment(
                 _downward_view(local, pod),
                 container,
-                base_environment(local.sandbox.hostname, self.runtime.kubeconfig),
+                base_environment(local.sandbox.hostname, kubeconfig),
                 config_lookup(self.client, local.namespace),
             )
             run = self.runtime.start(local.sandbox, container, env, container.get("workingDir"))
