@@ -23,7 +23,7 @@ build() {
     local image=$1 started=$SECONDS
     shift
     echo "== $engine build $image"
-    "$engine" build "$@" -t "$image" .
+    "$engine" build --label "org.opencontainers.image.version=$VERSION" "$@" -t "$image" .
     echo "== built $image in $((SECONDS - started)) s"
 }
 [ $# -gt 0 ] || set -- operator trainer

@@ -25,10 +25,10 @@ pick_engine() {
     fi
 }
 
-# Without a daemon, podman builds with chroot isolation on the vfs driver: this works as root inside a
-# container, where overlay mounts and cgroups are unavailable. Both can be overridden from the environment.
+# Without a daemon, podman builds with chroot isolation: it works as root inside a container, where
+# cgroups and namespaces for a real runtime are unavailable. (Where overlay mounts are unavailable too, set
+# driver = "vfs" in /etc/containers/storage.conf before the first podman command.)
 export BUILDAH_ISOLATION=${BUILDAH_ISOLATION:-chroot}
-export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 
 # For builds on the local bases: the host's CA certificates and pip configuration, mounted into every RUN
 # step, so that pip inside the build reaches PyPI as the host does (a TLS-intercepting proxy, a mirror).
