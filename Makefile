@@ -64,9 +64,9 @@ image: ## Build the operator and trainer images (Docker when its daemon answers,
 image-bases: ## Make local stand-ins for the base images (debootstrap, CPU TensorFlow; root + podman; kept)
 	images/bases.sh
 
-image-test: image-bases ## Build both images on the local bases and check them in chroot (root, podman, buildah)
+image-test: $(STAMP) image-bases ## Build both images on the local bases and check them in chroot (root, podman, buildah)
 	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) IMAGE_BASES=local images/build.sh
-	$(PYTHON) images/check.py --operator $(IMAGE_REPO)/ttj-operator:$(VERSION) --trainer $(IMAGE_REPO)/ttj-trainer:$(VERSION)
+	$(BIN)/python images/check.py --operator $(IMAGE_REPO)/ttj-operator:$(VERSION) --trainer $(IMAGE_REPO)/ttj-trainer:$(VERSION)
 
 image-push: ## Push both images built by `make image` (log in to the registry first)
 	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) images/push.sh

@@ -16,6 +16,7 @@ read -r -a BUILD_MOUNTS <<<"$(host_build_mounts)"
 if podman image exists "$LOCAL_PYTHON_BASE"; then
     echo "kept $LOCAL_PYTHON_BASE"
 else
+    started=$SECONDS
     rootfs=$(mktemp -d /var/tmp/ttj-base.XXXXXX)
     trap 'rm -rf "$rootfs"' EXIT
     echo "debootstrap $SUITE from $MIRROR into $rootfs"
@@ -30,12 +31,15 @@ else
         - "$LOCAL_PYTHON_BASE"
     rm -rf "$rootfs"
     trap - EXIT
+    echo "== made $LOCAL_PYTHON_BASE in $((SECONDS - started)) s"
 fi
 
 if podman image exists "$LOCAL_TF_BASE"; then
     echo "kept $LOCAL_TF_BASE"
 else
+    started=$SECONDS
     podman build "${BUILD_MOUNTS[@]}" \
         --build-arg PYTHON_IMAGE="$LOCAL_PYTHON_BASE" --build-arg TF_VERSION="$LOCAL_TF_VERSION" \
         -t "$LOCAL_TF_BASE" -f images/tensorflow-cpu-base.Containerfile images
+    echo "== made $LOCAL_TF_BASE in $((SECONDS - started)) s"
 fi

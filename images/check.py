@@ -3,13 +3,14 @@
 Each image's entrypoint runs in chroot as the image's own user (see imageroot.py), so the checks prove
 the entrypoint, the user, the environment and the installed dependencies, not just that a build ended:
 
-operator  runs as a non-root user; ``ttj --version`` reports the operator's version; ``ttj crd`` prints
+operator  runs as the non-root user manifests/base/deployment.yaml runs it as, on a root filesystem as
+          read-only as there; ``ttj --version`` reports the operator's version; ``ttj crd`` prints
           exactly crds/; ``ttj operator --help`` starts the CLI with every import the operator needs; and
           the image holds no TensorFlow, no local cluster or demo code, no trainer, and no compilers.
 trainer   runs as a non-root user; ``--self-check`` imports TensorFlow, runs an operation, lists the
           devices, parses a sample TF_CONFIG and reports the versions.
 
-Prints one line per check and exits 1 when any failed. Needs root, podman and buildah.
+Prints one line per check and exits 1 when any failed. Needs root, podman, buildah and PyYAML.
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ import re
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from imageroot import ImageRoot, open_image  # beside this script, not a package
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "transient.training_transienttrainingjobs.yaml"
+DEPLOYMENT = ROOT / "manifests" / "base" / "deployment.yaml"
 #: Nothing the operator does needs these; their presence would mean the wrong extras or stage were copied.
 FORBIDDEN_MODULES = ("tensorflow", "keras", "ttj_localcluster", "ttj_demo", "ttj_trainer", "matplotlib")
 #: Compiler drivers, by the names distributions install them under (exact, or a versioned/triplet form).
@@ -36,24 +41,60 @@ BIN_DIRS = ("bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "usr/local/sb
 Check = Callable[[ImageRoot], str]
 
 
+@dataclass(frozen=True)
+class PodRuntime:
+    """How the operator's Deployment runs the image: its user and group, and, when the root filesystem is
+    read-only, the directories its emptyDir volumes make writable."""
+
+    uid: int | None
+    gid: int | None
+    writable: tuple[str, ...] | None
+
+
+def operator_pod_runtime() -> PodRuntime:
+    pod = yaml.safe_load(DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    security = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    empty_dirs = {volume["name"] for volume in pod.get("volumes", []) if "emptyDir" in volume}
+    mounts = container.get("volumeMounts", [])
+    writable = tuple(mount["mountPath"] for mount in mounts if mount["name"] in empty_dirs)
+    return PodRuntime(
+        security.get("runAsUser"),
+        security.get("runAsGroup"),
+        writable if security.get("readOnlyRootFilesystem") else None,
+    )
+
+
 def operator_checks() -> Iterator[tuple[str, Check]]:
-    yield "runs as a non-root user", non_root
+    pod = operator_pod_runtime()
+
+    def deployment_user(root: ImageRoot) -> str:
+        wanted = (pod.uid if pod.uid is not None else root.uid, pod.gid if pod.gid is not None else root.gid)
+        if (root.uid, root.gid) != wanted:
+            raise CheckFailed(
+                f"USER {root.user}, but {DEPLOYMENT.relative_to(ROOT)} runs it as {wanted[0]}:{wanted[1]}"
+            )
+        writable = "read-only root" + (f", writable {', '.join(pod.writable)}" if pod.writable else "")
+        return f"{root.uid}:{root.gid}; " + (writable if pod.writable is not None else "writable root")
+
+    def succeed_as_deployed(root: ImageRoot, args: list[str]) -> str:
+        return succeed(root, args, pod.writable)
 
     def version(root: ImageRoot) -> str:
         expected = tomllib.loads((ROOT / "operator" / "pyproject.toml").read_text())["project"]["version"]
-        out = succeed(root, ["--version"]).strip()
+        out = succeed_as_deployed(root, ["--version"]).strip()
         if not out.endswith(expected):
             raise CheckFailed(f"`ttj --version` said {out!r}, the operator's version is {expected}")
         return out
 
     def crd(root: ImageRoot) -> str:
-        out = succeed(root, ["crd"])
+        out = succeed_as_deployed(root, ["crd"])
         if out != CRD.read_text():
             raise CheckFailed(f"`ttj crd` differs from {CRD.relative_to(ROOT)}: rebuild the image, or `make crds`")
         return f"equal to {CRD.relative_to(ROOT)} ({len(out.splitlines())} lines)"
 
     def operator_help(root: ImageRoot) -> str:
-        out = succeed(root, ["operator", "--help"])
+        out = succeed_as_deployed(root, ["operator", "--help"])
         if "--all-namespaces" not in out:
             raise CheckFailed(f"`ttj operator --help` does not describe --all-namespaces:\n{out}")
         return out.splitlines()[0]
@@ -81,6 +122,8 @@ def operator_checks() -> Iterator[tuple[str, Check]]:
             raise CheckFailed(f"the operator image holds compilers: {', '.join(found)}")
         return f"no compiler in {', '.join('/' + d for d in BIN_DIRS)}"
 
+    yield "runs as a non-root user", non_root
+    yield "the Deployment's user and filesystem", deployment_user
     yield "ttj --version", version
     yield "ttj crd", crd
     yield "ttj operator --help", operator_help
@@ -107,9 +150,9 @@ class CheckFailed(Exception):
     pass
 
 
-def succeed(root: ImageRoot, args: list[str]) -> str:
+def succeed(root: ImageRoot, args: list[str], writable: tuple[str, ...] | None = None) -> str:
     """The entrypoint's stdout with ``args``, as the image's user; CheckFailed unless it exits 0."""
-    done = root.run(args)
+    done = root.run(args, writable=writable)
     if done.returncode != 0:
         raise CheckFailed(f"entrypoint {args} exited {done.returncode}:\n{done.stderr.strip()[-2000:]}")
     return done.stdout

@@ -2,8 +2,9 @@
 
 Where containers cannot run (no cgroups, no daemon) an image can still be checked: a buildah working
 container gives a writable copy of its root filesystem, and ``chroot --userspec`` runs the entrypoint in
-it with the image's environment, user and working directory, as a container runtime would start it (no
-namespaces, no resource limits: it shares the host's network and process table). Needs root, buildah and
+it with the image's environment, user and working directory, as a container runtime would start it. Only
+the mounts are private (the host's /proc, /dev and /sys bound in, the root optionally read-only): it
+shares the host's network and process table and has no resource limits. Needs root, buildah and
 podman. Standard library only, so that it runs on the host Python; ``images/check.py`` and the e2e suite's
 operator-from-image mode (``TTJ_E2E_OPERATOR_IMAGE``) use it.
 """
@@ -18,10 +19,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: $1 mount(8), $2 the root; then the command. Runs on the host, inside the new mount namespace.
+#: Runs on the host, inside the new mount namespace: $1 mount(8), $2 the root, then either "--" or
+#: "--read-only DIR... --" (the root read-only but for DIRs, as ``readOnlyRootFilesystem`` with volumes
+#: there), then the command. /proc, /dev and /sys are the host's, bound in as a runtime provides them.
 _MOUNT_AND_EXEC = """
 mount=$1 root=$2
 shift 2
+if [ "$1" = --read-only ]; then
+    shift
+    "$mount" --bind "$root" "$root" || exit 125
+    while [ "$1" != -- ]; do "$mount" --bind "$root$1" "$root$1" || exit 125; shift; done
+    "$mount" -o remount,bind,ro "$root" || exit 125
+fi
+shift
 for fs in proc dev sys; do "$mount" --rbind "/$fs" "$root/$fs" || exit 125; done
 exec "$@"
 """
@@ -81,25 +91,32 @@ class ImageRoot:
                 return fields[5]
         return "/"
 
-    def command(self, args: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    def command(
+        self, args: Sequence[str], env: Mapping[str, str] | None = None, writable: Sequence[str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) that start the entrypoint with ``args`` (in place of CMD) as the image does.
 
-        In a private mount namespace (gone with its last process) the host's /proc, /dev and /sys are
-        bound into the root, as a runtime provides them (TensorFlow reads /proc/self/exe); ``chroot``
-        then switches to the image's user, and for a WORKDIR other than ``/`` the image's own
-        ``env --chdir`` moves there. The entrypoint is the process that ``argv`` finally becomes, so
-        killing it kills the entrypoint. ``env`` adds to (or overrides) the image's environment."""
+        In a private mount namespace (gone with its last process), ``chroot`` switches to the image's
+        user; for a WORKDIR other than ``/`` the image's own ``env --chdir`` moves there. The entrypoint
+        is the process ``argv`` finally becomes, so killing it kills the entrypoint. ``env`` adds to (or
+        overrides) the image's environment. With ``writable`` (absolute directories of the image), the
+        root filesystem is read-only but for those."""
         chroot = [_host_tool("chroot"), f"--userspec={self.uid}:{self.gid}", f"--groups={self.gid}", str(self.path)]
         if self.workdir != "/":
             chroot += ["/usr/bin/env", f"--chdir={self.workdir}"]
+        mounts = ["--"] if writable is None else ["--read-only", *writable, "--"]
         argv = [_host_tool("unshare"), "--mount", "--propagation", "private", "--"]
-        argv += [_host_tool("sh"), "-c", _MOUNT_AND_EXEC, "sh", _host_tool("mount"), str(self.path)]
+        argv += [_host_tool("sh"), "-c", _MOUNT_AND_EXEC, "sh", _host_tool("mount"), str(self.path), *mounts]
         return [*argv, *chroot, *self.entrypoint, *args], {**self.env, **(env or {})}
 
     def run(
-        self, args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 600
+        self,
+        args: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        writable: Sequence[str] | None = None,
+        timeout: float = 600,
     ) -> subprocess.CompletedProcess[str]:
-        argv, environment = self.command(args, env)
+        argv, environment = self.command(args, env, writable)
         return subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=timeout, check=False)
 
 

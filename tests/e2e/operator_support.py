@@ -6,7 +6,7 @@ renew the chief's Lease)."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import itertools
 import logging
 import os
@@ -73,23 +73,22 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
 OPERATOR_IMAGE_ENV = "TTJ_E2E_OPERATOR_IMAGE"
 
 
-def load_imageroot() -> Any:
-    """images/imageroot.py: a script beside the Dockerfiles, not part of an installed distribution."""
-    spec = importlib.util.spec_from_file_location("imageroot", ROOT / "images" / "imageroot.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("imageroot", module)
-    spec.loader.exec_module(module)
-    return module
+def load_image_tool(name: str) -> Any:
+    """A script under images/ (check.py, imageroot.py): beside the Dockerfiles, not an installed package."""
+    sys.path.insert(0, str(ROOT / "images"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "images"))
 
 
 class OperatorProcess:
     """``ttj operator`` in a subprocess, so a test can kill it at any moment and start it again.
 
     With ``TTJ_E2E_OPERATOR_IMAGE`` set, each start opens a fresh working container of that image and
-    runs the image's entrypoint in it (chroot, as the image's user); the kubeconfig is copied in, the
-    network is the host's, so the operator reaches the cluster as it would from a pod."""
+    runs the image's entrypoint in it (chroot, as the image's user, the root filesystem as read-only as
+    the Deployment makes it); the kubeconfig is copied into its /tmp, the network is the host's, so the
+    operator reaches the cluster as it would from a pod."""
 
     def __init__(self, kubeconfig: str, namespace: str, log_dir: Path, *extra: str) -> None:
         self.kubeconfig, self.namespace, self.log_dir = kubeconfig, namespace, log_dir
@@ -125,11 +124,13 @@ class OperatorProcess:
     def command(self) -> tuple[list[str], dict[str, str]]:
         if not self.image:
             return [sys.executable, "-m", "ttj", *self.arguments()], {**os.environ, "KUBECONFIG": self.kubeconfig}
-        root = self.image_root.enter_context(load_imageroot().open_image(self.image))
+        root = self.image_root.enter_context(load_image_tool("imageroot").open_image(self.image))
         kubeconfig = root.path / "tmp" / "ttj-e2e.kubeconfig"
         shutil.copyfile(self.kubeconfig, kubeconfig)
         kubeconfig.chmod(0o644)  # readable by the image's user
-        argv, env = root.command(self.arguments(), {"KUBECONFIG": "/tmp/ttj-e2e.kubeconfig"})
+        # As the Deployment runs it: a read-only root filesystem but for its emptyDir volumes (/tmp).
+        writable = load_image_tool("check").operator_pod_runtime().writable
+        argv, env = root.command(self.arguments(), {"KUBECONFIG": "/tmp/ttj-e2e.kubeconfig"}, writable)
         return argv, env
 
     def start(self) -> None:
