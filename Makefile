@@ -11,6 +11,8 @@ VERSION ?= 0.1.0
 CRD_FILE := crds/transient.training_transienttrainingjobs.yaml
 PY_SOURCES := operator contract trainer-image localcluster tests bench images
 PYTEST_ARGS ?=
+# The image checks need only PyYAML: the virtualenv's Python when there is one, else the host's.
+CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
 .PHONY: help setup test test-all lint fmt crds verify demo e2e image image-bases image-test image-push install-yaml bench clean
 
@@ -64,9 +66,9 @@ image: ## Build the operator and trainer images (Docker when its daemon answers,
 image-bases: ## Make local stand-ins for the base images (debootstrap, CPU TensorFlow; root + podman; kept)
 	images/bases.sh
 
-image-test: $(STAMP) image-bases ## Build both images on the local bases and check them in chroot (root, podman, buildah)
+image-test: image-bases ## Build both images on the local bases and check them in chroot (root, podman, buildah)
 	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) IMAGE_BASES=local images/build.sh
-	$(BIN)/python images/check.py --operator $(IMAGE_REPO)/ttj-operator:$(VERSION) --trainer $(IMAGE_REPO)/ttj-trainer:$(VERSION)
+	$(CHECK_PYTHON) images/check.py --operator $(IMAGE_REPO)/ttj-operator:$(VERSION) --trainer $(IMAGE_REPO)/ttj-trainer:$(VERSION)
 
 image-push: ## Push both images built by `make image` (log in to the registry first)
 	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) images/push.sh

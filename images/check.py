@@ -74,8 +74,9 @@ def operator_checks() -> Iterator[tuple[str, Check]]:
             raise CheckFailed(
                 f"USER {root.user}, but {DEPLOYMENT.relative_to(ROOT)} runs it as {wanted[0]}:{wanted[1]}"
             )
-        writable = "read-only root" + (f", writable {', '.join(pod.writable)}" if pod.writable else "")
-        return f"{root.uid}:{root.gid}; " + (writable if pod.writable is not None else "writable root")
+        if pod.writable is None:
+            return f"{root.uid}:{root.gid}, writable root filesystem"
+        return f"{root.uid}:{root.gid}, read-only root filesystem but {', '.join(pod.writable) or 'nothing'}"
 
     def succeed_as_deployed(root: ImageRoot, args: list[str]) -> str:
         return succeed(root, args, pod.writable)
