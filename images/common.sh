@@ -1,8 +1,9 @@
 # Shared settings of the image scripts (sourced, not run).
-# IMAGE_REPO and VERSION name the images, as in the Makefile; ENGINE is docker or podman.
+# IMAGE_REPO and VERSION name the images: the Makefile sets them (`make image`, `make image-test`).
+# ENGINE=docker or podman overrides the choice below.
 
-IMAGE_REPO=${IMAGE_REPO:-ghcr.io/transient-training}
-VERSION=${VERSION:-0.1.0}
+: "${IMAGE_REPO:?set IMAGE_REPO and VERSION, or run the script through make}"
+: "${VERSION:?set IMAGE_REPO and VERSION, or run the script through make}"
 OPERATOR_IMAGE=${OPERATOR_IMAGE:-$IMAGE_REPO/ttj-operator:$VERSION}
 TRAINER_IMAGE=${TRAINER_IMAGE:-$IMAGE_REPO/ttj-trainer:$VERSION}
 
