@@ -1,7 +1,9 @@
 # The operator image: `make image`, from the repository root. Multi-stage, so compilers and pip caches
 # stay in the builder; it carries only the contract and the operator (no extras: no TensorFlow, no local
 # cluster, no plotting) and runs as a non-root user.
-FROM python:3.11-slim AS builder
+# PYTHON_IMAGE: a stand-in base where no registry can be reached (images/bases.sh, `make image-test`).
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE} AS builder
 WORKDIR /src
 COPY contract/ /src/contract/
 COPY operator/ /src/operator/
@@ -10,7 +12,7 @@ RUN python -m venv /opt/ttj \
  && /opt/ttj/bin/pip install --no-cache-dir --upgrade pip \
  && /opt/ttj/bin/pip install --no-cache-dir /src/contract /src/operator
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="ttj-operator" \
       org.opencontainers.image.description="TransientTrainingJob operator" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -8,11 +8,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 IMAGE_REPO ?= ghcr.io/transient-training
 VERSION ?= 0.1.0
+# The image scripts under images/ read both from the environment.
+export IMAGE_REPO VERSION
 CRD_FILE := crds/transient.training_transienttrainingjobs.yaml
-PY_SOURCES := operator contract trainer-image localcluster tests bench
+PY_SOURCES := operator contract trainer-image localcluster tests bench images
 PYTEST_ARGS ?=
+# The scripts under images/ need only PyYAML: the virtualenv's Python when there is one, else the host's.
+IMAGE_TOOLS_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: help setup test test-all lint fmt crds verify demo e2e image bench clean
+.PHONY: help setup test test-all lint fmt crds verify demo e2e image image-bases image-test image-push install-yaml bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,9 +70,21 @@ e2e: $(STAMP) ## End-to-end suite against the cluster in KUBECONFIG (skipped whe
 	@if [ -z "$$KUBECONFIG" ]; then echo "KUBECONFIG is not set: skipping the end-to-end suite (make test runs it on the local cluster)"; exit 0; fi; \
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
-image: ## Build the operator and trainer images (needs a Docker engine)
-	docker build -t $(IMAGE_REPO)/ttj-operator:$(VERSION) -f Dockerfile .
-	docker build -t $(IMAGE_REPO)/ttj-trainer:$(VERSION) -f trainer-image/Dockerfile .
+image: ## Build the operator and trainer images (Docker when its daemon answers, else podman)
+	images/build.sh
+
+image-bases: ## Make local stand-ins for the base images (debootstrap, CPU TensorFlow; root + podman; kept)
+	images/bases.sh
+
+image-test: image-bases ## Build both images on the local bases and check them in chroot (root, podman, buildah)
+	IMAGE_BASES=local images/build.sh
+	$(IMAGE_TOOLS_PYTHON) images/check.py --operator $(IMAGE_REPO)/ttj-operator:$(VERSION) --trainer $(IMAGE_REPO)/ttj-trainer:$(VERSION)
+
+image-push: ## Push both images built by `make image` (log in to the registry first)
+	images/push.sh
+
+install-yaml: ## Render manifests/base into dist/install.yaml, operator image IMAGE_REPO/ttj-operator:VERSION
+	$(IMAGE_TOOLS_PYTHON) images/render_install.py --image-repo $(IMAGE_REPO) --version $(VERSION) -o dist/install.yaml
 
 bench: $(STAMP) ## Run the benchmarks under bench/ (not tests; results go to docs/benchmarks.md)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -6,9 +6,11 @@ renew the chief's Lease)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,8 +68,27 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
+#: Opt-in: start the operator from this built image's root filesystem (its entrypoint, as its user, with
+#: its dependencies; see images/imageroot.py) instead of the test's virtualenv. Needs root, podman and buildah.
+OPERATOR_IMAGE_ENV = "TTJ_E2E_OPERATOR_IMAGE"
+
+
+def load_image_tool(name: str) -> Any:
+    """A script under images/ (check.py, imageroot.py): beside the Dockerfiles, not an installed package."""
+    sys.path.insert(0, str(ROOT / "images"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "images"))
+
+
 class OperatorProcess:
-    """``ttj operator`` in a subprocess, so a test can kill it at any moment and start it again."""
+    """``ttj operator`` in a subprocess, so a test can kill it at any moment and start it again.
+
+    With ``TTJ_E2E_OPERATOR_IMAGE`` set, each start opens a fresh working container of that image and
+    runs the image's entrypoint in it (chroot, as the image's user, the root filesystem as read-only as
+    the Deployment makes it); the kubeconfig is copied into its /tmp, the network is the host's, so the
+    operator reaches the cluster as it would from a pod."""
 
     def __init__(self, kubeconfig: str, namespace: str, log_dir: Path, *extra: str) -> None:
         self.kubeconfig, self.namespace, self.log_dir = kubeconfig, namespace, log_dir
@@ -75,43 +96,54 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.runs = itertools.count()
         self.extra = list(extra)
+        self.image = os.environ.get(OPERATOR_IMAGE_ENV, "")
+        self.image_root = contextlib.ExitStack()
+
+    def arguments(self) -> list[str]:
+        """What follows ``ttj``: short leases and resyncs, so that recoveries happen within a test."""
+        return [
+            "operator",
+            "-n",
+            self.namespace,
+            "--metrics-port",
+            str(self.metrics_port),
+            "--liveness",
+            "none",
+            "--lease-duration",
+            "6",
+            "--chief-startup",
+            "8",
+            "--node-grace",
+            "2",
+            "--resync",
+            "2",
+            *self.extra,
+            *(["--verbose"] if os.environ.get("TTJ_E2E_OPERATOR_VERBOSE") else []),
+        ]
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        if not self.image:
+            return [sys.executable, "-m", "ttj", *self.arguments()], {**os.environ, "KUBECONFIG": self.kubeconfig}
+        root = self.image_root.enter_context(load_image_tool("imageroot").open_image(self.image))
+        kubeconfig = root.path / "tmp" / "ttj-e2e.kubeconfig"
+        shutil.copyfile(self.kubeconfig, kubeconfig)
+        kubeconfig.chmod(0o644)  # readable by the image's user
+        # As the Deployment runs it: a read-only root filesystem but for its emptyDir volumes (/tmp).
+        writable = load_image_tool("check").operator_pod_runtime().writable
+        argv, env = root.command(self.arguments(), {"KUBECONFIG": "/tmp/ttj-e2e.kubeconfig"}, writable)
+        return argv, env
 
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        argv, env = self.command()
         log = open(self.log_dir / f"operator-{next(self.runs)}.log", "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ttj",
-                "operator",
-                "-n",
-                self.namespace,
-                "--metrics-port",
-                str(self.metrics_port),
-                "--liveness",
-                "none",
-                "--lease-duration",
-                "6",
-                "--chief-startup",
-                "8",
-                "--node-grace",
-                "2",
-                "--resync",
-                "2",
-                *self.extra,
-                *(["--verbose"] if os.environ.get("TTJ_E2E_OPERATOR_VERBOSE") else []),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def kill(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait(10)
             self.process = None
+        self.image_root.close()
 
     def metrics(self) -> str:
         import urllib.request

@@ -30,6 +30,10 @@ def fatal(message: str) -> None:
 
 
 def main() -> int:
+    if "--self-check" in sys.argv[1:]:  # check the image instead of training (ttj_trainer.selfcheck)
+        from ttj_trainer import selfcheck
+
+        return selfcheck.main(sys.argv[1:])
     # Until a role installs its own handler, SIGTERM finds nothing to save: exit as a stopped trainer does.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     from ttj_trainer import logs

@@ -1,0 +1,76 @@
+"""Render manifests/base into one install.yaml with the operator image set to a release (``make install-yaml``).
+
+The rendering is kustomize's (``kubectl kustomize``, else ``kustomize build``): a throwaway overlay on
+manifests/base sets the operator's image to ``IMAGE_REPO/ttj-operator:VERSION``, the way an overlay of
+manifests/overlays does. The base's own image name is read from its kustomization, never repeated here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "manifests" / "base"
+OPERATOR = "ttj-operator"
+
+
+def kustomize_command() -> list[str]:
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    raise SystemExit("install-yaml needs kubectl (kubectl kustomize) or kustomize on PATH")
+
+
+def base_operator_image() -> str:
+    """The operator image's name as manifests/base renders it (its kustomization's ``newName``)."""
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    for image in kustomization.get("images", []):
+        if image.get("name") == OPERATOR:
+            return str(image.get("newName", OPERATOR))
+    return OPERATOR
+
+
+def render(image_repo: str, version: str, scratch: Path) -> str:
+    """The manifests, rendered; ``scratch`` holds the overlay while kustomize runs (inside the repository,
+    as kustomize takes a base only by a relative path)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="install-", dir=scratch) as directory:
+        overlay = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [os.path.relpath(BASE, directory)],
+            "images": [{"name": base_operator_image(), "newName": f"{image_repo}/{OPERATOR}", "newTag": version}],
+        }
+        (Path(directory) / "kustomization.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
+        done = subprocess.run([*kustomize_command(), directory], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"kustomize failed:\n{done.stderr}")
+    expected = f"image: {image_repo}/{OPERATOR}:{version}"
+    if expected not in done.stdout:
+        raise SystemExit(f"the rendered manifests do not name {expected!r}")
+    return done.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image-repo", required=True, help="where the images are pushed, e.g. ghcr.io/OWNER")
+    parser.add_argument("--version", required=True, help="the release, without a leading v")
+    parser.add_argument("-o", "--output", type=Path, required=True)
+    args = parser.parse_args()
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(render(args.image_repo, args.version, ROOT / "build"))
+    print(f"wrote {args.output} ({args.image_repo}/{OPERATOR}:{args.version})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
