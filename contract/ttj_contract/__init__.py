@@ -148,7 +148,8 @@ def format_time(moment: datetime) -> str:
 def format_micro_time(moment: datetime) -> str:
     """``metav1.MicroTime``: six fractional digits, UTC, ``Z`` (Lease acquireTime/renewTime, eventTime).
 
-    The API server refuses an offset such as ``+00:00`` here.
+    The API server parses it with Go's layout ``2006-01-02T15:04:05.000000Z07:00``: exactly six fractional
+    digits are required, so ``datetime.isoformat()`` (no fraction when the microseconds are 0) is refused.
     """
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -242,8 +242,11 @@ def test_list_pagination(core: client.CoreV1Api, namespace: str) -> None:
 
 def test_other_resources_crud(k8s_api: client.ApiClient, namespace: str) -> None:
     coordination = client.CoordinationV1Api(k8s_api)
-    lease = coordination.create_namespaced_lease(
-        namespace,
+    # raw JSON: the typed client writes MicroTimes with isoformat() ("+00:00", no fraction), which kube refuses
+    lease = raw_request(
+        k8s_api,
+        "POST",
+        f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
         {
             "metadata": {"name": "job-chief"},
             "spec": {
@@ -255,7 +258,7 @@ def test_other_resources_crud(k8s_api: client.ApiClient, namespace: str) -> None
             },
         },
     )
-    assert lease.spec.holder_identity == "pod-a"
+    assert lease["spec"]["holderIdentity"] == "pod-a"
     coordination.patch_namespaced_lease(
         "job-chief", namespace, {"spec": {"holderIdentity": "pod-b", "leaseTransitions": 1}}
     )
@@ -291,8 +294,10 @@ def test_other_resources_crud(k8s_api: client.ApiClient, namespace: str) -> None
     )
     assert core.list_namespaced_event(namespace, field_selector="involvedObject.name=x").items[0].reason == "Test"
     events = client.EventsV1Api(k8s_api)
-    events.create_namespaced_event(
-        namespace,
+    raw_request(
+        k8s_api,
+        "POST",
+        f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
         {
             "metadata": {"name": "ev2"},
             "eventTime": "2026-11-21T10:00:00.000000Z",

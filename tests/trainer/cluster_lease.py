@@ -52,11 +52,16 @@ class ClusterLease:
         for _ in range(20):
             lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
             epoch = int(lease.spec.lease_transitions or 0) + 1
-            lease.spec.holder_identity = holder
-            lease.spec.lease_transitions = epoch
-            lease.spec.renew_time = None
+            # a patch, not a replace of the typed object: that would write its MicroTimes back with
+            # isoformat() ("+00:00", no fraction when the microseconds are 0), which kube refuses
+            change = {
+                "metadata": {"resourceVersion": lease.metadata.resource_version},
+                "spec": {"holderIdentity": holder, "leaseTransitions": epoch, "renewTime": None},
+            }
             try:
-                self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
+                self.coordination.patch_namespaced_lease(
+                    self.name, self.namespace, change, _content_type="application/merge-patch+json"
+                )
             except ApiException as err:
                 if err.status == 409:
                     continue

@@ -17,7 +17,7 @@ from typing import Any
 
 from ttj_contract import format_time
 
-from . import patching
+from . import patching, timefields
 from .admission import Admission
 from .errors import STALE, ApiError, already_exists, bad_request, conflict, invalid, not_found
 from .resources import NAMESPACES, PODS, Registry, ResourceType, StorageKey
@@ -86,6 +86,30 @@ class ApiCore:
     def _storage_form(rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         return rtype.to_storage(obj) if rtype.to_storage is not None else obj
 
+    @staticmethod
+    def _decode_times(rtype: ResourceType, body: dict[str, Any]) -> None:
+        """Time fields of a built-in object as kube writes them back (UTC, its precision); 400 as
+        kube-apiserver's decoder answers one Go cannot parse."""
+        if rtype.is_custom:
+            return
+        error = timefields.decode(rtype.group, rtype.kind, body)
+        if error is None:
+            return
+        sent_kind = body.get("kind") if isinstance(body.get("kind"), str) and body.get("kind") else rtype.kind
+        api_version = body.get("apiVersion")
+        version = api_version.rpartition("/")[2] if isinstance(api_version, str) and api_version else rtype.version
+        raise bad_request(f"{sent_kind} in version {json.dumps(version)} cannot be handled as a {rtype.kind}: {error}")
+
+    @staticmethod
+    def _decode_patched_times(rtype: ResourceType, patched: dict[str, Any]) -> None:
+        """The same for a patch's result, where kube answers 422 with the field ``patch``."""
+        if rtype.is_custom:
+            return
+        error = timefields.decode(rtype.group, rtype.kind, patched)
+        if error is not None:
+            rendered = json.dumps(json.dumps(patched, separators=(",", ":")))
+            raise invalid("", "", "", [("patch", f"Invalid value: {rendered}: {error}")])
+
     def _require_namespace(self, rtype: ResourceType, namespace: str, name: str) -> None:
         ns = self.store.get(NAMESPACES, "", namespace)
         if ns is None:
@@ -153,6 +177,7 @@ class ApiCore:
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
         obj = copy.deepcopy(body)
+        self._decode_times(rtype, obj)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             meta = obj["metadata"] = {}
@@ -223,6 +248,8 @@ class ApiCore:
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
+        body = copy.deepcopy(body)
+        self._decode_times(rtype, body)
         ns = namespace if rtype.namespaced else ""
         old = self.store.get(rtype.storage_key, ns, name)
         if old is None:
@@ -235,7 +262,7 @@ class ApiCore:
         wanted_rv = meta.get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, name, STALE)
-        return self.write_update(rtype, old, copy.deepcopy(body), subresource=subresource, dry_run=dry_run)
+        return self.write_update(rtype, old, body, subresource=subresource, dry_run=dry_run)
 
     def write_update(
         self,
@@ -327,6 +354,7 @@ class ApiCore:
         )
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
+        self._decode_patched_times(rtype, patched)
         wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, name, STALE)
