@@ -17,6 +17,16 @@ REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / "transient.training_transienttrainingjobs.yaml"
 
 
+#: A scheduler no cluster runs: a pod naming it stays unscheduled, so a test may bind it by hand or expect it to
+#: stay Pending without racing kube-scheduler (and, once bound to a node no kubelet runs, the kubelets).
+NO_SCHEDULER = "ttj-conformance-no-scheduler"
+
+
+def pod_spec(**extra: Any) -> dict[str, Any]:
+    """A pod spec no scheduler takes: one container, never pulled or run anywhere."""
+    return {"schedulerName": NO_SCHEDULER, "containers": [{"name": "c", "image": "i"}], **extra}
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
     """Poll until ``condition()`` returns something truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from .conftest import raw_request
+from .conftest import pod_spec, raw_request, wait_for
 
 
 def _raw(k8s_api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
@@ -119,7 +119,8 @@ def test_patch_types(k8s_api: client.ApiClient, namespace: str) -> None:
         "metadata": {"name": "p", "labels": {"app": "x"}},
         "spec": {
             "selector": {"matchLabels": {"app": "x"}},
-            "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": containers}},
+            "replicas": 0,  # no pods: a real Deployment controller would start them
+            "template": {"metadata": {"labels": {"app": "x"}}, "spec": pod_spec(containers=containers)},
         },
     }
     client.AppsV1Api(k8s_api).create_namespaced_deployment(namespace, deployment)
@@ -151,9 +152,7 @@ def test_patch_types(k8s_api: client.ApiClient, namespace: str) -> None:
     assert out["metadata"]["annotations"] == {"k": "v"}
     # conditions merge by type through the status subresource
     core = client.CoreV1Api(k8s_api)
-    core.create_namespaced_pod(
-        namespace, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
-    )
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "p"}, "spec": pod_spec()})
     pod = f"/api/v1/namespaces/{namespace}/pods/p"
     status = {
         "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "Initialized", "status": "True"}]}
@@ -171,16 +170,14 @@ def test_patch_types(k8s_api: client.ApiClient, namespace: str) -> None:
 
 
 def test_pod_status_subresource_and_binding(core: client.CoreV1Api, namespace: str) -> None:
-    pod = core.create_namespaced_pod(
-        namespace, {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
-    )
+    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": "b"}, "spec": pod_spec()})
     assert pod.status.phase == "Pending"
     # writes to the main resource ignore status
     core.patch_namespaced_pod("b", namespace, {"status": {"phase": "Running"}, "metadata": {"labels": {"x": "y"}}})
     assert core.read_namespaced_pod("b", namespace).status.phase == "Pending"
     core.patch_namespaced_pod_status("b", namespace, {"status": {"phase": "Running"}})
     assert core.read_namespaced_pod("b", namespace).status.phase == "Running"
-    node = f"node-{namespace}"
+    node = f"node-{namespace}"  # no kubelet runs it
     core.create_namespaced_binding(
         namespace,
         {"metadata": {"name": "b"}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
@@ -206,11 +203,11 @@ def test_label_selectors(core: client.CoreV1Api, namespace: str, selector: str, 
     for name, value in labels.items():
         core.create_namespaced_config_map(namespace, {"metadata": {"name": name, "labels": value}})
     found = {c.metadata.name for c in core.list_namespaced_config_map(namespace, label_selector=selector).items}
-    assert found == expected
+    assert found & set(labels) == expected  # a namespace is never empty: kube-root-ca.crt is there too
 
 
 def test_field_selectors_and_all_namespaces(core: client.CoreV1Api, namespace: str) -> None:
-    spec = {"containers": [{"name": "c", "image": "i"}]}
+    spec = pod_spec()
     core.create_namespaced_pod(namespace, {"metadata": {"name": "f1", "labels": {"sel": namespace}}, "spec": spec})
     core.create_namespaced_pod(namespace, {"metadata": {"name": "f2", "labels": {"sel": namespace}}, "spec": spec})
     core.patch_namespaced_pod_status("f2", namespace, {"status": {"phase": "Running"}})
@@ -224,6 +221,42 @@ def test_field_selectors_and_all_namespaces(core: client.CoreV1Api, namespace: s
     assert everywhere.metadata.resource_version
     by_ns = core.list_pod_for_all_namespaces(field_selector=f"metadata.namespace={namespace}")
     assert names(by_ns) == {"f1", "f2"}
+
+
+def test_unsupported_field_labels_are_refused(core: client.CoreV1Api, namespace: str) -> None:
+    """kube-apiserver selects on a few fields per kind only (metadata.name and .namespace for most)."""
+    for list_call, label in (
+        (core.list_namespaced_config_map, "data.x"),
+        (core.list_namespaced_pod, "spec.priority"),
+        (core.list_namespaced_event, "message"),
+    ):
+        with pytest.raises(client.ApiException) as info:
+            list_call(namespace, field_selector=f"{label}=1")
+        assert info.value.status == 400
+        assert json.loads(info.value.body)["message"] == f"field label not supported: {label}"
+    nodes = core.list_node(field_selector="spec.unschedulable=false").items
+    assert all(not node.spec.unschedulable for node in nodes)
+
+
+def test_every_namespace_holds_the_root_ca_configmap(core: client.CoreV1Api, namespace: str) -> None:
+    """kube-controller-manager publishes ``kube-root-ca.crt`` in every namespace, and puts it back."""
+
+    def published() -> Any:
+        found = core.list_namespaced_config_map(namespace, field_selector="metadata.name=kube-root-ca.crt").items
+        return found[0] if found else None
+
+    first = wait_for(published, what="kube-root-ca.crt")
+    assert set(first.data) == {"ca.crt"}
+    ca = first.data["ca.crt"]
+    assert ca == "" or ca.startswith("-----BEGIN CERTIFICATE-----")  # empty where the API serves plain HTTP
+    core.delete_namespaced_config_map("kube-root-ca.crt", namespace)
+    again = wait_for(
+        lambda: (cm := published()) is not None and cm.metadata.uid != first.metadata.uid and cm,
+        what="kube-root-ca.crt to be published again",
+    )
+    assert again.data == {"ca.crt": ca}
+    core.patch_namespaced_config_map("kube-root-ca.crt", namespace, {"data": {"ca.crt": "changed"}})
+    wait_for(lambda: published().data == {"ca.crt": ca}, what="kube-root-ca.crt's content to be restored")
 
 
 def test_list_pagination(core: client.CoreV1Api, namespace: str) -> None:
@@ -310,8 +343,8 @@ def test_other_resources_crud(k8s_api: client.ApiClient, namespace: str) -> None
         },
     )
     assert events.read_namespaced_event("ev2", namespace).reason == "Test"
-    sa = core.read_namespaced_service_account("default", namespace)  # every namespace gets one
-    assert sa.metadata.name == "default"
+    # every namespace gets one (a real cluster's service account controller adds it shortly after)
+    wait_for(lambda: core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items)
 
 
 def test_deployment_generation_and_scale(k8s_api: client.ApiClient, namespace: str) -> None:
@@ -321,7 +354,7 @@ def test_deployment_generation_and_scale(k8s_api: client.ApiClient, namespace: s
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": "d"}},
-            "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": pod_spec()},
         },
     }
     created = apps.create_namespaced_deployment(namespace, body)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from .conftest import wait_for
+from .conftest import pod_spec, wait_for
 
 
 def _gone(read: Any, *args: Any) -> bool:
@@ -40,7 +40,7 @@ def test_finalizers_hold_deletion(core: client.CoreV1Api, namespace: str) -> Non
 
 
 def test_pod_on_a_node_is_deleted_gracefully(core: client.CoreV1Api, namespace: str) -> None:
-    spec = {"containers": [{"name": "c", "image": "i"}], "nodeName": f"fake-node-{namespace}"}
+    spec = pod_spec(nodeName=f"fake-node-{namespace}")  # a node no kubelet runs
     core.create_namespaced_pod(namespace, {"metadata": {"name": "g"}, "spec": spec})
     core.delete_namespaced_pod("g", namespace, grace_period_seconds=30)
     pod = core.read_namespaced_pod("g", namespace)
@@ -52,9 +52,7 @@ def test_pod_on_a_node_is_deleted_gracefully(core: client.CoreV1Api, namespace: 
 
 
 def test_unscheduled_pod_is_deleted_at_once(core: client.CoreV1Api, namespace: str) -> None:
-    core.create_namespaced_pod(
-        namespace, {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
-    )
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "u"}, "spec": pod_spec()})
     core.delete_namespaced_pod("u", namespace)
     wait_for(lambda: _gone(core.read_namespaced_pod, "u", namespace), what="the pod to go")
 

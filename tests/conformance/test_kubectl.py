@@ -14,7 +14,7 @@ import yaml
 
 from ttj_contract import format_usd
 
-from .conftest import minimal_job
+from .conftest import NO_SCHEDULER, minimal_job
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -38,7 +38,10 @@ def test_kubectl_crud_and_tables(kubeconfig: str, ttj_crd: dict[str, Any], names
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "kpod", "labels": {"app": "k"}},
-        "spec": {"containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}]},
+        "spec": {
+            "schedulerName": NO_SCHEDULER,  # stays Pending on any cluster
+            "containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}],
+        },
     }
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(yaml.safe_dump(pod))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from .conftest import raw_request
+from .conftest import pod_spec, raw_request
 
 LAYOUT_MICRO = '"2006-01-02T15:04:05.000000Z07:00"'
 LAYOUT_TIME = '"2006-01-02T15:04:05Z07:00"'
@@ -166,7 +166,7 @@ def test_time_in_pod_status(k8s_api: client.ApiClient, namespace: str) -> None:
         namespace,
         {
             "metadata": {"name": "p"},
-            "spec": {"schedulerName": "ttj-no-such-scheduler", "containers": [{"name": "c", "image": "i"}]},
+            "spec": pod_spec(),
         },
     )
     pod = raw_request(k8s_api, "GET", f"/api/v1/namespaces/{namespace}/pods/p")

@@ -216,7 +216,7 @@ class ResourceHandlers:
         query = request.query
         limit = int(query["limit"]) if query.get("limit") else None
         items, rv, token = self.core.list_objects(
-            target.rtype, target.scope, selectors(request), limit, query.get("continue")
+            target.rtype, target.scope, selectors(request, target.rtype), limit, query.get("continue")
         )
         if wants_table(request):
             result = tables.table(target.rtype, items, rv, query.get("includeObject", "Metadata"))
@@ -237,7 +237,7 @@ class ResourceHandlers:
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         options = await delete_options(request)
-        items, rv, _ = self.core.list_objects(target.rtype, target.scope, selectors(request))
+        items, rv, _ = self.core.list_objects(target.rtype, target.scope, selectors(request, target.rtype))
         deleted = []
         for obj in items:
             meta = obj["metadata"]

@@ -99,10 +99,10 @@ async def delete_options(request: web.Request) -> dict[str, Any]:
     return options
 
 
-def selectors(request: web.Request) -> list[Matcher]:
+def selectors(request: web.Request, rtype: ResourceType) -> list[Matcher]:
     """The label and field selectors of the query, as predicates an object must all pass."""
     parsed = (
         parse_label_selector(request.query.get("labelSelector")),
-        parse_field_selector(request.query.get("fieldSelector")),
+        parse_field_selector(request.query.get("fieldSelector"), rtype.group, rtype.kind),
     )
     return [matcher for matcher in parsed if matcher is not None]

@@ -109,18 +109,67 @@ def field_value(obj: dict[str, Any], path: str) -> str:
     return str(node)
 
 
-def parse_field_selector(selector: str | None) -> Matcher | None:
-    """Field selectors on any dotted path (metadata.name, status.phase, spec.nodeName, involvedObject.uid…)."""
+#: A field label kube-apiserver selects on: the path it reads in the served object, and the value when absent.
+FieldLabel = tuple[str, str]
+_META_LABELS: dict[str, FieldLabel] = {
+    "metadata.name": ("metadata.name", ""),
+    "metadata.namespace": ("metadata.namespace", ""),
+}
+_INVOLVED = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+#: Per (group, kind), the labels kube registers besides metadata.name/namespace (every other kind has only those).
+FIELD_LABELS: dict[tuple[str, str], dict[str, FieldLabel]] = {
+    ("", "Pod"): {
+        label: (label, default)
+        for label, default in (
+            ("spec.nodeName", ""),
+            ("spec.restartPolicy", ""),
+            ("spec.schedulerName", ""),
+            ("spec.serviceAccountName", ""),
+            ("spec.hostNetwork", "false"),
+            ("status.phase", ""),
+            ("status.podIP", ""),
+            ("status.nominatedNodeName", ""),
+        )
+    },
+    ("", "Node"): {"spec.unschedulable": ("spec.unschedulable", "false")},
+    ("", "Namespace"): {"status.phase": ("status.phase", "")},
+    ("", "Secret"): {"type": ("type", "")},
+    ("", "Event"): {
+        **{f"involvedObject.{f}": (f"involvedObject.{f}", "") for f in _INVOLVED},
+        "reason": ("reason", ""),
+        "reportingComponent": ("reportingComponent", ""),
+        "source": ("source.component", ""),
+        "type": ("type", ""),
+    },
+    ("events.k8s.io", "Event"): {
+        **{f"regarding.{f}": (f"regarding.{f}", "") for f in _INVOLVED},
+        "reason": ("reason", ""),
+        "reportingController": ("reportingController", ""),
+        "source": ("deprecatedSource.component", ""),
+        "type": ("type", ""),
+    },
+    ("apps", "ReplicaSet"): {"status.replicas": ("status.replicas", "0")},
+}
+
+
+def parse_field_selector(selector: str | None, group: str = "", kind: str = "") -> Matcher | None:
+    """Field selectors on the labels kube-apiserver supports for the kind; 400 for any other, as kube answers."""
     if not selector or not selector.strip():
         return None
-    requirements: list[tuple[str, bool, str]] = []
+    supported = {**_META_LABELS, **FIELD_LABELS.get((group, kind), {})}
+    requirements: list[tuple[FieldLabel, bool, str]] = []
     for part in _split_requirements(selector):
         m = re.match(r"^\s*([A-Za-z0-9_.\-/]+)\s*(==|=|!=)\s*(.*?)\s*$", part)
         if not m:
             raise bad_request(f"invalid field selector: {part!r}")
-        requirements.append((m.group(1), m.group(2) != "!=", m.group(3)))
+        label = supported.get(m.group(1))
+        if label is None:
+            raise bad_request(f"field label not supported: {m.group(1)}")
+        requirements.append((label, m.group(2) != "!=", m.group(3)))
 
     def matches(obj: dict[str, Any]) -> bool:
-        return all((field_value(obj, path) == value) == equal for path, equal, value in requirements)
+        return all(
+            ((field_value(obj, path) or default) == value) == equal for (path, default), equal, value in requirements
+        )
 
     return matches

@@ -18,6 +18,7 @@ from .errors import ApiError
 from .faults import FaultInjector
 from .identity import WARNINGS
 from .resources import NAMESPACES, PODS, Registry, ResourceType
+from .rootca import RootCaPublisher
 from .routes import build_app
 from .store import Store
 from .subresources import Subresources
@@ -68,6 +69,9 @@ class ApiServer:
             rtype = self.registry.get(group, "v1", plural)
             assert rtype is not None
             self.core.create(rtype, "", obj)
+        ca_pem = self.certificates.ca_pem.decode() if self.certificates is not None else ""
+        self.root_ca = RootCaPublisher(self.core, ca_pem)
+        self.root_ca.publish_everywhere()
 
     def _builtin(self, plural: str) -> ResourceType:
         rtype = self.registry.get("", "v1", plural)

@@ -54,7 +54,7 @@ def _bookmark(rtype: ResourceType, rv: str, *, initial_end: bool = False) -> byt
 
 def _watch_matcher(request: web.Request, target: Target) -> tuple[list[Matcher], Matcher | None]:
     """The selectors of the request (and the watched name), and them combined into the watcher's filter."""
-    matchers = selectors(request)
+    matchers = selectors(request, target.rtype)
     if target.name is not None:
         name = target.name
         matchers.append(lambda obj: obj["metadata"]["name"] == name)
