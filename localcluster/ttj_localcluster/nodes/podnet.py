@@ -53,6 +53,8 @@ class PodNetworkNamespaces:
         self._relays: list[TcpRelay] = []
         self._lock = threading.Lock()
         self._namespaces: dict[str, str] = {}  # pod uid → netns name
+        #: the bridge's (gateway's) MAC: locally administered, unicast
+        self.bridge_mac = ":".join(f"{b:02x}" for b in (0x02, *os.urandom(5)))
 
     @staticmethod
     def available() -> bool:
@@ -115,13 +117,20 @@ class PodNetworkNamespaces:
             else:
                 raise RuntimeError("no free 10.X.0.0/16 for the local cluster's pod network")
             self.subnet = candidate
-            _ip("link", "add", self.bridge, "type", "bridge")
+            # A bridge without an address of its own takes the lowest MAC of its ports, so deleting the pod
+            # holding that port would change it under every other pod's ARP cache (their traffic to the
+            # gateway, the API relay, then goes nowhere until the entries expire). A set address stays.
+            _ip("link", "add", self.bridge, "address", self.bridge_mac, "type", "bridge")
             _ip("addr", "add", f"{self.gateway}/16", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
         log.info("pod network %s on bridge %s", self.subnet, self.bridge)
 
     def netns_path(self, uid: str) -> str:
         return f"/run/netns/{self._namespaces[uid]}"
+
+    def bridge_port(self, uid: str) -> str:
+        """The host end of the pod's veth pair, a port of the bridge."""
+        return f"v{self.bridge[3:]}{uid.replace('-', '')[:14]}"[:15]
 
     def create(self, uid: str, ip: str) -> str:
         """The pod's namespace with eth0 = ip; returns its path (for ``nsenter --net=``)."""
@@ -130,7 +139,7 @@ class PodNetworkNamespaces:
                 return self.netns_path(uid)
             name = f"{self._prefix}{uid.replace('-', '')[:12]}"
             self._namespaces[uid] = name
-        host_end = f"v{self.bridge[3:]}{uid.replace('-', '')[:14]}"[:15]
+        host_end = self.bridge_port(uid)
         try:
             _ip("netns", "add", name)
             _ip("link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", name)
