@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any
 
 JSON = dict[str, Any]
@@ -173,33 +174,72 @@ def node_allocatable(node: Mapping[str, Any]) -> dict[str, Decimal]:
     return {name: parse_quantity(q) for name, q in source.items()}
 
 
+def to_milli(quantities: Mapping[str, Decimal]) -> dict[str, int]:
+    """Quantities as whole thousandths, rounded up (kube's MilliValue): the scheduler's arithmetic is on ints."""
+    return {
+        name: int((quantity * 1000).to_integral_value(rounding=ROUND_CEILING)) for name, quantity in quantities.items()
+    }
+
+
+@dataclass
+class NodeUsage:
+    """What the pods placed on a node take of it: their summed requests (thousandths) and their number."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    pods: int = 0
+
+    def add(self, requests: Mapping[str, int]) -> None:
+        for name, quantity in requests.items():
+            self.requests[name] = self.requests.get(name, 0) + quantity
+        self.pods += 1
+
+    def remove(self, requests: Mapping[str, int]) -> None:
+        for name, quantity in requests.items():
+            self.requests[name] = self.requests.get(name, 0) - quantity
+        self.pods -= 1
+
+
+def usage_of(pods_on_node: Iterable[Mapping[str, Any]]) -> NodeUsage:
+    usage = NodeUsage()
+    for other in pods_on_node:
+        if not pod_is_terminal(other):
+            usage.add(to_milli(pod_requests(other)))
+    return usage
+
+
+def missing_resources(requests: Mapping[str, int], allocatable: Mapping[str, int], usage: NodeUsage) -> list[str]:
+    """Resource names a node with ``allocatable`` and ``usage`` lacks for a pod requesting ``requests``
+    (all in thousandths)."""
+    missing: list[str] = []
+    if "pods" in allocatable and (usage.pods + 1) * 1000 > allocatable["pods"]:
+        missing.append("pods")
+    used = usage.requests
+    for name, quantity in sorted(requests.items()):
+        if quantity > 0 and allocatable.get(name, 0) - used.get(name, 0) < quantity:
+            missing.append(name)
+    return missing
+
+
 def insufficient_resources(
     pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]]
 ) -> list[str]:
     """Resource names the node lacks for this pod (empty: it fits)."""
-    allocatable = node_allocatable(node)
-    used: dict[str, Decimal] = {}
-    count = 0
-    for other in pods_on_node:
-        if pod_is_terminal(other):
-            continue
-        count += 1
-        _add(used, pod_requests(other))
-    missing: list[str] = []
-    if "pods" in allocatable and count + 1 > allocatable["pods"]:
-        missing.append("pods")
-    for name, quantity in sorted(pod_requests(pod).items()):
-        if quantity <= 0:
-            continue
-        if allocatable.get(name, Decimal(0)) - used.get(name, Decimal(0)) < quantity:
-            missing.append(name)
-    return missing
+    return missing_resources(to_milli(pod_requests(pod)), to_milli(node_allocatable(node)), usage_of(pods_on_node))
 
 
 def filter_node(
     pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
 ) -> list[str]:
     """Why the pod cannot go on the node, as kube-scheduler words it (empty: it can)."""
+    return static_failures(pod, node) or resource_failures(
+        to_milli(pod_requests(pod)), to_milli(node_allocatable(node)), usage_of(pods_on_node)
+    )
+
+
+def static_failures(pod: Mapping[str, Any], node: Mapping[str, Any]) -> list[str]:
+    """The filters that look at the pod's placement fields and the node alone (not at what the node holds):
+    unschedulable, nodeName, node affinity/selector, taints. Pods with the same placement fields get the
+    same answer from the same node version."""
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         tolerated = untolerated_taint(
@@ -215,9 +255,25 @@ def filter_node(
     taint = untolerated_taint(pod, node)
     if taint is not None:
         return [f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"]
+    return []
+
+
+def placement_fields(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What :func:`static_failures` reads of a pod."""
+    spec = pod.get("spec") or {}
+    return (
+        spec.get("nodeName"),
+        spec.get("nodeSelector"),
+        (spec.get("affinity") or {}).get("nodeAffinity"),
+        spec.get("tolerations"),
+    )
+
+
+def resource_failures(requests: Mapping[str, int], allocatable: Mapping[str, int], usage: NodeUsage) -> list[str]:
+    """NodeResourcesFit's reasons, as kube-scheduler words them."""
     return [
         f"Insufficient {name}" if name != "pods" else "Too many pods"
-        for name in insufficient_resources(pod, node, pods_on_node)
+        for name in missing_resources(requests, allocatable, usage)
     ]
 
 
@@ -234,15 +290,15 @@ def unschedulable_message(node_count: int, reasons_per_node: Iterable[Sequence[s
 
 def score_node(pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]]) -> float:
     """Least-allocated score (0..1, higher is emptier), kube-scheduler's default spreading preference."""
-    allocatable = node_allocatable(node)
-    used: dict[str, Decimal] = {}
-    for other in pods_on_node:
-        if not pod_is_terminal(other):
-            _add(used, pod_requests(other))
-    _add(used, pod_requests(pod))
+    return score_usage(to_milli(pod_requests(pod)), to_milli(node_allocatable(node)), usage_of(pods_on_node))
+
+
+def score_usage(requests: Mapping[str, int], allocatable: Mapping[str, int], usage: NodeUsage) -> float:
+    """:func:`score_node` with the pod's requests, the node's allocatable and its usage known (thousandths)."""
+    used = usage.requests
     shares = [
-        float((allocatable[name] - used.get(name, Decimal(0))) / allocatable[name])
+        (allocatable[name] - used.get(name, 0) - requests.get(name, 0)) / allocatable[name]
         for name in ("cpu", "memory")
-        if allocatable.get(name, Decimal(0)) > 0
+        if allocatable.get(name, 0) > 0
     ]
     return sum(shares) / len(shares) if shares else 0.0
