@@ -15,7 +15,10 @@ HELP = "run the local Kubernetes cluster (API server, simulated GKE nodes) in th
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", required=True, metavar="PATH", help="write the cluster's kubeconfig here once it is ready"
+        "--kubeconfig",
+        required=True,
+        metavar="PATH",
+        help="write the cluster's kubeconfig here once it is ready (with --nodes-only: the existing cluster's)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to serve the API on [%(default)s]")
     parser.add_argument(
@@ -60,6 +63,8 @@ def main(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    if args.nodes_only:
+        return attach_nodes(args, stop)
     cluster = LocalCluster(
         host=args.host, port=args.port, kubeconfig_path=args.kubeconfig, authorization_mode=args.authorization_mode
     )
@@ -80,6 +85,28 @@ def main(args: argparse.Namespace) -> int:
         return 1
     finally:
         cluster.stop()
+    print("ttj local-cluster: stopped", flush=True)
+    return 0
+
+
+def attach_nodes(args: argparse.Namespace, stop: threading.Event) -> int:
+    """``--nodes-only``: the node add-ons, as clients of the API server in the given kubeconfig, until stopped."""
+    addons = nodes_cli.build_addons(args)
+    started = []
+    try:
+        for addon in addons:
+            addon.start(args.kubeconfig)
+            started.append(addon)
+        names = ", ".join(type(addon).__name__ for addon in started)
+        print(f"ttj local-cluster: {names} attached to the API server of {args.kubeconfig}", flush=True)
+        while not stop.wait(0.5):
+            pass
+    except Exception as exc:
+        print(f"ttj local-cluster: the node add-ons did not start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for addon in reversed(started):
+            addon.stop()
     print("ttj local-cluster: stopped", flush=True)
     return 0
 

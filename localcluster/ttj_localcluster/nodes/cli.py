@@ -55,6 +55,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--scheduler-seed", type=int, default=None, metavar="N", help="seed the scheduler's tie-breaking"
     )
+    attach = parser.add_argument_group("nodes only: simulated nodes for an existing API server")
+    attach.add_argument(
+        "--nodes-only",
+        action="store_true",
+        help="start no API server: register the node pools with the API server the existing --kubeconfig names "
+        "(kind, k3s, a kube-apiserver of your own) and act as their kubelets",
+    )
+    attach.add_argument(
+        "--with-scheduler",
+        action="store_true",
+        help="with --nodes-only: run the local scheduler too (for a control plane without kube-scheduler)",
+    )
+    attach.add_argument(
+        "--with-controllers",
+        action="store_true",
+        help="with --nodes-only: run the local Deployment/ReplicaSet controllers too (without kube-controller-manager)",
+    )
     control = parser.add_argument_group("control of a running local cluster (found through --kubeconfig)")
     control.add_argument(
         "--preempt-node", metavar="NODE", help="preempt this node, as GKE preempts a spot VM, and exit"
@@ -81,10 +98,19 @@ def check_arguments(args: argparse.Namespace) -> None:
         pools_from_args(args)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"ttj local-cluster: {exc}") from exc
+    nodes_only = getattr(args, "nodes_only", False)
+    if not nodes_only and (getattr(args, "with_scheduler", False) or getattr(args, "with_controllers", False)):
+        raise SystemExit("ttj local-cluster: --with-scheduler and --with-controllers go with --nodes-only")
+    if nodes_only and not Path(args.kubeconfig).is_file():
+        raise SystemExit(
+            f"ttj local-cluster: --nodes-only attaches to the API server of an existing kubeconfig; "
+            f"there is none at {args.kubeconfig}"
+        )
 
 
 def build_addons(args: argparse.Namespace) -> list[Addon]:
-    """Fleet (nodes, kubelets, pods, control server), scheduler, Deployment/ReplicaSet controllers."""
+    """Fleet (nodes, kubelets, pods, control server), scheduler, Deployment/ReplicaSet controllers; with
+    ``--nodes-only`` the fleet, and the others only when asked for."""
     from .deployments import DeploymentController
     from .fleet import NodeFleet
     from .scheduler import Scheduler
@@ -99,7 +125,13 @@ def build_addons(args: argparse.Namespace) -> list[Addon]:
         state_dir=getattr(args, "state_dir", None),
         pod_network=getattr(args, "pod_network", "namespaces") == "namespaces",
     )
-    return [fleet, Scheduler(seed=getattr(args, "scheduler_seed", None)), DeploymentController()]
+    nodes_only = getattr(args, "nodes_only", False)
+    addons: list[Addon] = [fleet]
+    if not nodes_only or getattr(args, "with_scheduler", False):
+        addons.append(Scheduler(seed=getattr(args, "scheduler_seed", None)))
+    if not nodes_only or getattr(args, "with_controllers", False):
+        addons.append(DeploymentController())
+    return addons
 
 
 def run_command(args: argparse.Namespace) -> int | None:

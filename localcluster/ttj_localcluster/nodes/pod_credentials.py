@@ -73,9 +73,9 @@ class PodCredentials:
         config = yaml.safe_load(Path(self.pod_kubeconfig).read_text(encoding="utf-8"))
         cluster = dict(config["clusters"][0]["cluster"])
         if str(cluster.get("server", "")).startswith("https:"):
-            # Through the pod network's relay the address is the gateway's: pods verify the name they know the
-            # API server by, as in-cluster clients do.
-            cluster["tls-server-name"] = IN_CLUSTER_NAME
+            # Through the pod network's relay the address is the gateway's: pods verify the name the relayed
+            # kubeconfig kept (the server's own, which its certificate names), else the in-cluster one.
+            cluster.setdefault("tls-server-name", IN_CLUSTER_NAME)
         return cluster
 
 

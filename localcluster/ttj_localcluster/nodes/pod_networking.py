@@ -6,6 +6,7 @@ network with 127.x addresses (:mod:`.network`). Simulated pods get an IP and not
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,6 +21,28 @@ from .runtime import ProcessRuntime
 log = logging.getLogger(__name__)
 
 HOST_NETWORK_WARNING = "pods share the host's network (127.x pod IPs)"
+
+
+def current_cluster(config: JSON) -> JSON:
+    """The ``cluster`` entry the kubeconfig's current context names (the first one when it names none)."""
+    clusters = {c.get("name"): c["cluster"] for c in config.get("clusters") or []}
+    contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
+    wanted = contexts.get(config.get("current-context"), {}).get("cluster")
+    cluster: JSON = clusters.get(wanted) or config["clusters"][0]["cluster"]
+    return cluster
+
+
+def relayed_kubeconfig(config: JSON, gateway: str, port: int) -> JSON:
+    """The kubeconfig pods use: the current cluster's API through the relay on the gateway. Over https the
+    server's certificate names the API server, not the gateway, so the original host name is kept for TLS
+    verification (``tls-server-name``, as client-go, kubectl and the Python client read it)."""
+    relayed = copy.deepcopy(config)
+    cluster = current_cluster(relayed)
+    server = urlsplit(str(cluster["server"]))
+    cluster["server"] = f"{server.scheme}://{gateway}:{port}"
+    if server.scheme == "https" and server.hostname and not cluster.get("tls-server-name"):
+        cluster["tls-server-name"] = server.hostname
+    return relayed
 
 
 class PodNetworking:
@@ -49,13 +72,12 @@ class PodNetworking:
         try:
             podnet.setup()
             config = yaml.safe_load(Path(kubeconfig_path).read_text(encoding="utf-8"))
-            server = urlsplit(str(config["clusters"][0]["cluster"]["server"]))
+            server = urlsplit(str(current_cluster(config)["server"]))
             # Inside its namespace a pod reaches the API through the bridge's gateway, relayed to the server.
             port = podnet.relay(
                 server.hostname or "127.0.0.1", server.port or (443 if server.scheme == "https" else 80)
             )
-            for cluster in config["clusters"]:
-                cluster["cluster"]["server"] = f"{server.scheme}://{podnet.gateway}:{port}"
+            config = relayed_kubeconfig(config, podnet.gateway, port)
             path = self.state_dir / "pod-kubeconfig"
             path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         except (RuntimeError, OSError, KeyError, IndexError, TypeError) as exc:
