@@ -11,7 +11,7 @@ parser for these two layouts closely enough to accept what it accepts and word t
 from __future__ import annotations
 
 import calendar
-from collections.abc import Iterator
+import functools
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
@@ -190,6 +190,12 @@ def decode_value(value: Any, kind: TimeKind) -> tuple[Any, str | None]:
         return None, None
     if not isinstance(value, str):
         return None, f"json: cannot unmarshal {_json_type(value)} into Go value of type string"
+    return _decode_text(value, kind)
+
+
+@functools.lru_cache(maxsize=8192)
+def _decode_text(value: str, kind: TimeKind) -> tuple[str | None, str | None]:
+    """Every write of an object decodes all its times, and they repeat from write to write: remembered."""
     moment, error = go_time_parse(value, kind)
     if error is not None:
         return None, error
@@ -200,7 +206,7 @@ def decode_value(value: Any, kind: TimeKind) -> tuple[Any, str | None]:
 
 # -- where each kind keeps its times ---------------------------------------------------------------
 T, M = TimeKind.TIME, TimeKind.MICRO_TIME
-#: ``a.b[].c`` walks list items, ``a{}`` map values.
+#: ``a.b[].c`` walks list items, ``a{}`` map values (a leaf only).
 _META = (("metadata.creationTimestamp", T), ("metadata.deletionTimestamp", T), ("metadata.managedFields[].time", T))
 _TEMPLATE = (("spec.template.metadata.creationTimestamp", T),)
 
@@ -249,34 +255,52 @@ TIME_FIELDS: dict[tuple[str, str], tuple[tuple[str, TimeKind], ...]] = {
 }
 
 
-def _slots(node: Any, steps: list[str]) -> Iterator[tuple[dict[str, Any], str]]:
-    """(the mapping, its key) of every value the path's steps reach."""
+#: The paths of one kind as a tree: a step → the TimeKind at a leaf, or the steps below it.
+_Tree = dict[str, "TimeKind | _Tree"]
+
+
+@functools.cache
+def _tree(group: str, kind: str) -> _Tree:
+    tree: _Tree = {}
+    for path, time_kind in (*_META, *TIME_FIELDS.get((group, kind), ())):
+        *parents, leaf = path.split(".")
+        node = tree
+        for step in parents:
+            child = node.setdefault(step, {})
+            assert isinstance(child, dict)
+            node = child
+        node[leaf] = time_kind
+    return tree
+
+
+def _decode_in(holder: dict[str, Any], key: Any, time_kind: TimeKind) -> str | None:
+    decoded, error = decode_value(holder[key], time_kind)
+    if error is None:
+        holder[key] = decoded
+    return error
+
+
+def _walk(node: Any, tree: _Tree) -> str | None:
     if not isinstance(node, dict):
-        return
-    step, rest = steps[0], steps[1:]
-    if step.endswith("{}"):
-        entries = node.get(step[:-2])
-        if isinstance(entries, dict):
-            yield from ((entries, key) for key in list(entries))
-        return
-    if step.endswith("[]"):
-        items = node.get(step[:-2])
-        for item in items if isinstance(items, list) else ():
-            yield from _slots(item, rest)
-    elif step in node:
-        if rest:
-            yield from _slots(node[step], rest)
-        else:
-            yield node, step
+        return None
+    for step, below in tree.items():
+        error = None
+        if step.endswith("{}"):
+            entries = node.get(step[:-2])
+            if isinstance(entries, dict) and isinstance(below, TimeKind):
+                error = next((e for key in list(entries) if (e := _decode_in(entries, key, below))), None)
+        elif step.endswith("[]"):
+            items = node.get(step[:-2])
+            if isinstance(items, list) and isinstance(below, dict):
+                error = next((e for item in items if (e := _walk(item, below))), None)
+        elif step in node:
+            error = _decode_in(node, step, below) if isinstance(below, TimeKind) else _walk(node[step], below)
+        if error:
+            return error
+    return None
 
 
 def decode(group: str, kind: str, obj: dict[str, Any]) -> str | None:
     """Rewrite the time fields of a built-in ``obj`` in place as kube writes them back; or the decode error
     of the first malformed one (``obj`` is then partly rewritten)."""
-    for path, time_kind in (*_META, *TIME_FIELDS.get((group, kind), ())):
-        for holder, key in _slots(obj, path.split(".")):
-            decoded, error = decode_value(holder[key], time_kind)
-            if error:
-                return error
-            holder[key] = decoded
-    return None
+    return _walk(obj, _tree(group, kind))
