@@ -87,7 +87,7 @@ class Progress(threading.Thread):
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    with cluster_with_nodes(pools()) as (kubeconfig, control):
+    with cluster_with_nodes(pools()) as (kubeconfig, control, _access):
         api = config.new_client_from_config(config_file=kubeconfig)
         install_crd(api)
         namespace = f"timeline-{os.getpid()}"
