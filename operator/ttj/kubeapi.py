@@ -85,6 +85,15 @@ class KubeError(Exception):
         self.message = str(message)
         super().__init__(f"HTTP {status}: {message}")
 
+    @property
+    def retry_after_seconds(self) -> float | None:
+        """The wait the server asked for (a 429's or 503's ``details.retryAfterSeconds``, as its Retry-After)."""
+        try:
+            seconds = json.loads(self.body)["details"]["retryAfterSeconds"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else None
+
 
 def transient(exc: BaseException) -> bool:
     """Worth retrying: the server is overloaded or failing for now, or the connection broke."""

@@ -81,6 +81,8 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     INVALID = "Invalid"
+    #: A write the API refused (a ResourceQuota, Pod Security admission, an invalid pod), as a ReplicaSet says it.
+    REPLICA_FAILURE = "ReplicaFailure"
 
 
 ModelName = Literal["resnet32", "small-cnn"]

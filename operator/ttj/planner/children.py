@@ -48,6 +48,10 @@ from ttj_contract import (
 #: terminationGracePeriodSeconds of worker pods: the chief's time to write its checkpoint after SIGTERM
 #: (the budget stops a job this long before the money runs out).
 WORKER_TERMINATION_GRACE_SECONDS = 30
+#: Requests of a worker's and a parameter server's container for what the spec leaves out: a namespace with a
+#: ResourceQuota on cpu or memory refuses pods without them. A resource given only a limit requests the limit.
+DEFAULT_WORKER_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
+DEFAULT_PS_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -128,12 +132,15 @@ def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: st
     ]
 
 
-def _resources(requirements: Any, gpus: int = 0) -> Obj:
+def _resources(requirements: Any, gpus: int = 0, default_requests: dict[str, str] | None = None) -> Obj:
     out: Obj = {}
     if requirements is not None:
         dumped = requirements.model_dump(by_alias=True, exclude_none=True)
         # Quantities as strings, as the API server returns them (clients parse "1", not 1).
         out = {k: {name: str(q) for name, q in v.items()} for k, v in dumped.items()}
+    for name, quantity in (default_requests or {}).items():
+        if name not in out.get("requests", {}) and name not in out.get("limits", {}):
+            out.setdefault("requests", {})[name] = quantity
     if gpus:
         out.setdefault("limits", {})[GPU_RESOURCE] = str(gpus)
     return out
@@ -194,7 +201,7 @@ def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation:
             _container(
                 spec.image,
                 _env(name, namespace, spec, Role.WORKER, slot),
-                _resources(workers.resources, workers.gpus_per_worker),
+                _resources(workers.resources, workers.gpus_per_worker, DEFAULT_WORKER_REQUESTS),
                 mounts,
             )
         ],
@@ -248,7 +255,7 @@ def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int) -> Obj:
             _container(
                 spec.image,
                 _env(name, namespace, spec, Role.PS, index),
-                _resources(spec.parameter_servers.resources),
+                _resources(spec.parameter_servers.resources, default_requests=DEFAULT_PS_REQUESTS),
                 [],
             )
         ],

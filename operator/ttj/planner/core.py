@@ -13,7 +13,7 @@ the phase and conditions (:mod:`ttj.planner.conditions`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ from ttj.api.models import (
     TransientTrainingJobStatus,
     WorkerCounts,
 )
-from ttj.planner.actions import EmitEvent, Observation, Write
+from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.chief import keep_chief
 from ttj.planner.children import name_problems
@@ -80,6 +80,8 @@ class _Pass:
     observed: Observed
     now: datetime
     config: PlannerConfig
+    #: The writes of this pass the API refused: a second planning of the same pass, after applying.
+    refused: tuple[Refusal, ...] = ()
 
     @property
     def now_text(self) -> str:
@@ -91,12 +93,15 @@ def plan(
     observed: Observed,
     now: datetime,
     config: PlannerConfig | None = None,
+    *,
+    refused: Sequence[Refusal] = (),
 ) -> Plan:
     """Decide what to do for one job.
 
     ``job`` is the TransientTrainingJob as the API returns it (a dict with metadata, spec, status) or
     the pydantic model; ``observed`` its children; ``now`` an aware datetime. The result is
-    deterministic in its inputs.
+    deterministic in its inputs. ``refused``: the writes of this very plan the API refused; a controller
+    plans again with them, so that the status it writes says so (condition ReplicaFailure).
     """
     if isinstance(job, TransientTrainingJob):
         job = job.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -105,7 +110,9 @@ def plan(
     except ValidationError:
         previous = TransientTrainingJobStatus()
     name = str(meta(job).get("name", ""))
-    run = _Pass(job, name, meta(job).get("generation"), previous, observed, now, config or PlannerConfig())
+    run = _Pass(
+        job, name, meta(job).get("generation"), previous, observed, now, config or PlannerConfig(), tuple(refused)
+    )
     try:
         spec = TransientTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as exc:
@@ -230,6 +237,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         unschedulable=slots.unschedulable,
         budget=costing.budget,
         budget_limited=budget_limited,
+        refused=run.refused,
     )
     derived = derive(situation, previous.conditions, run.now_text, run.generation)
     status = counted.model_copy(
