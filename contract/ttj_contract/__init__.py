@@ -58,6 +58,8 @@ class Role(StrEnum):
 #: The trainer container's name and the TensorFlow server port.
 CONTAINER_NAME = "trainer"
 TF_PORT = 2222
+#: The trainer's Prometheus port (its TTJ_METRICS_PORT default), named ``metrics`` on the container.
+METRICS_PORT = 9090
 
 
 def service_name(job: str) -> str:

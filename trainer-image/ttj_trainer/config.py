@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ttj_contract import TF_PORT, Env, Role, lease_name
+from ttj_contract import METRICS_PORT, TF_PORT, Env, Role, lease_name
 
 
 class Knob(StrEnum):
@@ -193,7 +193,7 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         desired_workers=_int(env, Env.DESIRED_WORKERS, max(1, sum(1 for w in workers if w)), minimum=1),
         intra_op_threads=_int(env, Knob.INTRA_OP_THREADS, 1 if cpu_count <= 4 else 0),
         inter_op_threads=_int(env, Knob.INTER_OP_THREADS, 2 if cpu_count <= 4 else 0),
-        metrics_port=_int(env, Knob.METRICS_PORT, 9090),
+        metrics_port=_int(env, Knob.METRICS_PORT, METRICS_PORT),
         lease_poll_seconds=_float(env, Knob.LEASE_POLL_SECONDS, 1.0, minimum=0.05),
         termination_grace_seconds=_float(env, Knob.TERMINATION_GRACE_SECONDS, 12.0, minimum=1.0),
         seed=_int(env, Knob.SEED, 0),

@@ -14,16 +14,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from ttj.api.podtemplate import NodeSelector, PodTemplate, ResourceRequirements, Toleration
 from ttj_contract import Provisioning
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
 DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
-
-#: A Kubernetes quantity ("500m", "2Gi") or a plain integer.
-Quantity = Annotated[
-    int | str,
-    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
-]
 
 #: Where checkpoints may go: a Cloud Storage URI or an absolute path inside the container.
 CHECKPOINT_URI_PATTERN = r"^(gs://[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9](/.*)?|/.*)$"
@@ -89,36 +84,6 @@ ModelName = Literal["resnet32", "small-cnn"]
 DatasetName = Literal["cifar10", "synthetic"]
 
 
-class ResourceRequirements(_Model):
-    """Compute resources of a container, as in a Pod's ``resources``."""
-
-    requests: dict[str, Quantity] | None = Field(
-        default=None,
-        description="Minimum resources the container needs, e.g. {cpu: 500m, memory: 2Gi}.",
-    )
-    limits: dict[str, Quantity] | None = Field(
-        default=None,
-        description="Maximum resources the container may use. For workers, nvidia.com/gpu is set "
-        "from gpusPerWorker and need not be given here.",
-    )
-
-
-class Toleration(_Model):
-    """A Pod toleration, passed through to worker pods."""
-
-    key: str | None = Field(default=None, description="Taint key the toleration applies to; empty matches all keys.")
-    operator: Literal["Exists", "Equal"] | None = Field(
-        default=None, description="Exists or Equal (the default) between key and value."
-    )
-    value: str | None = Field(default=None, description="Taint value to match when operator is Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        default=None, description="Taint effect to match; empty matches all effects."
-    )
-    toleration_seconds: int | None = Field(
-        default=None, description="How long a NoExecute taint is tolerated before eviction, in seconds."
-    )
-
-
 class CheckpointSpec(_Model):
     """Where and how often the chief writes checkpoints."""
 
@@ -173,6 +138,12 @@ class ParameterServerSpec(_Model):
     )
     resources: ResourceRequirements | None = Field(
         default=None, description="Compute resources of each parameter server container."
+    )
+    template: PodTemplate | None = Field(
+        default=None,
+        description="Additions to the parameter server pods, shaped like a PodTemplateSpec: labels, annotations, "
+        "service account, env, volumes, priority class, pull secrets, placement extras. What ttj owns (its labels, "
+        "TF_CONFIG and its env, its volumes, on-demand placement, the security context) cannot be overridden.",
     )
 
 
@@ -229,12 +200,21 @@ class WorkerSpec(_Model):
     resources: ResourceRequirements | None = Field(
         default=None, description="Compute resources of each worker container, besides its GPUs."
     )
-    node_selector: dict[str, str] | None = Field(
-        default=None, description="Extra node labels a worker's node must carry."
+    node_selector: NodeSelector | None = Field(
+        default=None,
+        description="Extra node labels a worker's node must carry; ttj's own (spot, preemptible, accelerator) are "
+        "refused.",
     )
-    tolerations: list[Toleration] | None = Field(
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] | None = Field(
         default=None,
         description="Extra tolerations for worker pods (the nvidia.com/gpu toleration is always added).",
+    )
+    template: PodTemplate | None = Field(
+        default=None,
+        description="Additions to the worker pods, shaped like a PodTemplateSpec: labels, annotations, service "
+        "account, env, volumes, priority class, pull secrets, placement extras. What ttj owns (its labels, TF_CONFIG "
+        "and its env, the Lease access, its volumes, GPU and spot/preemptible placement, the security context) "
+        "cannot be overridden.",
     )
 
     @property

@@ -30,7 +30,7 @@ from ttj.api.models import (
 from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.chief import keep_chief
-from ttj.planner.children import name_problems
+from ttj.planner.children import name_problems, ownership_problems
 from ttj.planner.classify import PodState
 from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
@@ -117,7 +117,7 @@ def plan(
         spec = TransientTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as exc:
         return _invalid(run, [f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()])
-    problems = name_problems(name, spec)
+    problems = name_problems(name, spec) or ownership_problems(job, spec)
     if problems:
         return _invalid(run, problems)
     if previous.phase is not None and previous.phase in TERMINAL:
