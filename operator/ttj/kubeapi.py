@@ -63,6 +63,7 @@ RESOURCES: dict[str, Resource] = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Lease": Resource("coordination.k8s.io", "v1", "leases"),
+    "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies"),
     KIND: Resource(GROUP, VERSION, PLURAL),
 }
 

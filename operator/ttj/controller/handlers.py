@@ -38,7 +38,8 @@ log = logging.getLogger("ttj.controller")
 JobKey = tuple[str, str]
 #: The job's children other than pods and the Lease: kind → kopf resource.
 CHILD_RESOURCES = {
-    kind: RESOURCES[kind].kopf_name for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding")
+    kind: RESOURCES[kind].kopf_name
+    for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
 }
 #: Nodes are big (images, allocatable…): the planner needs only these parts.
 _NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")

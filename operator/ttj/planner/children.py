@@ -29,6 +29,7 @@ from ttj_contract import (
     GROUP,
     KIND,
     LABEL_JOB,
+    LABEL_METRICS_SCRAPER,
     LABEL_PS_INDEX,
     LABEL_ROLE,
     LABEL_SLOT,
@@ -481,6 +482,30 @@ def headless_service(job: Obj) -> Obj:
             "publishNotReadyAddresses": True,
             "selector": {LABEL_JOB: name},
             "ports": [{"name": "tf", "port": TF_PORT, "targetPort": TF_PORT}],
+        },
+    }
+
+
+def network_policy(job: Obj) -> Obj:
+    """Only the job's own pods may reach its pods' TensorFlow port (a TF server runs whatever graph a client
+    sends); the metrics port is open to pods of namespaces labelled ``LABEL_METRICS_SCRAPER=true``; nothing
+    else gets in. Egress stays open (GCS, the API server, DNS)."""
+    name = job["metadata"]["name"]
+    own_pods = {"matchLabels": {LABEL_JOB: name}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(job, service_name(name)),
+        "spec": {
+            "podSelector": own_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": own_pods}], "ports": [{"protocol": "TCP", "port": TF_PORT}]},
+                {
+                    "from": [{"namespaceSelector": {"matchLabels": {LABEL_METRICS_SCRAPER: "true"}}}],
+                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                },
+            ],
         },
     }
 

@@ -1,4 +1,5 @@
-"""The children a running job always has: its Service, the trainers' RBAC and the PS Deployments."""
+"""The children a running job always has: its Service, its NetworkPolicy, the trainers' RBAC and the PS
+Deployments."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def static_children(
     ``parameterServers.replicas``."""
     wanted = [
         children.headless_service(job),
+        children.network_policy(job),
         *children.trainer_rbac(job, spec),
         *(children.ps_deployment(job, spec, i) for i in range(spec.parameter_servers.replicas)),
     ]

@@ -11,6 +11,7 @@ from tests.unit.planner.builders import T0, job
 from tests.unit.planner.pod_security import restricted_violations
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import CreateChild, Observed, children, plan
+from ttj_contract import LABEL_JOB, LABEL_METRICS_SCRAPER, METRICS_PORT, TF_PORT
 
 
 def spec_of(**fields: Any) -> TransientTrainingJobSpec:
@@ -215,3 +216,21 @@ def test_workers_node_selector_may_not_move_the_workers_off_their_provisioning()
     result = plan(job(workers={"nodeSelector": {"cloud.google.com/gke-spot": "false"}}), Observed(), T0)
     [invalid] = [c for c in result.status["conditions"] if c["type"] == "Invalid"]
     assert "workers.nodeSelector" in invalid["message"]
+
+
+# -- NetworkPolicy -----------------------------------------------------------------------------------
+def test_only_the_jobs_own_pods_reach_its_tensorflow_port() -> None:
+    policy = children.network_policy(job())
+    spec = policy["spec"]
+    own = {"matchLabels": {LABEL_JOB: "mnist"}}
+    assert spec["podSelector"] == own
+    assert spec["policyTypes"] == ["Ingress"]  # egress (GCS, the API server, DNS) stays open
+    tf, metrics = spec["ingress"]
+    assert tf == {"from": [{"podSelector": own}], "ports": [{"protocol": "TCP", "port": TF_PORT}]}
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {LABEL_METRICS_SCRAPER: "true"}}}]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": METRICS_PORT}]
+    # every pod of the job serves both ports and carries the selected label
+    for pod_spec, labels in ((worker()["spec"], worker()["metadata"]["labels"]), (ps_pod_spec(), {LABEL_JOB: "mnist"})):
+        ports = {p["containerPort"] for p in trainer(pod_spec)["ports"]}
+        assert ports == {TF_PORT, METRICS_PORT}
+        assert labels[LABEL_JOB] == "mnist"

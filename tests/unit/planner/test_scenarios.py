@@ -59,6 +59,7 @@ def test_children_of_a_new_job() -> None:
     created = {(a.kind, a.name): a.manifest for a in result.of_type(CreateChild)}
     assert set(created) == {
         ("Service", "mnist"),
+        ("NetworkPolicy", "mnist"),
         ("ServiceAccount", "mnist-trainer"),
         ("Role", "mnist-trainer"),
         ("RoleBinding", "mnist-trainer"),
