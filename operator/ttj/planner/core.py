@@ -29,14 +29,14 @@ from ttj.api.models import (
 )
 from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
-from ttj.planner.chief import keep_chief
+from ttj.planner.chief import keep_chief, operators_chief
 from ttj.planner.children import name_problems, ownership_problems
 from ttj.planner.classify import PodState
 from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending
-from ttj.planner.lease import lease_holder, reported_progress
+from ttj.planner.lease import reported_progress
 from ttj.planner.observed import Observed, meta
 from ttj.planner.parameter_servers import parameter_servers
 from ttj.planner.slots import fill_worker_slots
@@ -168,7 +168,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     assessed = assess_workers(
         observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
     )
-    holder = lease_holder(observed.lease, previous.chief)
+    holder = operators_chief(previous.chief)  # never a holder someone else wrote into the Lease
     progress = reported_progress(observed.lease, previous.progress)
     costing = cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config)
     counted = previous.model_copy(
