@@ -75,16 +75,22 @@ def keep_chief(
     chief, elections = recorded, 0
     events: list[EmitEvent] = []
     in_lease: str | None = lease_spec_of(lease).get("holderIdentity") if lease is not None else holder
-    loss, wake, candidates = _standing(holder, workers, verdicts, nodes, lease, config, now, chief)
+    loss, wake, candidates = _standing(
+        holder, workers=workers, verdicts=verdicts, nodes=nodes, lease=lease, config=config, now=now, chief=chief
+    )
     if (
         in_lease
         and in_lease != holder
-        and _own_unrecorded_election(in_lease, holder, loss, candidates, lease, recorded, now)
+        and _own_unrecorded_election(
+            in_lease, holder, loss=loss, candidates=candidates, lease=lease, recorded=recorded, now=now
+        )
     ):
         # The operator elected in_lease and stopped before its status said so: that election stands.
         chief, elections, holder = _adopted(in_lease, recorded or ChiefStatus(), lease, loss, now), 1, in_lease
         events.append(EmitEvent("Normal", "ChiefElected", f"{in_lease} is chief at epoch {chief.epoch}"))
-        loss, wake, candidates = _standing(holder, workers, verdicts, nodes, lease, config, now, chief)
+        loss, wake, candidates = _standing(
+            holder, workers=workers, verdicts=verdicts, nodes=nodes, lease=lease, config=config, now=now, chief=chief
+        )
     usurped = in_lease != holder
     if usurped:
         events.append(
@@ -140,6 +146,7 @@ def keep_chief(
 
 def _standing(
     holder: str | None,
+    *,
     workers: list[Obj],
     verdicts: Mapping[str, PodVerdict],
     nodes: Mapping[str, Obj],
@@ -164,6 +171,7 @@ def _standing(
 def _own_unrecorded_election(
     in_lease: str,
     holder: str | None,
+    *,
     loss: _Loss | None,
     candidates: list[Candidate],
     lease: Obj | None,
