@@ -200,7 +200,13 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         return _ends_now(run, spec, counted, Ended(end, budget_limited), assessed, writes=writes, events=events)
 
     servers = parameter_servers(
-        run.name, spec.parameter_servers.replicas, observed.pods, previous.parameter_server_pods or []
+        run.name,
+        spec.parameter_servers.replicas,
+        observed.pods,
+        previous.parameter_server_pods or [],
+        nodes=observed.nodes,
+        now=now,
+        node_grace=timedelta(seconds=run.config.node_grace_seconds),
     )
     slots = fill_worker_slots(
         run.job,
@@ -254,10 +260,10 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     return _plan(
         run,
         status,
-        writes=[*writes, *slots.writes, *chief.writes],
+        writes=[*writes, *servers.writes, *slots.writes, *chief.writes],
         events=[*events, *servers.events, *chief.events, *derived.events],
         observations=chief.observations,
-        wake=[*assessed.wake, chief.wake, deadline_of(spec, started_at)],
+        wake=[*assessed.wake, *servers.wake, chief.wake, deadline_of(spec, started_at)],
     )
 
 
