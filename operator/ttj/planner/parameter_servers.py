@@ -107,7 +107,7 @@ def parameter_servers(
         preemptions,
         tuple(events),
         tuple(writes),
-        tuple(w for w in wake if w > now),
+        tuple(wake),
     )
 
 
