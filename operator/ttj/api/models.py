@@ -14,11 +14,22 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from ttj.api.podtemplate import NodeSelector, PodTemplate, ResourceRequirements, Toleration
+from ttj.api.podtemplate import (
+    DNS_1123_SUBDOMAIN,
+    LABEL_VALUE,
+    NodeSelector,
+    PodTemplate,
+    ResourceRequirements,
+    Toleration,
+)
 from ttj_contract import Provisioning
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
 DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
+#: Bounds of counts and durations: what Kubernetes stores as int32 (about 68 years of seconds), and the largest
+#: integer JSON carries exactly; datetimes and CEL's int64 never overflow within them.
+MAX_INT32 = 2**31 - 1
+MAX_SAFE_INTEGER = 2**53
 
 #: Where checkpoints may go: a Cloud Storage URI or an absolute path inside the container.
 CHECKPOINT_URI_PATTERN = r"^(gs://[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9](/.*)?|/.*)$"
@@ -82,6 +93,8 @@ class ConditionType(StrEnum):
 
 ModelName = Literal["resnet32", "small-cnn"]
 DatasetName = Literal["cifar10", "synthetic"]
+DEFAULT_MODEL: ModelName = "resnet32"
+DEFAULT_DATASET: DatasetName = "cifar10"
 
 
 class CheckpointSpec(_Model):
@@ -105,17 +118,20 @@ class CheckpointSpec(_Model):
     volume_claim_name: str | None = Field(
         default=None,
         max_length=253,
+        pattern=DNS_1123_SUBDOMAIN,
         description="Optional ReadWriteMany PersistentVolumeClaim mounted at uri in every pod. Without "
         "it an absolute path is used as the container sees it, which suits only the local cluster.",
     )
     interval_steps: int = Field(
         default=500,
         ge=0,
+        le=MAX_INT32,
         description="Write a checkpoint every this many global steps; 0 turns the step interval off.",
     )
     interval_seconds: int = Field(
         default=300,
         ge=0,
+        le=MAX_INT32,
         description="Write a checkpoint every this many seconds; 0 turns the time interval off. "
         "Whichever interval comes first triggers a checkpoint.",
     )
@@ -184,6 +200,7 @@ class WorkerSpec(_Model):
         default=DEFAULT_ACCELERATOR,
         min_length=1,
         max_length=63,
+        pattern=LABEL_VALUE,
         description="GPU type, as in the node label cloud.google.com/gke-accelerator "
         "(e.g. nvidia-tesla-t4, nvidia-l4, nvidia-tesla-v100).",
     )
@@ -241,28 +258,77 @@ class BudgetSpec(_Model):
     max_cost_usd: float | None = Field(
         default=None,
         gt=0,
+        le=1e12,
         alias="maxCostUSD",
         description="Stop adding workers when the projected cost would pass this many US dollars; when "
         "the cost reaches it, checkpoint and stop the job with the BudgetExceeded condition.",
     )
 
 
+def _or_default(path: str, default: object) -> str:
+    """CEL: the field at ``path`` (under self and oldSelf alike), or its schema default when unset."""
+    parts = path.split(".")
+    present = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
+    literal = f"'{default}'" if isinstance(default, str) else str(default)
+    return f"({present} ? self.{path} : {literal})"
+
+
+def _unchanged(path: str, default: object) -> str:
+    """CEL transition rule: the field keeps its value (its default when unset) across updates."""
+    now = _or_default(path, default)
+    return f"{now} == {now.replace('self.', 'oldSelf.')}"
+
+
+def _slots(self_name: str) -> str:
+    replicas = _or_default("workers.replicas", WorkerSpec.model_fields["replicas"].default).replace(
+        "self.", f"{self_name}."
+    )
+    workers = f"{self_name}.workers"
+    return f"(has({workers}) && has({workers}.maxReplicas) ? {workers}.maxReplicas : {replicas})"
+
+
+#: What cannot change once the job exists (CEL transition rules, checked on updates only): running pods were
+#: made for the old values, and pods made for new ones would disagree with them.
+IMMUTABLE_RULES = (
+    (_unchanged("model", DEFAULT_MODEL), "model cannot change: the checkpoints hold another model's variables"),
+    (_unchanged("dataset", DEFAULT_DATASET), "dataset cannot change: running workers read the old one"),
+    (
+        "self.checkpoint.uri == oldSelf.checkpoint.uri",
+        "checkpoint.uri cannot change: a new chief would not find the checkpoints written so far",
+    ),
+    (
+        _unchanged("parameterServers.replicas", ParameterServerSpec.model_fields["replicas"].default),
+        "parameterServers.replicas cannot change: the model variables are sharded over that many parameter servers",
+    ),
+    (
+        f"{_slots('self')} == {_slots('oldSelf')}",
+        "the number of worker slots (workers.maxReplicas, or workers.replicas when maxReplicas is unset) cannot "
+        "change: it is the length of TF_CONFIG's worker list; set maxReplicas to scale replicas within it",
+    ),
+)
+
+
 class TransientTrainingJobSpec(_Model):
     """What to train, on which workers, and how to survive preemptions."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(*IMMUTABLE_RULES))
 
     image: str = Field(
         default=DEFAULT_TRAINER_IMAGE,
         min_length=1,
+        max_length=4096,
+        pattern=r"^\S+$",
         description="Trainer image run by every pod of the job.",
     )
-    model: ModelName = Field(default="resnet32", description="Model to train: resnet32 (the paper's) or small-cnn.")
+    model: ModelName = Field(default=DEFAULT_MODEL, description="Model to train: resnet32 (the paper's) or small-cnn.")
     dataset: DatasetName = Field(
-        default="cifar10",
+        default=DEFAULT_DATASET,
         description="Dataset: cifar10 (from a path or gs://, given to the trainer) or synthetic "
         "(CIFAR-shaped, needs no download).",
     )
     train_steps: int = Field(
         ge=1,
+        le=MAX_SAFE_INTEGER,
         description="Global steps to reach; the job succeeds when the chief reports this step.",
     )
     batch_size: int = Field(default=128, ge=1, le=65536, description="Per-worker batch size.")
@@ -282,16 +348,19 @@ class TransientTrainingJobSpec(_Model):
     backoff_limit: int = Field(
         default=3,
         ge=0,
+        le=MAX_INT32,
         description="Failures of the training code tolerated before the job fails; preemptions never count.",
     )
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_INT32,
         description="Fail the job when it has run this many seconds since it started, as in a Kubernetes Job.",
     )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_INT32,
         description="Delete the job this many seconds after it succeeded or failed.",
     )
     clean_pod_policy: CleanPodPolicy = Field(

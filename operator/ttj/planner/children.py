@@ -333,9 +333,16 @@ def ownership_problems(job: Obj, spec: TransientTrainingJobSpec) -> list[str]:
         f"workers.nodeSelector may not set {key}: ttj places workers by provisioning and acceleratorType"
         for key in sorted(set(spec.workers.node_selector or {}) & set(PLACEMENT_LABELS))
     ]
+    bare_worker = _bare_worker_pod(job, spec, 0, 1)
+    paths = [m["mountPath"].rstrip("/") or "/" for m in bare_worker["spec"]["containers"][0].get("volumeMounts") or []]
+    if len(set(paths)) != len(paths):
+        problems.append(
+            f"checkpoint.uri {spec.checkpoint.uri!r} (with volumeClaimName) is a directory ttj mounts itself: "
+            f"{', '.join(sorted(SCRATCH_VOLUMES.values()))}"
+        )
     bare_ps = ps_deployment(job, spec, 0, with_template=False)
     roles = [
-        ("workers", spec.workers.template, _bare_worker_pod(job, spec, 0, 1)),
+        ("workers", spec.workers.template, bare_worker),
         ("parameterServers", spec.parameter_servers.template, {**bare_ps["spec"]["template"], "kind": "Pod"}),
     ]
     for role, template, bare in roles:

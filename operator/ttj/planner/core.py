@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from ttj.api.models import (
+    CleanPodPolicy,
     Phase,
     TransientTrainingJob,
     TransientTrainingJobSpec,
@@ -35,7 +36,7 @@ from ttj.planner.classify import PodState
 from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import cost_and_budget
-from ttj.planner.ending import clean_up, deadline_of, ending
+from ttj.planner.ending import clean_up, deadline_of, ending, release_pods
 from ttj.planner.lease import reported_progress
 from ttj.planner.observed import Observed, meta
 from ttj.planner.parameter_servers import parameter_servers
@@ -126,6 +127,8 @@ def plan(
 
 
 def _invalid(run: _Pass, problems: list[str]) -> Plan:
+    """The job fails; pods it still has (an invalid edit mid-run) stop as cleanPodPolicy Running would stop
+    them: a Failed job never keeps pods running."""
     previous = run.previous
     derived = derive(
         InvalidSpec("; ".join(problems), previous.phase), previous.conditions, run.now_text, run.generation
@@ -139,7 +142,7 @@ def _invalid(run: _Pass, problems: list[str]) -> Plan:
             "conditions": derived.conditions,
         }
     )
-    return _plan(run, status, events=derived.events)
+    return _plan(run, status, writes=release_pods(run.observed, CleanPodPolicy.RUNNING), events=derived.events)
 
 
 def _finished(run: _Pass, spec: TransientTrainingJobSpec, phase: Phase) -> Plan:
