@@ -145,6 +145,7 @@ BAD_PODS = {
     "toleration": (["tolerations", 0], {"operator": "Equal", "value": "x"}, "tolerations[0].operator"),
     "node selector key": (["nodeSelector"], {"bad key": "x"}, "spec.nodeSelector"),
     "no image": (["containers", 0, "image"], "", "containers[0].image"),
+    "image with whitespace": (["containers", 0, "image"], " trainer:1", "containers[0].image"),
 }
 
 

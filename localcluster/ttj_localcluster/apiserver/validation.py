@@ -312,8 +312,11 @@ def _port(path: str, value: Any) -> Errors:
 
 def _container(path: str, container: dict[str, Any], volumes: set[str]) -> Errors:
     errors = dns_label(f"{path}.name", container.get("name"))
-    if not container.get("image"):
+    image = container.get("image")
+    if not image:
         errors.append((f"{path}.image", "Required value"))
+    elif str(image) != str(image).strip():
+        errors.append((f"{path}.image", _invalid(image, "must not have leading or trailing whitespace")))
     ports = container.get("ports") or []
     for i, port in enumerate(ports):
         number = port.get("containerPort")
