@@ -112,6 +112,7 @@ BAD = {
     "quantity banana": with_spec(workers={"resources": {"requests": {"cpu": "banana"}}}),
     "negative quantity": with_spec(workers={"resources": {"requests": {"memory": "-1"}}}),
     "negative integer quantity": with_spec(parameterServers={"resources": {"limits": {"cpu": -2}}}),
+    "empty node label key": with_spec(workers={"nodeSelector": {"": ""}}),
     "gpu in resources": with_spec(workers={"resources": {"limits": {"nvidia.com/gpu": 2}}}),
     "unknown resource": with_spec(workers={"resources": {"requests": {"bananas": "1"}}}),
     "env value and valueFrom": bad_template(

@@ -15,7 +15,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 #: A Kubernetes quantity as a string (no sign: requests, limits and sizes are never negative).
@@ -86,66 +86,37 @@ class _Model(BaseModel):
 
 
 LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
-Labels = Annotated[
-    dict[str, LabelValue],
-    Field(
-        max_length=64,
-        json_schema_extra=cel(
-            (
-                f"self.all(k, size(k) <= 317 && k.matches('{_cel_string(QUALIFIED_NAME)}'))",
-                "label keys must be qualified names",
-            )
-        ),
-    ),
-]
 
 
+def _qualified_keys(what: str) -> Any:
+    """A map's keys are qualified names (an optional DNS prefix and '/', then a name): refused by the API
+    server's CEL rule and, for clusters without CEL, by the models."""
+
+    def check(mapping: dict[str, Any]) -> dict[str, Any]:
+        for key in mapping:
+            if len(key) > 317 or not re.match(QUALIFIED_NAME, key):
+                raise ValueError(f"{what} key {key!r} is not a qualified name (an optional DNS prefix and '/', a name)")
+        return mapping
+
+    rule = f"self.all(k, size(k) <= 317 && k.matches('{_cel_string(QUALIFIED_NAME)}'))"
+    return (AfterValidator(check), Field(json_schema_extra=cel((rule, f"{what} keys must be qualified names"))))
+
+
+Labels = Annotated[dict[str, LabelValue], Field(max_length=64), *_qualified_keys("label")]
 #: Node labels a pod's node must carry.
-NodeSelector = Annotated[
-    dict[str, LabelValue],
-    Field(
-        max_length=32,
-        json_schema_extra=cel(
-            (
-                f"self.all(k, size(k) <= 317 && k.matches('{_cel_string(QUALIFIED_NAME)}'))",
-                "node label keys must be qualified names",
-            )
-        ),
-    ),
+NodeSelector = Annotated[dict[str, LabelValue], Field(max_length=32), *_qualified_keys("node label")]
+Annotations = Annotated[
+    dict[str, Annotated[str, Field(max_length=65536)]], Field(max_length=64), *_qualified_keys("annotation")
 ]
-
-
-def _qualified_keys(mapping: dict[str, Any] | None, what: str) -> None:
-    for key in mapping or {}:
-        if len(key) > 317 or not re.match(QUALIFIED_NAME, key):
-            raise ValueError(f"{what} key {key!r} is not a qualified name (an optional DNS prefix and '/', a name)")
 
 
 class PodMetadata(_Model):
     """Labels and annotations added to the role's pods (ttj's own, under transient.training/, are refused)."""
 
     labels: Labels | None = Field(default=None, description="Labels added to the pods.")
-    annotations: (
-        Annotated[
-            dict[str, Annotated[str, Field(max_length=65536)]],
-            Field(
-                max_length=64,
-                json_schema_extra=cel(
-                    (
-                        f"self.all(k, size(k) <= 317 && k.matches('{_cel_string(QUALIFIED_NAME)}'))",
-                        "annotation keys must be qualified names",
-                    )
-                ),
-            ),
-        ]
-        | None
-    ) = Field(default=None, description="Annotations added to the pods (e.g. for a service mesh or a log agent).")
-
-    @model_validator(mode="after")
-    def _keys(self) -> PodMetadata:
-        _qualified_keys(self.labels, "label")
-        _qualified_keys(self.annotations, "annotation")
-        return self
+    annotations: Annotations | None = Field(
+        default=None, description="Annotations added to the pods (e.g. for a service mesh or a log agent)."
+    )
 
 
 class ResourceRequirements(_Model):
@@ -541,11 +512,6 @@ class LabelSelector(_Model):
 
     match_labels: Labels | None = Field(default=None, description="Labels the pods must carry.")
 
-    @model_validator(mode="after")
-    def _keys(self) -> LabelSelector:
-        _qualified_keys(self.match_labels, "label")
-        return self
-
 
 class PodAffinityTerm(_Model):
     """Pods matched by a selector within a topology domain."""
@@ -665,7 +631,6 @@ class RolePodSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> RolePodSpec:
-        _qualified_keys(self.node_selector, "nodeSelector")
         names = [v.name for v in self.volumes or []]
         if len(set(names)) != len(names):
             raise ValueError("volume names must be unique")
