@@ -48,6 +48,8 @@ ANNOTATION_PS_TEMPLATE = f"{GROUP}/ps-template"
 JOB_FINALIZER = f"{GROUP}/operator"
 #: On worker pods: a lost worker is counted before it may vanish.
 FINALIZER = f"{GROUP}/accounting"
+#: On namespaces whose pods may scrape the trainers' metrics port (a job's NetworkPolicy lets them in), "true".
+LABEL_METRICS_SCRAPER = f"{GROUP}/metrics-scraper"
 #: The label the Deployment controller adds to the pods of one template.
 LABEL_POD_TEMPLATE_HASH = "pod-template-hash"
 

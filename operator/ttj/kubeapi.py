@@ -63,6 +63,7 @@ RESOURCES: dict[str, Resource] = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Lease": Resource("coordination.k8s.io", "v1", "leases"),
+    "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies"),
     KIND: Resource(GROUP, VERSION, PLURAL),
 }
 
@@ -84,6 +85,15 @@ class KubeError(Exception):
             message = body
         self.message = str(message)
         super().__init__(f"HTTP {status}: {message}")
+
+    @property
+    def retry_after_seconds(self) -> float | None:
+        """The wait the server asked for (a 429's or 503's ``details.retryAfterSeconds``, as its Retry-After)."""
+        try:
+            seconds = json.loads(self.body)["details"]["retryAfterSeconds"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else None
 
 
 def transient(exc: BaseException) -> bool:

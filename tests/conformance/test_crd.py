@@ -117,3 +117,56 @@ def test_strategic_merge_is_refused_for_custom_resources(
     with pytest.raises(client.ApiException) as info:
         raw_request(k8s_api, "PATCH", path, {"spec": {"trainSteps": 5}}, headers)
     assert info.value.status == 415
+
+
+@pytest.mark.parametrize(
+    ("patch", "words"),
+    [
+        ({"model": "small-cnn"}, "model cannot change"),
+        ({"dataset": "synthetic"}, "dataset cannot change"),
+        ({"checkpoint": {"uri": "/elsewhere"}}, "checkpoint.uri cannot change"),
+        ({"parameterServers": {"replicas": 2}}, "parameterServers.replicas cannot change"),
+        ({"workers": {"maxReplicas": 8}}, "number of worker slots"),
+    ],
+)
+def test_what_running_pods_depend_on_cannot_change(
+    custom: client.CustomObjectsApi, namespace: str, patch: dict[str, Any], words: str
+) -> None:
+    _create(custom, namespace, minimal_job("im", workers={"replicas": 2, "minReplicas": 1, "maxReplicas": 4}))
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "im", {"spec": patch})
+    assert info.value.status == 422
+    assert words in json.loads(info.value.body)["message"]
+    # what may change still does: replicas within the slots, the image, the steps
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "im", {"spec": {"workers": {"replicas": 4}, "trainSteps": 99}}
+    )
+
+
+def test_without_max_replicas_the_slots_are_the_replicas(custom: client.CustomObjectsApi, namespace: str) -> None:
+    _create(custom, namespace, minimal_job("nomax", workers={"replicas": 2, "minReplicas": 1}))
+    with pytest.raises(client.ApiException) as info:
+        custom.patch_namespaced_custom_object_scale(
+            GROUP, VERSION, namespace, PLURAL, "nomax", {"spec": {"replicas": 3}}
+        )
+    assert "set maxReplicas to scale" in json.loads(info.value.body)["message"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"activeDeadlineSeconds": 251_607_038_400},
+        {"ttlSecondsAfterFinished": 2**40},
+        {"checkpoint": {"uri": "/c", "intervalSeconds": 2**64}},
+        {"workers": {"resources": {"requests": {"cpu": "banana"}}}},
+        {"workers": {"resources": {"limits": {"memory": "-1"}}}},
+        {"workers": {"acceleratorType": "not a label value"}},
+        {"checkpoint": {"uri": "/c", "volumeClaimName": "Not:A:Name"}},
+    ],
+)
+def test_out_of_range_and_malformed_values_are_refused(
+    custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any]
+) -> None:
+    with pytest.raises(client.ApiException) as info:
+        _create(custom, namespace, minimal_job("oor", **spec))
+    assert info.value.status == 422

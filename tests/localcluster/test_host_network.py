@@ -47,7 +47,7 @@ def pod(name: str, code: str, labels: dict[str, str]) -> dict[str, object]:
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "restartPolicy": "Never",
-            "containers": [{"name": "c", "command": ["python", "-c", code], "env": env}],
+            "containers": [{"name": "c", "image": "python:3.11", "command": ["python", "-c", code], "env": env}],
         },
     }
 

@@ -63,6 +63,7 @@ def tf_pod(name: str, code: str, hostname: str, task: str) -> dict[str, object]:
             "containers": [
                 {
                     "name": "tf",
+                    "image": "tensorflow/tensorflow:2.21.0",
                     "command": ["python", "-c", code],
                     "env": [
                         {"name": "TF_CONFIG", "value": json.dumps(tf_config)},

@@ -10,6 +10,7 @@ from typing import Any
 
 from ttj_contract import format_time
 
+from . import validation
 from .errors import invalid
 from .resources import NAMESPACES, PODS, SERVICES, ResourceType
 
@@ -48,18 +49,27 @@ def _validate(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         for key, value in (meta.get(field) or {}).items():
             if not isinstance(value, str):
                 errors.append((f"metadata.{field}", f"Invalid value: {json.dumps(value)}: {key} must be a string"))
+    if not errors:
+        errors.extend(validation.metadata(meta))
     if rtype.storage_key == PODS:
         errors.extend(_validate_pod(obj, old))
+        if old is None:
+            errors.extend(validation.pod_spec("spec", obj.get("spec") or {}))
     if rtype.group == "apps" and rtype.kind in ("Deployment", "ReplicaSet", "StatefulSet"):
         errors.extend(_validate_workload(obj, old))
+        template = (obj.get("spec") or {}).get("template") or {}
+        errors.extend(
+            validation.labels("spec.template.metadata.labels", (template.get("metadata") or {}).get("labels"))
+        )
+        errors.extend(validation.pod_spec("spec.template.spec", template.get("spec") or {}))
+    if rtype.group == "networking.k8s.io" and rtype.kind == "NetworkPolicy":
+        errors.extend(validation.network_policy(obj.get("spec") or {}))
     return errors
 
 
 def _validate_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
     spec = obj.get("spec") or {}
-    if not spec.get("containers"):
-        errors.append(("spec.containers", "Required value"))
     if old is None:
         return errors
     old_spec = old.get("spec") or {}

@@ -187,6 +187,16 @@ def builtin_types() -> list[ResourceType]:
             has_generation=True,
         ),
         ResourceType("coordination.k8s.io", "v1", "Lease", "leases", "lease", True),
+        ResourceType(
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+            "networkpolicy",
+            True,
+            short_names=("netpol",),
+            has_generation=True,
+        ),
         ResourceType("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", True),
         *(
             ResourceType("authorization.k8s.io", "v1", kind, plural, kind.lower(), plural.startswith("local"))

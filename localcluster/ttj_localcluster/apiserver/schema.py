@@ -180,9 +180,13 @@ class CrdSchema:
 
             if rule.uses_old_self and old is None:
                 continue  # transition rules only apply to updates
-            activation = {"self": json_to_cel(value)}
-            if rule.uses_old_self:
-                activation["oldSelf"] = json_to_cel(old)
+            try:
+                activation = {"self": json_to_cel(value)}
+                if rule.uses_old_self:
+                    activation["oldSelf"] = json_to_cel(old)
+            except (ValueError, OverflowError):  # CEL integers are int64, as Kubernetes stores them
+                errors.append((_path(where), f"Invalid value: {_show(value)}: a number is outside the int64 range"))
+                return
             try:
                 result = rule.program.evaluate(activation)
             except Exception as exc:

@@ -17,6 +17,7 @@ import ttj_contract as contract
 from ttj.api import models
 
 _DROP_KEYS = {"title"}
+_INT_OR_STRING_BOUNDS = ("pattern", "maxLength", "minimum", "maximum")
 #: Keys first in every schema node, so that the generated YAML reads like a hand-written CRD.
 _KEY_ORDER = ["type", "description", "format", "enum", "default", "minimum", "maximum", "pattern"]
 
@@ -65,6 +66,9 @@ def _collapse_any_of(node: dict[str, Any]) -> dict[str, Any]:
         # A Kubernetes quantity: structural schemas say int-or-string instead of anyOf.
         merged = {k: v for k, v in node.items() if k != "x-kubernetes-int-or-string"}
         merged["x-kubernetes-int-or-string"] = True
+        # Each branch's bounds still hold: a pattern checks only strings, minimum/maximum only numbers.
+        for branch in branches:
+            merged.update({k: v for k, v in branch.items() if k in _INT_OR_STRING_BOUNDS})
         return merged
     raise ValueError(f"cannot express anyOf {branches!r} in a structural schema")
 

@@ -14,16 +14,22 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from ttj.api.podtemplate import (
+    DNS_1123_SUBDOMAIN,
+    LABEL_VALUE,
+    NodeSelector,
+    PodTemplate,
+    ResourceRequirements,
+    Toleration,
+)
 from ttj_contract import Provisioning
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
 DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
-
-#: A Kubernetes quantity ("500m", "2Gi") or a plain integer.
-Quantity = Annotated[
-    int | str,
-    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
-]
+#: Bounds of counts and durations: what Kubernetes stores as int32 (about 68 years of seconds), and the largest
+#: integer JSON carries exactly; datetimes and CEL's int64 never overflow within them.
+MAX_INT32 = 2**31 - 1
+MAX_SAFE_INTEGER = 2**53
 
 #: Where checkpoints may go: a Cloud Storage URI or an absolute path inside the container.
 CHECKPOINT_URI_PATTERN = r"^(gs://[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9](/.*)?|/.*)$"
@@ -81,40 +87,14 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     INVALID = "Invalid"
+    #: A write the API refused (a ResourceQuota, Pod Security admission, an invalid pod), as a ReplicaSet says it.
+    REPLICA_FAILURE = "ReplicaFailure"
 
 
 ModelName = Literal["resnet32", "small-cnn"]
 DatasetName = Literal["cifar10", "synthetic"]
-
-
-class ResourceRequirements(_Model):
-    """Compute resources of a container, as in a Pod's ``resources``."""
-
-    requests: dict[str, Quantity] | None = Field(
-        default=None,
-        description="Minimum resources the container needs, e.g. {cpu: 500m, memory: 2Gi}.",
-    )
-    limits: dict[str, Quantity] | None = Field(
-        default=None,
-        description="Maximum resources the container may use. For workers, nvidia.com/gpu is set "
-        "from gpusPerWorker and need not be given here.",
-    )
-
-
-class Toleration(_Model):
-    """A Pod toleration, passed through to worker pods."""
-
-    key: str | None = Field(default=None, description="Taint key the toleration applies to; empty matches all keys.")
-    operator: Literal["Exists", "Equal"] | None = Field(
-        default=None, description="Exists or Equal (the default) between key and value."
-    )
-    value: str | None = Field(default=None, description="Taint value to match when operator is Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        default=None, description="Taint effect to match; empty matches all effects."
-    )
-    toleration_seconds: int | None = Field(
-        default=None, description="How long a NoExecute taint is tolerated before eviction, in seconds."
-    )
+DEFAULT_MODEL: ModelName = "resnet32"
+DEFAULT_DATASET: DatasetName = "cifar10"
 
 
 class CheckpointSpec(_Model):
@@ -143,17 +123,20 @@ class CheckpointSpec(_Model):
     volume_claim_name: str | None = Field(
         default=None,
         max_length=253,
+        pattern=DNS_1123_SUBDOMAIN,
         description="Optional ReadWriteMany PersistentVolumeClaim mounted at uri in every pod. Without "
         "it an absolute path is used as the container sees it, which suits only the local cluster.",
     )
     interval_steps: int = Field(
         default=500,
         ge=0,
+        le=MAX_INT32,
         description="Write a checkpoint every this many global steps; 0 turns the step interval off.",
     )
     interval_seconds: int = Field(
         default=300,
         ge=0,
+        le=MAX_INT32,
         description="Write a checkpoint every this many seconds; 0 turns the time interval off. "
         "Whichever interval comes first triggers a checkpoint.",
     )
@@ -200,6 +183,12 @@ class ParameterServerSpec(_Model):
     resources: ResourceRequirements | None = Field(
         default=None, description="Compute resources of each parameter server container."
     )
+    template: PodTemplate | None = Field(
+        default=None,
+        description="Additions to the parameter server pods, shaped like a PodTemplateSpec: labels, annotations, "
+        "service account, env, volumes, priority class, pull secrets, placement extras. What ttj owns (its labels, "
+        "TF_CONFIG and its env, its volumes, on-demand placement, the security context) cannot be overridden.",
+    )
 
 
 class WorkerSpec(_Model):
@@ -239,6 +228,7 @@ class WorkerSpec(_Model):
         default=DEFAULT_ACCELERATOR,
         min_length=1,
         max_length=63,
+        pattern=LABEL_VALUE,
         description="GPU type, as in the node label cloud.google.com/gke-accelerator "
         "(e.g. nvidia-tesla-t4, nvidia-l4, nvidia-tesla-v100).",
     )
@@ -255,12 +245,21 @@ class WorkerSpec(_Model):
     resources: ResourceRequirements | None = Field(
         default=None, description="Compute resources of each worker container, besides its GPUs."
     )
-    node_selector: dict[str, str] | None = Field(
-        default=None, description="Extra node labels a worker's node must carry."
+    node_selector: NodeSelector | None = Field(
+        default=None,
+        description="Extra node labels a worker's node must carry; ttj's own (spot, preemptible, accelerator) are "
+        "refused.",
     )
-    tolerations: list[Toleration] | None = Field(
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] | None = Field(
         default=None,
         description="Extra tolerations for worker pods (the nvidia.com/gpu toleration is always added).",
+    )
+    template: PodTemplate | None = Field(
+        default=None,
+        description="Additions to the worker pods, shaped like a PodTemplateSpec: labels, annotations, service "
+        "account, env, volumes, priority class, pull secrets, placement extras. What ttj owns (its labels, TF_CONFIG "
+        "and its env, the Lease access, its volumes, GPU and spot/preemptible placement, the security context) "
+        "cannot be overridden.",
     )
 
     @property
@@ -287,28 +286,77 @@ class BudgetSpec(_Model):
     max_cost_usd: float | None = Field(
         default=None,
         gt=0,
+        le=1e12,
         alias="maxCostUSD",
         description="Stop adding workers when the projected cost would pass this many US dollars; when "
         "the cost reaches it, checkpoint and stop the job with the BudgetExceeded condition.",
     )
 
 
+def _or_default(path: str, default: object) -> str:
+    """CEL: the field at ``path`` (under self and oldSelf alike), or its schema default when unset."""
+    parts = path.split(".")
+    present = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
+    literal = f"'{default}'" if isinstance(default, str) else str(default)
+    return f"({present} ? self.{path} : {literal})"
+
+
+def _unchanged(path: str, default: object) -> str:
+    """CEL transition rule: the field keeps its value (its default when unset) across updates."""
+    now = _or_default(path, default)
+    return f"{now} == {now.replace('self.', 'oldSelf.')}"
+
+
+def _slots(self_name: str) -> str:
+    replicas = _or_default("workers.replicas", WorkerSpec.model_fields["replicas"].default).replace(
+        "self.", f"{self_name}."
+    )
+    workers = f"{self_name}.workers"
+    return f"(has({workers}) && has({workers}.maxReplicas) ? {workers}.maxReplicas : {replicas})"
+
+
+#: What cannot change once the job exists (CEL transition rules, checked on updates only): running pods were
+#: made for the old values, and pods made for new ones would disagree with them.
+IMMUTABLE_RULES = (
+    (_unchanged("model", DEFAULT_MODEL), "model cannot change: the checkpoints hold another model's variables"),
+    (_unchanged("dataset", DEFAULT_DATASET), "dataset cannot change: running workers read the old one"),
+    (
+        "self.checkpoint.uri == oldSelf.checkpoint.uri",
+        "checkpoint.uri cannot change: a new chief would not find the checkpoints written so far",
+    ),
+    (
+        _unchanged("parameterServers.replicas", ParameterServerSpec.model_fields["replicas"].default),
+        "parameterServers.replicas cannot change: the model variables are sharded over that many parameter servers",
+    ),
+    (
+        f"{_slots('self')} == {_slots('oldSelf')}",
+        "the number of worker slots (workers.maxReplicas, or workers.replicas when maxReplicas is unset) cannot "
+        "change: it is the length of TF_CONFIG's worker list; set maxReplicas to scale replicas within it",
+    ),
+)
+
+
 class TransientTrainingJobSpec(_Model):
     """What to train, on which workers, and how to survive preemptions."""
+
+    model_config = ConfigDict(json_schema_extra=_cel(*IMMUTABLE_RULES))
 
     image: str = Field(
         default=DEFAULT_TRAINER_IMAGE,
         min_length=1,
+        max_length=4096,
+        pattern=r"^\S+$",
         description="Trainer image run by every pod of the job.",
     )
-    model: ModelName = Field(default="resnet32", description="Model to train: resnet32 (the paper's) or small-cnn.")
+    model: ModelName = Field(default=DEFAULT_MODEL, description="Model to train: resnet32 (the paper's) or small-cnn.")
     dataset: DatasetName = Field(
-        default="cifar10",
+        default=DEFAULT_DATASET,
         description="Dataset: cifar10 (from a path or gs://, given to the trainer) or synthetic "
         "(CIFAR-shaped, needs no download).",
     )
     train_steps: int = Field(
         ge=1,
+        le=MAX_SAFE_INTEGER,
         description="Global steps to reach; the job succeeds when the chief reports this step.",
     )
     batch_size: int = Field(default=128, ge=1, le=65536, description="Per-worker batch size.")
@@ -328,16 +376,19 @@ class TransientTrainingJobSpec(_Model):
     backoff_limit: int = Field(
         default=3,
         ge=0,
+        le=MAX_INT32,
         description="Failures of the training code tolerated before the job fails; preemptions never count.",
     )
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_INT32,
         description="Fail the job when it has run this many seconds since it started, as in a Kubernetes Job.",
     )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_INT32,
         description="Delete the job this many seconds after it succeeded or failed.",
     )
     clean_pod_policy: CleanPodPolicy = Field(

@@ -7,11 +7,18 @@ lagging watch or a restart is safe. A refused :func:`~ttj.planner.interpreter.co
 update whose resourceVersion precondition fails, a Lease create carrying an election that finds the
 Lease already there) and a status write whose precondition fails raise :class:`Conflict`: the pass stops
 there and the job is planned again from a fresh observation.
+
+Any other refusal of a write (a ResourceQuota or Pod Security admission answering 403, a 422, a 429, a
+5xx) does not stop the pass: it is recorded as a :class:`~ttj.planner.actions.Refusal`, the remaining
+writes (the chief election included) still apply, and the controller plans the pass again with the
+refusals so that its status and Events carry the API's message. Only a refused conditional write still
+raises: the status relies on it.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +29,17 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ttj import kubeapi
 from ttj.kubeapi import MERGE_PATCH, KubeError
-from ttj.planner import CreateChild, DeleteChild, EmitEvent, LabelPod, RemoveFinalizer, ReplaceChild, Write
+from ttj.planner import (
+    CreateChild,
+    DeleteChild,
+    EmitEvent,
+    LabelPod,
+    Refusal,
+    RemoveFinalizer,
+    ReplaceChild,
+    UpdateLease,
+    Write,
+)
 from ttj.planner.interpreter import (
     DELIBERATE_PATCH,
     Conflict,
@@ -34,12 +51,24 @@ from ttj.planner.interpreter import (
 )
 from ttj_contract import GROUP, KIND, format_time
 
-__all__ = ["Applied", "Applier", "Conflict", "KubeApi"]
+__all__ = ["MAX_RETRY_SECONDS", "Applied", "Applier", "Conflict", "KubeApi", "retry_delay"]
 
 log = logging.getLogger("ttj.controller")
 
 #: Attempts at removing a finalizer from a pod that keeps changing under us.
 FINALIZER_ATTEMPTS = 5
+#: The first and the longest wait before a pass retries writes the API refused.
+FIRST_RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 60.0
+
+
+def retry_delay(attempt: int, retry_after_seconds: float | None = None) -> float:
+    """Seconds before the ``attempt``-th retry of refused writes (1 for the first): exponential up to
+    :data:`MAX_RETRY_SECONDS` with jitter (so jobs refused together do not retry together), never sooner
+    than the server's Retry-After."""
+    ceiling = min(MAX_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** max(0, min(attempt - 1, 16)))
+    delay = random.uniform(ceiling / 2, ceiling)  # jitter, not secrecy
+    return max(delay, retry_after_seconds or 0.0)
 
 
 class KubeApi(Protocol):
@@ -58,6 +87,21 @@ class Applied:
 
     #: seconds from a loss's first evidence to its replacement's creation, per replacement created
     recoveries: list[float] = field(default_factory=list)
+    #: writes the API refused, in order; the others were applied
+    refused: list[Refusal] = field(default_factory=list)
+    #: the longest Retry-After a refusal asked for (429, 503)
+    retry_after_seconds: float | None = None
+
+
+def _refusal(write: Write, exc: KubeError) -> Refusal:
+    if isinstance(write, CreateChild | ReplaceChild | DeleteChild):
+        kind, name = write.kind, write.name
+    elif isinstance(write, UpdateLease):
+        kind, name = "Lease", write.name
+    else:
+        kind, name = "Pod", write.pod
+    verb = "create" if isinstance(write, CreateChild) else "delete" if isinstance(write, DeleteChild) else "patch"
+    return Refusal(kind, name, verb, exc.status, exc.message)
 
 
 def _changed_meanwhile(exc: BaseException) -> bool:
@@ -84,7 +128,12 @@ class Applier:
                     continue  # gone already / exists already: the write's intent holds
                 if exc.status == 403 and "being terminated" in exc.body:
                     continue  # the namespace is going away, and the job with it
-                raise
+                if conditional(write):
+                    raise
+                log.warning("%s refused (HTTP %d): %s", type(write).__name__, exc.status, exc.message)
+                done.refused.append(_refusal(write, exc))
+                if exc.retry_after_seconds is not None:
+                    done.retry_after_seconds = max(done.retry_after_seconds or 0.0, exc.retry_after_seconds)
         return done
 
     def _apply_one(self, namespace: str, write: Write, done: Applied) -> None:

@@ -24,11 +24,11 @@ import kopf
 from kubernetes.client import ApiClient
 from prometheus_client import start_http_server
 
-from ttj.controller.apply import Applier, Conflict, KubeApi
+from ttj.controller.apply import MAX_RETRY_SECONDS, Applier, Conflict, KubeApi, retry_delay
 from ttj.controller.metrics import Metrics
 from ttj.controller.placement import PlacementSource
 from ttj.cost.prices import PriceSource
-from ttj.kubeapi import RESOURCES, KubeClient
+from ttj.kubeapi import RESOURCES, KubeClient, KubeError
 from ttj.mergepatch import merge_patch_between
 from ttj.planner import Observed, PlannerConfig, plan
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
@@ -38,7 +38,8 @@ log = logging.getLogger("ttj.controller")
 JobKey = tuple[str, str]
 #: The job's children other than pods and the Lease: kind → kopf resource.
 CHILD_RESOURCES = {
-    kind: RESOURCES[kind].kopf_name for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding")
+    kind: RESOURCES[kind].kopf_name
+    for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
 }
 #: Nodes are big (images, allocatable…): the planner needs only these parts.
 _NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")
@@ -281,6 +282,8 @@ class JobReconciler:
         self.ctx = ctx
         self.key = key
         self.applier = ctx.applier
+        #: Passes in a row in which the API refused a write: the retries back off.
+        self.refused_passes = 0
 
     def _current_job(self, body: kopf.Body) -> dict[str, Any]:
         job = copy.deepcopy(dict(body))
@@ -311,7 +314,8 @@ class JobReconciler:
         config = self.ctx.planner
         if self.ctx.prices is not None:
             config = dataclasses.replace(config, prices=self.ctx.prices.current())  # a stat() when unchanged
-        result = plan(job, observed, self.ctx.clock(), config)
+        now = self.ctx.clock()
+        result = plan(job, observed, now, config)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "%s/%s: pass on job rv %s, lease rv %s: %s",
@@ -323,6 +327,9 @@ class JobReconciler:
             )
         try:
             applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
+            if applied.refused:
+                # The same pass planned again, knowing what was refused: its status and Events say so.
+                result = plan(job, observed, now, config, refused=applied.refused)
             old_status = job.get("status") or {}
             if result.status != old_status:
                 patch = merge_patch_between(old_status, result.status)
@@ -336,6 +343,11 @@ class JobReconciler:
         except Conflict as exc:
             log.info("%s/%s: %s; planning again", namespace, name, exc)
             return 0.05
+        except KubeError as exc:
+            self.refused_passes += 1
+            delay = retry_delay(self.refused_passes, exc.retry_after_seconds)
+            log.warning("%s/%s: %s; retrying in %.1fs", namespace, name, exc, delay)
+            return delay
         finally:
             self.ctx.metrics.reconcile.labels(namespace, name).observe(time.perf_counter() - started)
         for seconds in applied.recoveries:
@@ -348,4 +360,11 @@ class JobReconciler:
         if result.delete_job:
             await asyncio.to_thread(self.applier.delete_job, namespace, name)
             return None
+        if applied.refused:
+            self.refused_passes += 1
+            # Back off, but not past a timer of the planner's (a stale lease), nor before the server's Retry-After.
+            timer = MAX_RETRY_SECONDS if result.requeue_after is None else result.requeue_after
+            retry = min(retry_delay(self.refused_passes), timer)
+            return max(retry, applied.retry_after_seconds or 0.0)
+        self.refused_passes = 0
         return result.requeue_after

@@ -119,5 +119,20 @@ class Observation:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A write the API server refused for a reason other than "exists already"/"gone" (a ResourceQuota or
+    Pod Security admission answering 403, a 422, a 429, a 5xx): the pass went on without it."""
+
+    kind: str
+    name: str
+    #: create, update, delete, patch
+    verb: str
+    #: The HTTP status of the answer.
+    status: int
+    #: The API's own message, shown to users as it is.
+    message: str
+
+
 #: A change to the job's children, applied in order before the status write.
 Write = CreateChild | ReplaceChild | DeleteChild | RemoveFinalizer | LabelPod | UpdateLease

@@ -1,6 +1,12 @@
 """Keep the chief, or elect one: the Running worker least likely to be preempted, when the holder is
 lost or stopped renewing. Also the Lease and chief-label writes that make the choice known, and the
-measurement of a handover once the new chief renews."""
+measurement of a handover once the new chief renews.
+
+Only the operator elects. The chief is the one the job's status records (:func:`operators_chief`); the
+trainers may patch the whole Lease (RBAC cannot limit a patch to fields), so a holder in the Lease that
+the status does not record is someone else's change: it is refused, the operator's choice is written back
+at a new epoch (which fences the usurper's), and a Warning Event names both.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +40,11 @@ class ChiefPlan:
     wake: datetime | None
 
 
+def operators_chief(recorded: ChiefStatus | None) -> str | None:
+    """The chief the operator elected, as the job's status records it; None before the first election."""
+    return recorded.pod if recorded is not None and recorded.epoch > 0 and recorded.pod else None
+
+
 @dataclass(frozen=True)
 class _Loss:
     since: datetime
@@ -55,27 +66,43 @@ def keep_chief(
     now: datetime,
     config: PlannerConfig,
 ) -> ChiefPlan:
-    """``holder`` is the pod the Lease names (:func:`ttj.planner.lease.lease_holder`), ``recorded`` the chief
-    the last written status names; a replaced parameter server (``ps_replaced``) moves the epoch, so the
-    chief restores the latest checkpoint."""
+    """``holder`` is the operator's chief (:func:`operators_chief`; the status's when the Lease is gone),
+    ``recorded`` the chief the last written status names; a replaced parameter server (``ps_replaced``)
+    moves the epoch, so the chief restores the latest checkpoint. A holder in the Lease other than
+    ``holder`` is refused and ``holder`` restored at a new epoch."""
     workers = list(workers)
     epoch = max(lease_epoch_of(lease), (recorded or ChiefStatus()).epoch)
     chief, elections = recorded, 0
     events: list[EmitEvent] = []
-    adopted = _adopt_unrecorded_election(holder, recorded or ChiefStatus(), lease, verdicts, now)
-    if adopted is not None:
-        chief, elections = adopted, 1
-        events.append(EmitEvent("Normal", "ChiefElected", f"{holder} is chief at epoch {adopted.epoch}"))
+    in_lease: str | None = lease_spec_of(lease).get("holderIdentity") if lease is not None else holder
+    loss, wake, candidates = _standing(
+        holder, workers=workers, verdicts=verdicts, nodes=nodes, lease=lease, config=config, now=now, chief=chief
+    )
+    if (
+        in_lease
+        and in_lease != holder
+        and _own_unrecorded_election(
+            in_lease, holder, loss=loss, candidates=candidates, lease=lease, recorded=recorded, now=now
+        )
+    ):
+        # The operator elected in_lease and stopped before its status said so: that election stands.
+        chief, elections, holder = _adopted(in_lease, recorded or ChiefStatus(), lease, loss, now), 1, in_lease
+        events.append(EmitEvent("Normal", "ChiefElected", f"{in_lease} is chief at epoch {chief.epoch}"))
+        loss, wake, candidates = _standing(
+            holder, workers=workers, verdicts=verdicts, nodes=nodes, lease=lease, config=config, now=now, chief=chief
+        )
+    usurped = in_lease != holder
+    if usurped:
+        events.append(
+            EmitEvent(
+                "Warning",
+                "ChiefChangeRefused",
+                f"the Lease names {in_lease or 'no chief'} at epoch {lease_epoch_of(lease)}, a change the operator "
+                "did not make; only the operator elects: "
+                + (f"{holder} stays chief at a new epoch" if holder else "it elects the chief itself"),
+            )
+        )
     known = chief or ChiefStatus()
-
-    loss, wake = _holder_loss(holder, verdicts, lease, config, now)
-    if loss is not None and known.lost_at:
-        loss = _Loss(min(loss.since, parse_time(known.lost_at) or loss.since), loss.why)
-    candidates = [
-        Candidate(pod, nodes.get(node_name_of(pod) or ""), slot_of(pod) or 0)
-        for name, pod in sorted({name_of(p): p for p in workers}.items())
-        if verdicts[name].state == PodState.RUNNING and not (loss is not None and name == holder)
-    ]
 
     new_holder, elected = holder, False
     observations: tuple[Observation, ...] = ()
@@ -90,20 +117,20 @@ def keep_chief(
         # No running worker to take over yet: remember when the chief was lost, elect later.
         lost_at = format_time(loss.since)
         chief = ChiefStatus(pod=known.pod or holder, epoch=epoch, elected_at=known.elected_at, lost_at=lost_at)
-    elif ps_replaced:
+    elif ps_replaced or (usurped and holder):
         chief = ChiefStatus(pod=holder, epoch=epoch + 1, elected_at=known.elected_at, lost_at=known.lost_at)
     elif holder:
         elected_at = known.elected_at or format_time(now)
         kept = ChiefStatus(pod=holder, epoch=epoch, elected_at=elected_at, lost_at=known.lost_at)
         chief, observations = _handover_done(kept, lease)
-    new_epoch = epoch + 1 if (elected or ps_replaced) and new_holder else epoch
+    new_epoch = epoch + 1 if (elected or ps_replaced or usurped) and new_holder else epoch
 
     lease_change = lease_write(
         job,
         lease,
         config,
         now,
-        holder_before=holder,
+        holder_before=in_lease,
         holder=new_holder,
         epoch=new_epoch,
         elected=elected,
@@ -117,21 +144,57 @@ def keep_chief(
     return ChiefPlan(chief, elections, healthy, tuple(writes), tuple(events), observations, wake)
 
 
-def _adopt_unrecorded_election(
-    holder: str | None, recorded: ChiefStatus, lease: Obj | None, verdicts: Mapping[str, PodVerdict], now: datetime
-) -> ChiefStatus | None:
-    """The Lease moved but the status never said so (the operator stopped between the two writes): adopt
-    that election, so it is counted once and the handover is still measured."""
-    lease_epoch = lease_epoch_of(lease)
-    if not holder or holder == recorded.pod or lease_epoch <= recorded.epoch:
-        return None
+def _standing(
+    holder: str | None,
+    *,
+    workers: list[Obj],
+    verdicts: Mapping[str, PodVerdict],
+    nodes: Mapping[str, Obj],
+    lease: Obj | None,
+    config: PlannerConfig,
+    now: datetime,
+    chief: ChiefStatus | None,
+) -> tuple[_Loss | None, datetime | None, list[Candidate]]:
+    """Whether the chief is lost (and since when), when its lease goes stale, and who could take over."""
+    loss, wake = _holder_loss(holder, verdicts, lease, config, now)
+    lost_at = (chief or ChiefStatus()).lost_at
+    if loss is not None and lost_at:
+        loss = _Loss(min(loss.since, parse_time(lost_at) or loss.since), loss.why)
+    candidates = [
+        Candidate(pod, nodes.get(node_name_of(pod) or ""), slot_of(pod) or 0)
+        for name, pod in sorted({name_of(p): p for p in workers}.items())
+        if verdicts[name].state == PodState.RUNNING and not (loss is not None and name == holder)
+    ]
+    return loss, wake, candidates
+
+
+def _own_unrecorded_election(
+    in_lease: str,
+    holder: str | None,
+    *,
+    loss: _Loss | None,
+    candidates: list[Candidate],
+    lease: Obj | None,
+    recorded: ChiefStatus | None,
+    now: datetime,
+) -> bool:
+    """Whether the Lease holds the election the operator makes now: one was due (no chief, or the chief is
+    lost), it picks ``in_lease``, and the Lease moved exactly one epoch past the status. A pod that wrote
+    this itself changed nothing the operator would not have done."""
+    if holder and loss is None:
+        return False
+    if lease_epoch_of(lease) != (recorded or ChiefStatus()).epoch + 1:
+        return False
+    choice = choose_chief(candidates, now)
+    return choice is not None and name_of(choice.pod) == in_lease
+
+
+def _adopted(holder: str, recorded: ChiefStatus, lease: Obj | None, loss: _Loss | None, now: datetime) -> ChiefStatus:
     acquired = parse_time(lease_spec_of(lease).get("acquireTime"))
-    lost_at = recorded.lost_at
-    if recorded.pod and not lost_at:
-        old = verdicts.get(recorded.pod)
-        since = old.since if old is not None and old.lost else None
-        lost_at = format_time(since or acquired or now)
-    return ChiefStatus(pod=holder, epoch=lease_epoch, elected_at=format_time(acquired or now), lost_at=lost_at)
+    lost_at = recorded.lost_at or (format_time(loss.since) if loss is not None else None)
+    return ChiefStatus(
+        pod=holder, epoch=lease_epoch_of(lease), elected_at=format_time(acquired or now), lost_at=lost_at
+    )
 
 
 def _holder_loss(

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.podtemplate import PodTemplate
 from ttj.planner.observed import Obj
 from ttj_contract import (
     ACCELERATOR_LABEL,
@@ -25,8 +26,10 @@ from ttj_contract import (
     CONTAINER_NAME,
     FINALIZER,
     GPU_RESOURCE,
+    GROUP,
     KIND,
     LABEL_JOB,
+    LABEL_METRICS_SCRAPER,
     LABEL_PS_INDEX,
     LABEL_ROLE,
     LABEL_SLOT,
@@ -49,6 +52,18 @@ from ttj_contract import (
 #: terminationGracePeriodSeconds of worker pods: the chief's time to write its checkpoint after SIGTERM
 #: (the budget stops a job this long before the money runs out).
 WORKER_TERMINATION_GRACE_SECONDS = 30
+#: Requests of a worker's and a parameter server's container for what the spec leaves out: a namespace with a
+#: ResourceQuota on cpu or memory refuses pods without them. A resource given only a limit requests the limit.
+DEFAULT_WORKER_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
+DEFAULT_PS_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
+#: The user the trainer image runs as (its Dockerfile's USER), unless the pod template names another.
+TRAINER_UID = 10001
+#: Writable scratch directories on a read-only root filesystem: volume name → mount point. TensorFlow and
+#: Python write temporary files to /tmp; Keras' dataset cache and other caches (~/.keras, ~/.cache) live
+#: under the trainer image's HOME.
+SCRATCH_VOLUMES = {"ttj-tmp": "/tmp", "ttj-home": "/home/trainer"}
+#: Node labels that place ttj's pods (spot, preemptible, GPU type): a template may not set them.
+PLACEMENT_LABELS = (SPOT_LABEL, PREEMPTIBLE_LABEL, ACCELERATOR_LABEL)
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -129,12 +144,15 @@ def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: st
     ]
 
 
-def _resources(requirements: Any, gpus: int = 0) -> Obj:
+def _resources(requirements: Any, gpus: int = 0, default_requests: dict[str, str] | None = None) -> Obj:
     out: Obj = {}
     if requirements is not None:
         dumped = requirements.model_dump(by_alias=True, exclude_none=True)
         # Quantities as strings, as the API server returns them (clients parse "1", not 1).
         out = {k: {name: str(q) for name, q in v.items()} for k, v in dumped.items()}
+    for name, quantity in (default_requests or {}).items():
+        if name not in out.get("requests", {}) and name not in out.get("limits", {}):
+            out.setdefault("requests", {})[name] = quantity
     if gpus:
         out.setdefault("limits", {})[GPU_RESOURCE] = str(gpus)
     return out
@@ -148,12 +166,44 @@ def _container(image: str, env: list[Obj], resources: Obj, mounts: list[Obj]) ->
         "env": env,
         "ports": [{"name": "tf", "containerPort": TF_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": _container_security(),
     }
     if resources:
         container["resources"] = resources
     if mounts:
         container["volumeMounts"] = mounts
     return container
+
+
+def _container_security() -> Obj:
+    """The container half of Pod Security's restricted profile, with a read-only root filesystem."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+    }
+
+
+def _pod_security(template: PodTemplate | None) -> Obj:
+    """The pod half of the restricted profile; the template may choose the UIDs and GIDs (never root)."""
+    context: Obj = {
+        "runAsNonRoot": True,
+        "runAsUser": TRAINER_UID,
+        "runAsGroup": TRAINER_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    ids = template.spec.security_context if template is not None and template.spec is not None else None
+    if ids is not None:
+        context.update(ids.model_dump(by_alias=True, exclude_none=True))
+    return context
+
+
+def _scratch_volumes() -> tuple[list[Obj], list[Obj]]:
+    return (
+        [{"name": name, "emptyDir": {}} for name in SCRATCH_VOLUMES],
+        [{"name": name, "mountPath": path} for name, path in SCRATCH_VOLUMES.items()],
+    )
 
 
 def _checkpoint_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[Obj]]:
@@ -167,6 +217,13 @@ def _checkpoint_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[
 
 
 def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
+    """Worker pod ``incarnation`` of ``slot``: ttj's pod with ``workers.template`` merged under it."""
+    pod = _bare_worker_pod(job, spec, slot, incarnation)
+    return _with_template(pod, spec.workers.template)
+
+
+def _bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
+    """What ttj owns of a worker pod."""
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
     workers = spec.workers
@@ -180,35 +237,173 @@ def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation:
         tolerations.append({"key": PREEMPTIBLE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     if workers.gpus_per_worker > 0:
         node_selector[ACCELERATOR_LABEL] = workers.accelerator_type
-    node_selector.update(workers.node_selector or {})
+    node_selector.update({k: v for k, v in (workers.node_selector or {}).items() if k not in node_selector})
     tolerations += [t.model_dump(by_alias=True, exclude_none=True) for t in workers.tolerations or []]
     volumes, mounts = _checkpoint_volume(spec)
+    scratch, scratch_mounts = _scratch_volumes()
     pod_spec: Obj = {
         "hostname": worker_hostname(name, slot),
         "subdomain": service_name(name),
         "serviceAccountName": trainer_account_name(name),
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_SECONDS,
+        "securityContext": _pod_security(workers.template),
         "nodeSelector": node_selector,
         "tolerations": tolerations,
         "containers": [
             _container(
                 spec.image,
                 _env(name, namespace, spec, Role.WORKER, slot),
-                _resources(workers.resources, workers.gpus_per_worker),
-                mounts,
+                _resources(workers.resources, workers.gpus_per_worker, DEFAULT_WORKER_REQUESTS),
+                [*mounts, *scratch_mounts],
             )
         ],
+        "volumes": [*volumes, *scratch],
     }
     if workers.provisioning == Provisioning.ON_DEMAND:
         pod_spec["affinity"] = _on_demand_affinity()
-    if volumes:
-        pod_spec["volumes"] = volumes
     metadata = _metadata(
         job, worker_pod_name(name, slot, incarnation), {LABEL_ROLE: Role.WORKER.value, LABEL_SLOT: str(slot)}
     )
     metadata["finalizers"] = [FINALIZER]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _with_template(pod: Obj, template: PodTemplate | None) -> Obj:
+    """``pod`` (or a Deployment's pod template) with ``template`` merged under what ttj set: ttj's labels,
+    env, volumes, mounts and placement stay as they are (:func:`ownership_problems` refuses templates that
+    would change them); lists are extended, the template's affinity is combined with ttj's."""
+    if template is None:
+        return pod
+    extra = template.model_dump(by_alias=True, exclude_none=True)
+    metadata, pod_spec = pod["metadata"], pod["spec"]
+    for field in ("labels", "annotations"):
+        added = (extra.get("metadata") or {}).get(field)
+        if added:
+            metadata[field] = {**added, **(metadata.get(field) or {})}
+    wanted = extra.get("spec") or {}
+    for field in ("serviceAccountName", "priorityClassName", "imagePullSecrets"):
+        if field in wanted:
+            pod_spec[field] = wanted[field]
+    if "nodeSelector" in wanted:
+        pod_spec["nodeSelector"] = {**wanted["nodeSelector"], **(pod_spec.get("nodeSelector") or {})}
+    for field in ("tolerations", "volumes"):
+        if field in wanted:
+            pod_spec[field] = [*(pod_spec.get(field) or []), *wanted[field]]
+    if "affinity" in wanted:
+        pod_spec["affinity"] = _combined_affinity(pod_spec.get("affinity") or {}, wanted["affinity"])
+    container = pod_spec["containers"][0]
+    added_container = (wanted.get("containers") or [{}])[0]
+    for field in ("env", "volumeMounts"):
+        if field in added_container:
+            container[field] = [*(container.get(field) or []), *added_container[field]]
+    if "envFrom" in added_container:
+        container["envFrom"] = added_container["envFrom"]  # env (ttj's included) wins over envFrom
+    return pod
+
+
+def _combined_affinity(own: Obj, added: Obj) -> Obj:
+    """Both must hold: ttj's required node terms are added to each of the template's (terms are ORed, the
+    expressions of one term ANDed); preferences and pod (anti-)affinity are the template's."""
+    combined = {**added, **{k: v for k, v in own.items() if k != "nodeAffinity"}}
+    own_nodes, added_nodes = own.get("nodeAffinity") or {}, added.get("nodeAffinity") or {}
+    if not own_nodes and not added_nodes:
+        return combined
+    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    own_terms = (own_nodes.get(required_key) or {}).get("nodeSelectorTerms") or []
+    added_terms = (added_nodes.get(required_key) or {}).get("nodeSelectorTerms") or []
+    nodes: Obj = dict(added_nodes)
+    if own_terms and added_terms:
+        terms = [
+            {"matchExpressions": [*a.get("matchExpressions", []), *o.get("matchExpressions", [])]}
+            for a in added_terms
+            for o in own_terms
+        ]
+        nodes[required_key] = {"nodeSelectorTerms": terms}
+    elif own_terms:
+        nodes[required_key] = {"nodeSelectorTerms": own_terms}
+    combined["nodeAffinity"] = nodes
+    return combined
+
+
+def ownership_problems(job: Obj, spec: TransientTrainingJobSpec) -> list[str]:
+    """Why the pod templates (and workers.nodeSelector) would override what ttj owns: each role's template is
+    compared with the pod ttj makes without it."""
+    problems = [
+        f"workers.nodeSelector may not set {key}: ttj places workers by provisioning and acceleratorType"
+        for key in sorted(set(spec.workers.node_selector or {}) & set(PLACEMENT_LABELS))
+    ]
+    bare_worker = _bare_worker_pod(job, spec, 0, 1)
+    paths = [m["mountPath"].rstrip("/") or "/" for m in bare_worker["spec"]["containers"][0].get("volumeMounts") or []]
+    if len(set(paths)) != len(paths):
+        problems.append(
+            f"checkpoint.uri {spec.checkpoint.uri!r} (with volumeClaimName) is a directory ttj mounts itself: "
+            f"{', '.join(sorted(SCRATCH_VOLUMES.values()))}"
+        )
+    bare_ps = ps_deployment(job, spec, 0, with_template=False)
+    roles = [
+        ("workers", spec.workers.template, bare_worker),
+        ("parameterServers", spec.parameter_servers.template, {**bare_ps["spec"]["template"], "kind": "Pod"}),
+    ]
+    for role, template, bare in roles:
+        if template is not None:
+            problems += [f"{role}.template: {p}" for p in _template_overrides(template, bare)]
+    return problems
+
+
+def _template_overrides(template: PodTemplate, bare: Obj) -> list[str]:
+    problems = []
+    metadata = template.metadata
+    for field, added in (
+        ("labels", metadata.labels if metadata else None),
+        ("annotations", metadata.annotations if metadata else None),
+    ):
+        owned = set(bare["metadata"].get(field) or {})
+        for key in sorted(added or {}):
+            if key in owned or _in_ttj_domain(key):
+                problems.append(f"metadata.{field} may not set {key}: ttj's own")
+    pod_spec = template.spec
+    if pod_spec is None:
+        return problems
+    container = template.container
+    bare_container = bare["spec"]["containers"][0]
+    owned_env = {e["name"] for e in bare_container.get("env") or []}
+    problems += [
+        f"spec.containers[0].env may not set {e.name}: ttj sets it" for e in container.env or [] if e.name in owned_env
+    ]
+    owned_volumes = {v["name"] for v in bare["spec"].get("volumes") or []}
+    problems += [
+        f"spec.volumes may not name a volume {v.name}: ttj's own"
+        for v in pod_spec.volumes or []
+        if v.name in owned_volumes
+    ]
+    owned_paths = {m["mountPath"].rstrip("/") for m in bare_container.get("volumeMounts") or []}
+    problems += [
+        f"spec.containers[0].volumeMounts may not mount at {m.mount_path}: ttj mounts its own volume there"
+        for m in container.volume_mounts or []
+        if m.mount_path.rstrip("/") in owned_paths
+    ]
+    placement = set(PLACEMENT_LABELS) | set(bare["spec"].get("nodeSelector") or {})
+    problems += [
+        f"spec.nodeSelector may not set {key}: ttj places the pods by provisioning and acceleratorType"
+        for key in sorted(set(pod_spec.node_selector or {}) & placement)
+    ]
+    node_affinity = pod_spec.affinity.node_affinity if pod_spec.affinity else None
+    if node_affinity is not None:
+        required = node_affinity.required_during_scheduling_ignored_during_execution
+        terms = [*(required.node_selector_terms if required else [])]
+        terms += [p.preference for p in node_affinity.preferred_during_scheduling_ignored_during_execution or []]
+        keys = {e.key for term in terms for e in term.match_expressions}
+        problems += [
+            f"spec.affinity.nodeAffinity may not use {key}: ttj places the pods by provisioning and acceleratorType"
+            for key in sorted(keys & placement)
+        ]
+    return problems
+
+
+def _in_ttj_domain(key: str) -> bool:
+    prefix = key.split("/", 1)[0] if "/" in key else ""
+    return prefix == GROUP or prefix.endswith(f".{GROUP}")
 
 
 def _on_demand_affinity() -> Obj:
@@ -229,31 +424,43 @@ def _on_demand_affinity() -> Obj:
 
 
 def ps_template_fingerprint(spec: TransientTrainingJobSpec) -> str:
-    """What a spec change may alter in a PS pod template and that warrants a new PS pod: the image and
-    ``parameterServers.resources``. Other settings (worker counts, steps) do not restart a PS: its model
-    state is worth more than a stale environment variable it does not read."""
-    relevant = {"image": spec.image, "resources": _resources(spec.parameter_servers.resources)}
+    """What a spec change may alter in a PS pod template and that warrants a new PS pod: the image,
+    ``parameterServers.resources`` and ``parameterServers.template``. Other settings (worker counts, steps) do
+    not restart a PS: its model state is worth more than a stale environment variable it does not read."""
+    relevant: Obj = {"image": spec.image, "resources": _resources(spec.parameter_servers.resources)}
+    if spec.parameter_servers.template is not None:
+        relevant["template"] = spec.parameter_servers.template.model_dump(by_alias=True, exclude_none=True)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int) -> Obj:
+def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int, *, with_template: bool = True) -> Obj:
+    """The Deployment of parameter server ``index``, ``parameterServers.template`` merged under ttj's pod."""
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
     labels = {LABEL_JOB: name, LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: str(index)}
+    template = spec.parameter_servers.template
+    scratch, scratch_mounts = _scratch_volumes()
     template_spec: Obj = {
         "hostname": ps_name(name, index),
         "subdomain": service_name(name),
         "serviceAccountName": trainer_account_name(name),
+        # A parameter server never calls the API: no token in its filesystem.
+        "automountServiceAccountToken": False,
+        "securityContext": _pod_security(template),
         "affinity": _on_demand_affinity(),
         "containers": [
             _container(
                 spec.image,
                 _env(name, namespace, spec, Role.PS, index),
-                _resources(spec.parameter_servers.resources),
-                [],
+                _resources(spec.parameter_servers.resources, default_requests=DEFAULT_PS_REQUESTS),
+                scratch_mounts,
             )
         ],
+        "volumes": scratch,
     }
+    pod = {"metadata": {"labels": dict(labels)}, "spec": template_spec}
+    if with_template:
+        pod = _with_template(pod, template)
     metadata = _metadata(job, ps_name(name, index), {LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: str(index)})
     metadata["annotations"] = {ANNOTATION_PS_TEMPLATE: ps_template_fingerprint(spec)}
     return {
@@ -265,7 +472,7 @@ def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int) -> Obj:
             # Recreate: never two pods of one PS index (one hostname, one model shard).
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": template_spec},
+            "template": pod,
         },
     }
 
@@ -286,6 +493,30 @@ def headless_service(job: Obj) -> Obj:
     }
 
 
+def network_policy(job: Obj) -> Obj:
+    """Only the job's own pods may reach its pods' TensorFlow port (a TF server runs whatever graph a client
+    sends); the metrics port is open to pods of namespaces labelled ``LABEL_METRICS_SCRAPER=true``; nothing
+    else gets in. Egress stays open (GCS, the API server, DNS)."""
+    name = job["metadata"]["name"]
+    own_pods = {"matchLabels": {LABEL_JOB: name}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(job, service_name(name)),
+        "spec": {
+            "podSelector": own_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": own_pods}], "ports": [{"protocol": "TCP", "port": TF_PORT}]},
+                {
+                    "from": [{"namespaceSelector": {"matchLabels": {LABEL_METRICS_SCRAPER: "true"}}}],
+                    "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                },
+            ],
+        },
+    }
+
+
 def lease(job: Obj, duration_seconds: int, active_workers: int, desired_workers: int) -> Obj:
     name = job["metadata"]["name"]
     return {
@@ -302,10 +533,17 @@ def lease(job: Obj, duration_seconds: int, active_workers: int, desired_workers:
     }
 
 
-def trainer_rbac(job: Obj) -> list[Obj]:
-    """A ServiceAccount that may get, watch and patch the job's Lease and nothing else."""
+def trainer_rbac(job: Obj, spec: TransientTrainingJobSpec | None = None) -> list[Obj]:
+    """A ServiceAccount that may get, watch and patch the job's Lease and nothing else; the workers' own
+    service account (``workers.template.spec.serviceAccountName``) is bound to the same Role."""
     name = job["metadata"]["name"]
     account = trainer_account_name(name)
+    namespace = job["metadata"].get("namespace") or "default"
+    subjects = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    template = spec.workers.template if spec is not None else None
+    own = template.spec.service_account_name if template is not None and template.spec is not None else None
+    if own and own != account:
+        subjects.append({"kind": "ServiceAccount", "name": own, "namespace": namespace})
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(job, account)},
         {
@@ -326,8 +564,6 @@ def trainer_rbac(job: Obj) -> list[Obj]:
             "kind": "RoleBinding",
             "metadata": _metadata(job, account),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": account, "namespace": job["metadata"].get("namespace") or "default"}
-            ],
+            "subjects": subjects,
         },
     ]

@@ -15,7 +15,7 @@ from typing import Literal
 
 from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase
 from ttj.cost.budget import BudgetDecision
-from ttj.planner.actions import EmitEvent
+from ttj.planner.actions import EmitEvent, Refusal
 
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
@@ -44,6 +44,9 @@ class Reason(StrEnum):
     TRAINING_COMPLETE = "TrainingComplete"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
+    FAILED_CREATE = "FailedCreate"
+    FAILED_UPDATE = "FailedUpdate"
+    FAILED_DELETE = "FailedDelete"
 
 
 # -- the situations ------------------------------------------------------------------------------
@@ -97,6 +100,8 @@ class InProgress:
     unschedulable: str
     budget: BudgetDecision | None
     budget_limited: bool
+    #: Writes of this pass the API refused (quota, admission, validation); empty when all went through.
+    refused: tuple[Refusal, ...] = ()
 
     @property
     def training(self) -> bool:
@@ -243,6 +248,20 @@ def _failed(s: Situation) -> Holds | None:
     return None
 
 
+#: How many refused writes a ReplicaFailure message quotes; the count says how many more there were.
+QUOTED_REFUSALS = 2
+_REFUSAL_REASONS = {"create": Reason.FAILED_CREATE, "delete": Reason.FAILED_DELETE}
+
+
+def _replica_failure(s: Situation) -> Holds | None:
+    if not isinstance(s, InProgress) or not s.refused:
+        return None
+    first = s.refused[0]
+    quoted = "; ".join(f"{r.verb} {r.kind} {r.name}: {r.message}" for r in s.refused[:QUOTED_REFUSALS])
+    more = f" ({len(s.refused)} writes refused)" if len(s.refused) > QUOTED_REFUSALS else ""
+    return True, _REFUSAL_REASONS.get(first.verb, Reason.FAILED_UPDATE), quoted + more
+
+
 #: Every condition the operator sets, in the order status lists them.
 CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.INVALID: Rule(_invalid, warns=True),
@@ -253,6 +272,7 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.BUDGET_EXCEEDED: Rule(_budget_exceeded, warns=True),
     ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
     ConditionType.FAILED: Rule(_failed, warns=True),
+    ConditionType.REPLICA_FAILURE: Rule(_replica_failure, warns=True),
 }
 
 #: Reasons raised as a Warning event on every change, even while their condition is False.

@@ -14,7 +14,7 @@ the phase and conditions (:mod:`ttj.planner.conditions`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -22,23 +22,24 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from ttj.api.models import (
+    CleanPodPolicy,
     Phase,
     TransientTrainingJob,
     TransientTrainingJobSpec,
     TransientTrainingJobStatus,
     WorkerCounts,
 )
-from ttj.planner.actions import EmitEvent, Observation, Write
+from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.checkpoint_interval import adaptive_checkpoint_interval
-from ttj.planner.chief import keep_chief
-from ttj.planner.children import name_problems
+from ttj.planner.chief import keep_chief, operators_chief
+from ttj.planner.children import name_problems, ownership_problems
 from ttj.planner.classify import PodState
 from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import cost_and_budget
-from ttj.planner.ending import clean_up, deadline_of, ending
-from ttj.planner.lease import lease_holder, reported_progress
+from ttj.planner.ending import clean_up, deadline_of, ending, release_pods
+from ttj.planner.lease import reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.observed import Observed, meta
 from ttj.planner.parameter_servers import ServerLoss, parameter_servers
@@ -83,6 +84,8 @@ class _Pass:
     observed: Observed
     now: datetime
     config: PlannerConfig
+    #: The writes of this pass the API refused: a second planning of the same pass, after applying.
+    refused: tuple[Refusal, ...] = ()
 
     @property
     def now_text(self) -> str:
@@ -94,12 +97,15 @@ def plan(
     observed: Observed,
     now: datetime,
     config: PlannerConfig | None = None,
+    *,
+    refused: Sequence[Refusal] = (),
 ) -> Plan:
     """Decide what to do for one job.
 
     ``job`` is the TransientTrainingJob as the API returns it (a dict with metadata, spec, status) or
     the pydantic model; ``observed`` its children; ``now`` an aware datetime. The result is
-    deterministic in its inputs.
+    deterministic in its inputs. ``refused``: the writes of this very plan the API refused; a controller
+    plans again with them, so that the status it writes says so (condition ReplicaFailure).
     """
     if isinstance(job, TransientTrainingJob):
         job = job.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -108,12 +114,14 @@ def plan(
     except ValidationError:
         previous = TransientTrainingJobStatus()
     name = str(meta(job).get("name", ""))
-    run = _Pass(job, name, meta(job).get("generation"), previous, observed, now, config or PlannerConfig())
+    run = _Pass(
+        job, name, meta(job).get("generation"), previous, observed, now, config or PlannerConfig(), tuple(refused)
+    )
     try:
         spec = TransientTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as exc:
         return _invalid(run, [f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()])
-    problems = name_problems(name, spec)
+    problems = name_problems(name, spec) or ownership_problems(job, spec)
     if problems:
         return _invalid(run, problems)
     if previous.phase is not None and previous.phase in TERMINAL:
@@ -122,6 +130,8 @@ def plan(
 
 
 def _invalid(run: _Pass, problems: list[str]) -> Plan:
+    """The job fails; pods it still has (an invalid edit mid-run) stop as cleanPodPolicy Running would stop
+    them: a Failed job never keeps pods running."""
     previous = run.previous
     derived = derive(
         InvalidSpec("; ".join(problems), previous.phase), previous.conditions, run.now_text, run.generation
@@ -135,7 +145,7 @@ def _invalid(run: _Pass, problems: list[str]) -> Plan:
             "conditions": derived.conditions,
         }
     )
-    return _plan(run, status, events=derived.events)
+    return _plan(run, status, writes=release_pods(run.observed, CleanPodPolicy.RUNNING), events=derived.events)
 
 
 def _finished(run: _Pass, spec: TransientTrainingJobSpec, phase: Phase) -> Plan:
@@ -164,7 +174,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     assessed = assess_workers(
         observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
     )
-    holder = lease_holder(observed.lease, previous.chief)
+    holder = operators_chief(previous.chief)  # never a holder someone else wrote into the Lease
     progress = reported_progress(observed.lease, previous.progress)
     costing = cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config)
     counted = previous.model_copy(
@@ -196,7 +206,13 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         return _ends_now(run, spec, counted, Ended(end, budget_limited), assessed, writes=writes, events=events)
 
     servers = parameter_servers(
-        run.name, spec.parameter_servers.replicas, observed.pods, previous.parameter_server_pods or []
+        run.name,
+        spec.parameter_servers.replicas,
+        observed.pods,
+        previous.parameter_server_pods or [],
+        nodes=observed.nodes,
+        now=now,
+        node_grace=timedelta(seconds=run.config.node_grace_seconds),
     )
     slots = fill_worker_slots(
         run.job,
@@ -247,6 +263,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         unschedulable=slots.unschedulable,
         budget=costing.budget,
         budget_limited=budget_limited,
+        refused=run.refused,
     )
     derived = derive(situation, previous.conditions, run.now_text, run.generation)
     losses = _losses(run, counted, assessed, servers.server_losses)
@@ -267,10 +284,10 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     return _plan(
         run,
         status,
-        writes=[*writes, *slots.writes, *chief.writes],
+        writes=[*writes, *servers.writes, *slots.writes, *chief.writes],
         events=[*events, *servers.events, *chief.events, *derived.events, *losses.events],
         observations=chief.observations,
-        wake=[*assessed.wake, chief.wake, deadline_of(spec, started_at)],
+        wake=[*assessed.wake, *servers.wake, chief.wake, deadline_of(spec, started_at)],
     )
 
 

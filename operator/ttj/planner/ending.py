@@ -69,7 +69,16 @@ def clean_up(
 ) -> CleanUp:
     """A finished job: release the finalizers, delete the pods and Deployments cleanPodPolicy names, and
     the job itself once its TTL is over."""
-    policy = spec.clean_pod_policy
+    writes = release_pods(observed, spec.clean_pod_policy)
+    ttl = spec.ttl_seconds_after_finished
+    if ttl is None or completed_at is None:
+        return CleanUp(tuple(writes), delete_job=False, wake=None)
+    expiry = completed_at + timedelta(seconds=ttl)
+    return CleanUp(tuple(writes), delete_job=now >= expiry, wake=None if now >= expiry else expiry)
+
+
+def release_pods(observed: Observed, policy: CleanPodPolicy) -> list[Write]:
+    """Release every finalizer, and delete the workers and PS Deployments ``policy`` names."""
     writes: list[Write] = []
     for pod in observed.pods:
         name = name_of(pod)
@@ -85,8 +94,4 @@ def clean_up(
         for kind, child_name in sorted(observed.children):
             if kind == "Deployment":
                 writes.append(DeleteChild(kind, child_name, reason="CleanPodPolicy"))
-    ttl = spec.ttl_seconds_after_finished
-    if ttl is None or completed_at is None:
-        return CleanUp(tuple(writes), delete_job=False, wake=None)
-    expiry = completed_at + timedelta(seconds=ttl)
-    return CleanUp(tuple(writes), delete_job=now >= expiry, wake=None if now >= expiry else expiry)
+    return writes

@@ -18,7 +18,7 @@ class Observed:
     ``pods``: every pod labelled ``transient.training/job-name=NAME`` (workers and PS, including
     terminating and finished ones). ``nodes``: node name → Node for (at least) the nodes those pods
     are bound to; a bound node missing here is taken as gone. ``children``: (kind, name) → object for
-    Service, Deployment, ServiceAccount, Role, RoleBinding. ``lease``: the ``NAME-chief`` Lease or None.
+    Service, NetworkPolicy, Deployment, ServiceAccount, Role, RoleBinding. ``lease``: the ``NAME-chief`` Lease or None.
     ``placement``: whether any node pool can hold the job's workers and parameter servers.
     """
 

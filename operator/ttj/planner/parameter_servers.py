@@ -2,16 +2,22 @@
 
 A running PS pod other than the one recorded for its index holds no model state: the chief must restore
 the latest checkpoint. That is a preemption, unless the Deployment rolled out a changed template.
+
+A PS pod the API still shows Running on a node that is gone or NotReady past the node grace is judged as
+a worker would be (:func:`~ttj.planner.classify.classify_pod`): lost. It does not count as running, and it
+is deleted without grace, so that its Deployment replaces it now rather than after taint eviction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from ttj.planner.actions import EmitEvent
-from ttj.planner.observed import Obj, has_role, labels_of, meta, name_of, phase_of
-from ttj_contract import LABEL_POD_TEMPLATE_HASH, LABEL_PS_INDEX, Role, ps_name
+from ttj.planner.actions import DeleteChild, EmitEvent, Write
+from ttj.planner.classify import PodState, classify_pod
+from ttj.planner.observed import Obj, condition, has_role, labels_of, meta, name_of, node_name_of, phase_of
+from ttj_contract import LABEL_POD_TEMPLATE_HASH, LABEL_PS_INDEX, Role, parse_time, ps_name
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,10 @@ class ParameterServers:
     lost: bool = False
     #: The preemptions, one by one.
     server_losses: tuple[ServerLoss, ...] = ()
+    #: Forced deletes of PS pods on lost nodes.
+    writes: tuple[Write, ...] = ()
+    #: When a PS pod's NotReady node runs out of grace.
+    wake: tuple[datetime, ...] = field(default=())
 
     @property
     def ready(self) -> bool:
@@ -46,9 +56,21 @@ class ParameterServers:
         return self.all_running and not self.replaced
 
 
-def parameter_servers(job_name: str, replicas: int, pods: Iterable[Obj], recorded: Sequence[str]) -> ParameterServers:
+def parameter_servers(
+    job_name: str,
+    replicas: int,
+    pods: Iterable[Obj],
+    recorded: Sequence[str],
+    *,
+    nodes: Mapping[str, Obj] | None = None,
+    now: datetime | None = None,
+    node_grace: timedelta = timedelta(seconds=30),
+) -> ParameterServers:
+    """``nodes`` (with ``now``): the nodes under the PS pods, to tell a PS on a lost node from a running one."""
+    pods = [p for p in pods if has_role(p, Role.PS)]
+    on_lost_nodes = _on_lost_nodes(pods, nodes, now, node_grace) if nodes is not None and now is not None else {}
     before = [*recorded[:replicas], *[""] * (replicas - len(recorded))]
-    running, template_hash = _running(pods)
+    running, template_hash = _running(p for p in pods if name_of(p) not in on_lost_nodes)
     after = list(before)
     all_running, replaced, preemptions, lost = True, False, 0, False
     events: list[EmitEvent] = []
@@ -87,7 +109,49 @@ def parameter_servers(job_name: str, replicas: int, pods: Iterable[Obj], recorde
                 "the chief restores the latest checkpoint",
             )
         )
-    return ParameterServers(tuple(after), all_running, replaced, preemptions, tuple(events), lost, tuple(server_losses))
+    writes: list[Write] = []
+    for name, message in sorted(on_lost_nodes.items()):
+        pod = next(p for p in pods if name_of(p) == name)
+        if meta(pod).get("deletionGracePeriodSeconds") != 0:
+            writes.append(DeleteChild("Pod", name, force=True, reason="LostParameterServer"))
+            events.append(EmitEvent("Warning", "ParameterServerLost", f"parameter server pod {name} lost: {message}"))
+    wake = [w for w in _grace_ends(pods, nodes, node_grace) if w > now] if nodes is not None and now is not None else []
+    return ParameterServers(
+        tuple(after),
+        all_running,
+        replaced,
+        preemptions,
+        tuple(events),
+        lost,
+        tuple(server_losses),
+        tuple(writes),
+        tuple(wake),
+    )
+
+
+def _on_lost_nodes(pods: Iterable[Obj], nodes: Mapping[str, Obj], now: datetime, grace: timedelta) -> dict[str, str]:
+    """PS pods shown Running whose node is gone or NotReady past the grace, with why."""
+    lost = {}
+    for pod in pods:
+        if phase_of(pod) != "Running" or (
+            meta(pod).get("deletionTimestamp") and meta(pod).get("deletionGracePeriodSeconds") == 0
+        ):
+            continue
+        verdict = classify_pod(pod, dict(nodes), now, grace)
+        if verdict.state == PodState.PREEMPTED and verdict.force_delete:
+            lost[name_of(pod)] = verdict.message
+    return lost
+
+
+def _grace_ends(pods: Iterable[Obj], nodes: Mapping[str, Obj], grace: timedelta) -> list[datetime]:
+    moments = []
+    for pod in pods:
+        node = nodes.get(node_name_of(pod) or "")
+        ready = condition(node, "Ready") if node is not None else None
+        since = parse_time((ready or {}).get("lastTransitionTime"))
+        if ready is not None and ready.get("status") != "True" and since is not None:
+            moments.append(since + grace)
+    return moments
 
 
 def _running(pods: Iterable[Obj]) -> tuple[dict[int, list[str]], dict[str, str]]:

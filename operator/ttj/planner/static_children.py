@@ -1,4 +1,5 @@
-"""The children a running job always has: its Service, the trainers' RBAC and the PS Deployments."""
+"""The children a running job always has: its Service, its NetworkPolicy, the trainers' RBAC and the PS
+Deployments."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def static_children(
     ``parameterServers.replicas``."""
     wanted = [
         children.headless_service(job),
-        *children.trainer_rbac(job),
+        children.network_policy(job),
+        *children.trainer_rbac(job, spec),
         *(children.ps_deployment(job, spec, i) for i in range(spec.parameter_servers.replicas)),
     ]
     writes: list[Write] = []
@@ -35,17 +37,20 @@ def static_children(
         if key not in observed:
             writes.append(CreateChild(manifest))
         elif key[0] == "Deployment" and _ps_template(observed[key]) != _ps_template(manifest):
-            # A spec change (image, parameterServers.resources) reaches the PS through its template: the
+            # A spec change (image, parameterServers.resources or .template) reaches the PS through its template: the
             # Deployment controller recreates the pod, which the parameter-server stage sees as a PS loss.
             writes.append(ReplaceChild(manifest))
             events.append(
                 EmitEvent(
                     "Normal",
                     "ParameterServerUpdated",
-                    f"{key[1]}: the spec changed its image or resources; the parameter server restarts "
+                    f"{key[1]}: the spec changed its image, resources or pod template; the parameter server restarts "
                     "and the chief restores the latest checkpoint",
                 )
             )
+        elif key[0] == "RoleBinding" and observed[key].get("subjects") != manifest.get("subjects"):
+            # workers.template.spec.serviceAccountName changed: that account needs the Lease too.
+            writes.append(ReplaceChild(manifest))
     wanted_keys = {(m["kind"], name_of(m)) for m in wanted}
     for kind, name in sorted(observed):
         if kind == "Deployment" and (kind, name) not in wanted_keys:

@@ -26,7 +26,7 @@ from ttj_localcluster.apiserver.server import ApiServer
 
 NAMESPACE = "ns"
 #: The children the controller watches besides pods and the Lease.
-CHILD_KINDS = ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding")
+CHILD_KINDS = ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ttj.controller.apply import Applier, Conflict
+from ttj.controller.apply import MAX_RETRY_SECONDS, Applier, Conflict, retry_delay
 from ttj.kubeapi import MERGE_PATCH, KubeError, path
 from ttj.planner import CreateChild, DeleteChild, EmitEvent, LabelPod, RemoveFinalizer, UpdateLease, Write
 from ttj_contract import ANNOTATION_DELETED, FINALIZER, KIND
@@ -100,14 +100,73 @@ def test_the_lease_precondition_is_sent() -> None:
     assert body == {"metadata": {"resourceVersion": "7"}, "spec": {"holderIdentity": "w-1", "leaseTransitions": 2}}
 
 
-def test_a_terminating_namespace_ends_the_pass_quietly_other_errors_do_not() -> None:
+def test_a_terminating_namespace_ends_the_pass_quietly() -> None:
     terminating = refusal(403, "unable to create new content in namespace ns because it is being terminated")
     api = ScriptedApi({("POST", path("Pod", NS)): [terminating]})
-    Applier(api).apply(NS, [CreateChild(pod("w"))])
-    for error in (refusal(403, "forbidden"), refusal(500, "etcd")):
-        api = ScriptedApi({("POST", path("Pod", NS)): [error]})
-        with pytest.raises(KubeError):
-            Applier(api).apply(NS, [CreateChild(pod("w"))])
+    applied = Applier(api).apply(NS, [CreateChild(pod("w"))])
+    assert not applied.refused
+
+
+QUOTA = (
+    'pods "w-1" is forbidden: exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=4, '
+    "limited: requests.cpu=4"
+)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        refusal(403, QUOTA),
+        refusal(403, 'pods "w-1" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'),
+        refusal(422, 'Pod "w-1" is invalid: spec.containers[0].resources.requests[cpu]: Invalid value: "banana"'),
+        refusal(500, "etcdserver: request timed out"),
+    ],
+    ids=["quota", "pod security", "invalid", "server error"],
+)
+def test_a_refused_create_is_recorded_and_the_other_writes_still_apply(error: KubeError) -> None:
+    api = ScriptedApi({("POST", path("Pod", NS)): [error, {}]})
+    writes: list[Write] = [
+        CreateChild(pod("w-1")),
+        CreateChild(pod("w-2")),
+        UpdateLease("j-chief", resource_version="7", holder="w-0", epoch=1),  # the election
+        LabelPod("w-0", {"chief": "true"}),
+    ]
+    applied = Applier(api).apply(NS, writes)
+    assert len(api.requests) == len(writes)
+    [refused] = applied.refused
+    assert refused.status == error.status
+    assert refused.message == error.message
+    assert (refused.kind, refused.name, refused.verb) == ("Pod", "w-1", "create")
+    assert applied.retry_after_seconds is None
+
+
+def test_a_throttled_write_carries_the_servers_retry_after() -> None:
+    throttled = KubeError(
+        429,
+        json.dumps(
+            {"kind": "Status", "code": 429, "message": "too many requests", "details": {"retryAfterSeconds": 7}}
+        ),
+    )
+    api = ScriptedApi({("POST", path("Pod", NS)): [throttled]})
+    applied = Applier(api).apply(NS, [CreateChild(pod("w-1")), LabelPod("w-0", {"a": "b"})])
+    assert len(api.requests) == 2
+    assert applied.retry_after_seconds == 7
+    assert [r.status for r in applied.refused] == [429]
+
+
+def test_a_refused_election_still_stops_the_pass() -> None:
+    """The status relies on a conditional write: whatever refused it, the status must not claim it."""
+    api = ScriptedApi({("PATCH", LEASE_PATH): [refusal(403, "forbidden")]})
+    with pytest.raises(KubeError):
+        Applier(api).apply(NS, [UpdateLease("j-chief", resource_version="7", holder="w-1", epoch=2)])
+
+
+def test_retries_back_off_with_jitter_and_honour_retry_after() -> None:
+    delays = [retry_delay(attempt) for attempt in range(1, 12)]
+    assert all(0 < d <= MAX_RETRY_SECONDS for d in delays)
+    assert max(delays[-3:]) > max(delays[:2])  # it grows
+    assert len({retry_delay(3) for _ in range(20)}) > 1  # jitter
+    assert retry_delay(1, retry_after_seconds=40) >= 40
 
 
 def test_a_deliberate_forced_delete_marks_the_pod_first() -> None:

@@ -59,6 +59,7 @@ def test_children_of_a_new_job() -> None:
     created = {(a.kind, a.name): a.manifest for a in result.of_type(CreateChild)}
     assert set(created) == {
         ("Service", "mnist"),
+        ("NetworkPolicy", "mnist"),
         ("ServiceAccount", "mnist-trainer"),
         ("Role", "mnist-trainer"),
         ("RoleBinding", "mnist-trainer"),
@@ -140,8 +141,8 @@ def test_provisioning_places_workers(provisioning: str, selector: dict[str, str]
 def test_checkpoint_volume_is_mounted() -> None:
     result = plan(job(checkpoint={"uri": "/ckpt", "volumeClaimName": "shared"}), World(job()).observed, T0)
     worker = next(a.manifest for a in result.of_type(CreateChild) if a.kind == "Pod")
-    assert worker["spec"]["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "shared"}}]
-    assert worker["spec"]["containers"][0]["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/ckpt"}]
+    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "shared"}} in worker["spec"]["volumes"]
+    assert {"name": "checkpoints", "mountPath": "/ckpt"} in worker["spec"]["containers"][0]["volumeMounts"]
 
 
 def test_first_chief_and_running() -> None:

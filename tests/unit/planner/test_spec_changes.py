@@ -139,3 +139,20 @@ def test_the_budget_stops_a_grace_period_before_the_money_runs_out() -> None:
     assert status["cost"]["usd"] < 100
     budget = next(c for c in status["conditions"] if c["type"] == "BudgetExceeded")
     assert budget["status"] == "True"
+
+
+def test_an_invalid_edit_of_a_running_job_fails_it_and_stops_its_pods() -> None:
+    """The edit got past the API server (a cluster without CEL, or a rule only the operator checks): the job is
+    Failed and Invalid, and none of its pods is left running, unaccounted for."""
+    world = started()
+    world.job["spec"]["workers"]["template"] = {"metadata": {"labels": {"transient.training/role": "ps"}}}
+    world.job["metadata"]["generation"] = 2
+    result = world.reconcile(T0 + S)
+    status = world.job["status"]
+    assert status["phase"] == "Failed"
+    assert any(c["type"] == "Invalid" and c["status"] == "True" for c in status["conditions"])
+    deleted = {(d.kind, d.name) for d in result.of_type(DeleteChild)}
+    assert {("Pod", p["metadata"]["name"]) for p in pods(world, alive=False)} <= deleted
+    assert ("Deployment", "mnist-ps-0") in deleted
+    world.reconcile(T0 + 2 * S)
+    assert pods(world) == []  # no live worker left

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.planner.builders import T0, job, node
+from tests.unit.planner.builders import T0, job, node, pods, start, terminate
 from ttj.api.models import ChiefStatus, CostStatus, Phase, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.planner import CreateChild, DeleteChild, LabelPod, Observed, PlannerConfig, RemoveFinalizer, UpdateLease
@@ -19,6 +19,7 @@ from ttj.planner.ending import clean_up, ending
 from ttj.planner.lease import lease_holder, lease_write, reported_progress
 from ttj.planner.parameter_servers import parameter_servers
 from ttj.planner.slots import fill_worker_slots
+from ttj.planner.world import World
 from ttj_contract import FINALIZER, LeaseProgress, format_micro_time, format_time
 
 S = timedelta(seconds=1)
@@ -273,14 +274,49 @@ def test_a_renewing_chief_is_kept_and_the_planner_wakes_when_its_lease_would_exp
     assert (found.elections, found.healthy, found.wake) == (0, True, T0 + 20 * S)
 
 
-def test_an_election_found_only_in_the_lease_is_adopted_and_counted() -> None:
-    moved = lease("mnist-worker-0-1", 3, acquired=T0 - 5 * S, renewed=T0 - 1 * S)
-    recorded = ChiefStatus(pod="mnist-worker-1-1", epoch=2)
-    found = chief_of([worker(0)], lease=moved, holder="mnist-worker-0-1", recorded=recorded)
-    assert found.elections == 1
-    assert found.chief.pod == "mnist-worker-0-1"
-    assert found.chief.epoch == 3
-    assert [e.message for e in found.events] == ["mnist-worker-0-1 is chief at epoch 3"]
+def test_a_holder_change_the_operator_did_not_make_is_refused_and_its_choice_restored() -> None:
+    """A pod patched the Lease to make itself chief: not adopted; the operator's chief is restored at a new
+    epoch (fencing the usurper's) and a Warning says so."""
+    usurped = lease("mnist-worker-0-1", 3, acquired=T0 - 5 * S, renewed=T0 - 1 * S)
+    recorded = ChiefStatus(pod="mnist-worker-1-1", epoch=2, elected_at=format_time(T0 - 60 * S))
+    found = chief_of([worker(0), worker(1)], lease=usurped, holder="mnist-worker-1-1", recorded=recorded)
+    assert found.elections == 0
+    assert found.chief.pod == "mnist-worker-1-1"
+    assert found.chief.epoch == 4
+    update = next(w for w in found.writes if isinstance(w, UpdateLease))
+    assert (update.holder, update.epoch, update.resource_version) == ("mnist-worker-1-1", 4, "7")
+    [warning] = [e for e in found.events if e.reason == "ChiefChangeRefused"]
+    assert warning.type == "Warning"
+    assert "mnist-worker-0-1" in warning.message
+    assert "mnist-worker-1-1" in warning.message
+    assert LabelPod("mnist-worker-1-1", {"transient.training/chief": "true"}) in found.writes
+
+
+def test_a_pod_that_made_itself_chief_before_any_election_is_not_adopted() -> None:
+    usurped = lease("mnist-worker-0-1", 1, acquired=T0 - 5 * S, renewed=T0 - 1 * S)
+    found = chief_of([worker(0), worker(1)], lease=usurped, holder=None, recorded=None)
+    assert found.chief.pod == "mnist-worker-1-1"  # the operator's own choice (on-demand node)
+    assert found.chief.epoch == 2
+    assert any(e.reason == "ChiefChangeRefused" for e in found.events)
+    update = next(w for w in found.writes if isinstance(w, UpdateLease))
+    assert (update.holder, update.epoch) == ("mnist-worker-1-1", 2)
+
+
+def test_a_usurper_that_succeeds_does_not_end_the_job() -> None:
+    world = World(job())
+    start(world, [node(f"gpu-{i}") for i in range(3)])
+    chief = world.job["status"]["chief"]["pod"]
+    other = next(p["metadata"]["name"] for p in pods(world) if p["metadata"]["name"] != chief)
+    lease_now = world.observed.lease
+    assert lease_now is not None
+    lease_now["spec"].update(holderIdentity=other, leaseTransitions=lease_now["spec"]["leaseTransitions"] + 1)
+    terminate(world, other, 0)
+    result = world.reconcile(T0 + S)
+    assert world.job["status"]["phase"] != "Succeeded"
+    assert world.job["status"]["chief"]["pod"] == chief
+    assert any(e.reason == "ChiefChangeRefused" for e in result.events)
+    assert world.observed.lease is not None
+    assert world.observed.lease["spec"]["holderIdentity"] == chief
 
 
 def test_a_missing_lease_is_recreated_as_the_status_says() -> None:

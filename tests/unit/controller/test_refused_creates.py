@@ -1,0 +1,118 @@
+"""A create the API refuses (a ResourceQuota, Pod Security admission, a 422) must not freeze the job.
+
+The refusal becomes a condition and a Warning Event carrying the API's message, the other writes of the
+pass (the chief election included) still apply, and the job recovers by itself once the quota frees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
+from tests.unit.planner.builders import T0, job, node
+from ttj.controller.apply import MAX_RETRY_SECONDS
+from ttj.controller.handlers import CHILD_RESOURCES, JobReconciler, OperatorContext
+from ttj.controller.metrics import Metrics
+from ttj.kubeapi import KubeError, path
+from ttj.planner import Observed
+from ttj_contract import KIND, LABEL_JOB, LABEL_PS_INDEX, LABEL_ROLE, Role, lease_name
+
+NAME = "mnist"
+KEY = (NAMESPACE, NAME)
+NODES = {n["metadata"]["name"]: n for n in [node(f"gpu-{i}") for i in range(3)] + [node("cpu-0", "on-demand")]}
+
+
+class QuotaApi(InProcessApi):
+    """The in-process API server behind a ResourceQuota on the pod count, as kube-apiserver's admission
+    answers when it is used up."""
+
+    def __init__(self, pods: int) -> None:
+        super().__init__(T0)
+        self.pods = pods
+
+    def request(
+        self, method: str, path_: str, *, body: Any = None, content_type: str = "application/json"
+    ) -> dict[str, Any]:
+        if method == "POST" and path_ == path("Pod", NAMESPACE) and len(self.objects("Pod")) >= self.pods:
+            message = (
+                f'pods "{body["metadata"]["name"]}" is forbidden: exceeded quota: team-quota, requested: pods=1, '
+                f"used: pods={self.pods}, limited: pods={self.pods}"
+            )
+            raise KubeError(403, json.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}))
+        return super().request(method, path_, body=body, content_type=content_type)
+
+
+def run_pass(reconciler: JobReconciler, cluster: InProcessApi) -> float | None:
+    observed: Observed = cluster.observe(NAME, NODES)
+    pods = {KEY: [("Pod", p["metadata"]["name"], p) for p in observed.pods]}
+    leases: dict[Any, Any] = {}
+    if observed.lease is not None:
+        leases = {KEY: [("Lease", lease_name(NAME), observed.lease)]}
+    children = [
+        {KEY: [(kind, name, child) for (kind, name), child in observed.children.items() if kind == wanted]}
+        for wanted in CHILD_RESOURCES
+    ]
+    nodes = {name: [n] for name, n in NODES.items()}
+    return asyncio.run(reconciler.run_pass(cluster.job(NAME), pods, leases, children, nodes))  # type: ignore[arg-type]
+
+
+def conditions(cluster: InProcessApi) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (cluster.job(NAME).get("status") or {}).get("conditions") or []}
+
+
+def events(cluster: InProcessApi) -> list[dict[str, Any]]:
+    return [r.body for r in cluster.writes("POST", "Event")]
+
+
+def test_a_quota_refusal_is_reported_the_election_happens_and_the_job_recovers() -> None:
+    cluster = QuotaApi(pods=3)  # the PS pod and two workers: the third worker is refused
+    cluster.create(job(NAME))
+    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
+    reconciler = JobReconciler(ctx, KEY)
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{NAME}-ps-0-abc",
+                "labels": {LABEL_JOB: NAME, LABEL_ROLE: Role.PS, LABEL_PS_INDEX: "0"},
+            },
+            "spec": {"containers": [{"name": "ps", "image": "ps"}]},
+        }
+    )
+    cluster.run(f"{NAME}-ps-0-abc", "cpu-0")
+
+    delay = run_pass(reconciler, cluster)
+    workers = [p for p in cluster.objects("Pod") if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
+    assert len(workers) == 2
+    refused = conditions(cluster)["ReplicaFailure"]
+    assert (refused["status"], refused["reason"]) == ("True", "FailedCreate")
+    assert "exceeded quota: team-quota" in refused["message"]
+    [warning] = [e for e in events(cluster) if e["reason"] == "FailedCreate"]
+    assert warning["type"] == "Warning"
+    assert "exceeded quota: team-quota" in warning["message"]
+    assert delay is not None
+    assert 0 < delay <= MAX_RETRY_SECONDS
+
+    # Two workers run: the chief is elected although the third create is refused again.
+    for i, pod in enumerate(workers):
+        cluster.run(pod["metadata"]["name"], f"gpu-{i}")
+    run_pass(reconciler, cluster)
+    lease = cluster.observe(NAME, NODES).lease
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] in {p["metadata"]["name"] for p in workers}
+    status = cluster.job(NAME)["status"]
+    assert status["chief"]["pod"] == lease["spec"]["holderIdentity"]
+    assert conditions(cluster)["ReplicaFailure"]["status"] == "True"
+
+    # The quota frees: the next pass creates the missing worker and the condition goes.
+    cluster.pods = 10
+    run_pass(reconciler, cluster)
+    workers = [p for p in cluster.objects("Pod") if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
+    assert len(workers) == 3
+    assert "ReplicaFailure" not in conditions(cluster)
+    assert cluster.writes("PATCH", KIND)  # status written every step
