@@ -149,10 +149,10 @@ class CheckpointSpec(_Model):
         "chief has measured a write; status.checkpointInterval shows the choice.",
     )
     min_interval_seconds: int = Field(
-        default=30, ge=1, description="With adaptive: never checkpoint more often than this."
+        default=30, ge=1, le=MAX_INT32, description="With adaptive: never checkpoint more often than this."
     )
     max_interval_seconds: int = Field(
-        default=3600, ge=1, description="With adaptive: never checkpoint less often than this."
+        default=3600, ge=1, le=MAX_INT32, description="With adaptive: never checkpoint less often than this."
     )
 
     @model_validator(mode="after")
