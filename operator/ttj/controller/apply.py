@@ -24,10 +24,10 @@ from ttj import kubeapi
 from ttj.kubeapi import MERGE_PATCH, KubeError
 from ttj.planner import CreateChild, DeleteChild, EmitEvent, LabelPod, RemoveFinalizer, ReplaceChild, Write
 from ttj.planner.interpreter import (
-    DELIBERATE_PATCH,
     Conflict,
     conditional,
     delete_options,
+    deliberate_patch,
     finalizer_patch,
     labels_patch,
     lease_patch,
@@ -97,7 +97,7 @@ class Applier:
         elif isinstance(write, DeleteChild):
             path = kubeapi.path(write.kind, namespace, write.name)
             if write.mark_deliberate:
-                self._patch(path, DELIBERATE_PATCH)
+                self._patch(path, deliberate_patch(write))
             self.api.request("DELETE", path, body=delete_options(write))
         elif isinstance(write, RemoveFinalizer):
             self._remove_finalizer(namespace, write.pod)
