@@ -14,11 +14,12 @@ import copy
 import dataclasses
 import json
 import logging
+import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 from kubernetes.client import ApiClient
@@ -46,6 +47,29 @@ _NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
 
 
+class Stopped(Protocol):
+    """What the loop needs of :class:`kopf.DaemonStopped`: truthy once the daemon must stop, and a wait."""
+
+    def __bool__(self) -> bool: ...
+
+    def wait(self) -> Awaitable[Any]: ...
+
+
+@dataclass
+class RestartBackoff:
+    """The wait after the ``failures``-th failed pass in a row: doubling from ``base`` up to ``cap``, with
+    "equal jitter" (uniform over the upper half), so jobs failing together (an API outage) spread out
+    instead of retrying in lockstep; the first success resets it."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def delay(self, failures: int) -> float:
+        ceiling = min(self.cap, self.base * 2 ** max(0, failures - 1))
+        return self.rng.uniform(ceiling / 2, ceiling)
+
+
 @dataclass
 class OperatorContext:
     """What the handlers share: settings, the API client, metrics, and each job's wake-up."""
@@ -71,6 +95,8 @@ class OperatorContext:
     loop: asyncio.AbstractEventLoop | None = None
     #: Where the writes go; None: the API server behind ``api``.
     kube: KubeApi | None = None
+    #: How long a job's daemon waits after a failed pass before the next.
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
     applier: Applier = field(init=False)
 
     def __post_init__(self) -> None:
@@ -209,15 +235,19 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         key = (namespace, name)
         wakeup = ctx.wakeups.setdefault(key, asyncio.Event())
         reconciler = JobReconciler(ctx, key)
+
+        async def one_pass() -> float | None:
+            return await reconciler.run_pass(body, pods_by_job, leases_by_job, children, nodes_by_name)
+
         try:
-            while not stopped:
-                wakeup.clear()
-                delay = await reconciler.run_pass(body, pods_by_job, leases_by_job, children, nodes_by_name)
-                if delay is None:
-                    return
-                await _sleep(wakeup, stopped, delay)
-                if ctx.debounce_seconds:
-                    await asyncio.sleep(ctx.debounce_seconds)
+            await reconcile_loop(
+                one_pass,
+                wakeup,
+                stopped,
+                ctx.backoff,
+                debounce_seconds=ctx.debounce_seconds,
+                what=f"{namespace}/{name}",
+            )
         finally:
             ctx.wakeups.pop(key, None)
             ctx.written.pop(key, None)
@@ -239,7 +269,38 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
                 await asyncio.shield(asyncio.to_thread(release))
 
 
-async def _sleep(wakeup: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:
+async def reconcile_loop(
+    one_pass: Callable[[], Awaitable[float | None]],
+    wakeup: asyncio.Event,
+    stopped: Stopped,
+    backoff: RestartBackoff,
+    *,
+    debounce_seconds: float = 0.0,
+    what: str = "",
+) -> None:
+    """Pass after pass until the job is gone or the daemon stops. A failed pass (an API error, a bug) is
+    retried here after :class:`RestartBackoff`, during which wake-ups are ignored: kopf would restart the
+    daemon after a fixed second, and every watch event would retry at once, all jobs in lockstep."""
+    failures = 0
+    while not stopped:
+        wakeup.clear()
+        try:
+            delay = await one_pass()
+        except Exception as exc:  # any failure of a pass is retried, not fatal
+            failures += 1
+            pause = backoff.delay(failures)
+            log.warning("%s: pass failed (%d in a row), again in %.1f s: %s", what, failures, pause, exc)
+            await _sleep(asyncio.Event(), stopped, pause)
+            continue
+        failures = 0
+        if delay is None:
+            return
+        await _sleep(wakeup, stopped, delay)
+        if debounce_seconds:
+            await asyncio.sleep(debounce_seconds)
+
+
+async def _sleep(wakeup: asyncio.Event, stopped: Stopped, seconds: float) -> None:
     """Until the job's wake-up, the daemon's stop (so cleanup runs before kopf cancels), or ``seconds``."""
 
     async def until_stopped() -> None:
