@@ -95,6 +95,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
+class KopfFailure(logging.Handler):
+    """Whether kopf's runner has logged a failure of one of its root tasks (a watcher that gave up...).
+
+    kopf then stops, but returns from ``kopf.operator`` only once every task of the event loop has ended,
+    which can take indefinitely; it offers no public flag for it. A leader whose operator failed must
+    stop renewing at once, or the standby would wait forever: this log record is the signal."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.failed = True
+
+    def none(self) -> bool:
+        return not self.failed
+
+
 def main(args: argparse.Namespace) -> int:
     import kopf
     from kubernetes import client, config
@@ -189,7 +207,9 @@ def main(args: argparse.Namespace) -> int:
         else:
             from ttj.controller.leader import run_as_leader
 
-            asyncio.run(run_as_leader(elector, operate, lost, standby_health=liveness))
+            failed = KopfFailure()
+            logging.getLogger("kopf._core.reactor.running").addHandler(failed)
+            asyncio.run(run_as_leader(elector, operate, lost, standby_health=liveness, healthy=failed.none))
     except KeyboardInterrupt:
         pass
     finally:

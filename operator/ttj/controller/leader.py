@@ -199,11 +199,13 @@ async def run_as_leader(
     on_lost: Callable[[], None],
     *,
     standby_health: str | None = None,
+    healthy: Callable[[], bool] = lambda: True,
 ) -> None:
     """Wait to lead (answering ``standby_health``, a liveness URL, meanwhile), then run ``operate`` while
     renewing. Losing the Lease calls ``on_lost``, which must end the process: kopf's threads may hold
-    writes in flight that only the process's end stops for sure. A clean end of ``operate`` releases
-    the Lease."""
+    writes in flight that only the process's end stops for sure. So does ``healthy()`` turning False: a
+    leader must never renew for an operator that stopped working (the standby would wait forever). A
+    clean end of ``operate`` releases the Lease."""
     timing = elector.timing
     health = await _serve_health(standby_health) if standby_health else None
     try:
@@ -218,6 +220,10 @@ async def run_as_leader(
             await asyncio.wait([operating], timeout=timing.retry_period)
             if operating.done():
                 break
+            if not healthy():
+                log.error("leader election: %s: the operator failed; stopping at once", elector.identity)
+                on_lost()
+                return
             await _round(elector)
             if not elector.is_leader():
                 log.error("leader election: %s lost the Lease; stopping at once", elector.identity)

@@ -143,3 +143,26 @@ def test_losing_the_lease_while_operating_calls_on_lost_and_a_clean_end_releases
     asyncio.run(asyncio.wait_for(run_as_leader(clean, operate_briefly, lambda: lost.append("c lost")), timeout=20))
     assert lost == ["lost"]
     assert not lease(api)["spec"].get("holderIdentity"), "released on a clean end"
+
+
+def test_a_leader_whose_operator_failed_stops_renewing_at_once() -> None:
+    """kopf, after a root task failed, may take indefinitely to return: the leader must not keep renewing
+    for an operator that does nothing, or the standby would wait forever."""
+    api = InProcessApi(T0)
+    fast = ElectionTiming(lease_duration=0.3, renew_deadline=0.2, retry_period=0.02)
+    leader = LeaderElector(api, namespace=NAMESPACE, identity="a", timing=fast, wall=lambda: api.now)
+    health = {"ok": True}
+    lost: list[str] = []
+
+    async def operate_then_hang() -> None:
+        await asyncio.sleep(0.1)
+        health["ok"] = False  # kopf logged a failed watcher, and now hangs in its shutdown
+        await asyncio.sleep(30)
+
+    asyncio.run(
+        asyncio.wait_for(
+            run_as_leader(leader, operate_then_hang, lambda: lost.append("lost"), healthy=lambda: health["ok"]),
+            timeout=20,
+        )
+    )
+    assert lost == ["lost"]
