@@ -48,7 +48,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from ttj_contract import LABEL_CHIEF, LABEL_JOB, LABEL_ROLE, LABEL_SLOT
+from ttj_contract import ANNOTATION_DELETED, LABEL_CHIEF, LABEL_JOB, LABEL_ROLE, LABEL_SLOT
 
 log = logging.getLogger("ttj.chaos")
 
@@ -213,9 +213,13 @@ class Checker:
                 self.stop.wait(0.2)
 
     def _replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        """A fresh list replaces what was known: what it lacks was deleted meanwhile (as an informer does)."""
         with self.lock:
             if kind == "pods":
-                self.pods = {}
+                listed = {obj["metadata"]["name"] for obj in items}
+                for name, pod in list(self.pods.items()):
+                    if name not in listed:
+                        self._event(kind, "DELETED", pod)
             for obj in items:
                 self._event(kind, "ADDED", obj)
 
@@ -245,7 +249,10 @@ class Checker:
         if role != "worker":
             return
         slot, incarnation = labels.get(LABEL_SLOT, ""), int(name.rsplit("-", 1)[-1])
-        if _lost(pod) and name not in self.lost_workers[job]:
+        deliberate = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_DELETED) == "true"
+        succeeded = (pod.get("status") or {}).get("phase") == "Succeeded"
+        vanished = type_ == "DELETED" and not deliberate and not succeeded  # e.g. force-deleted off a dead node
+        if (_lost(pod) or vanished) and name not in self.lost_workers[job]:
             self.lost_workers[job].add(name)
             newer = any(
                 int(p["metadata"]["name"].rsplit("-", 1)[-1]) > incarnation
@@ -450,6 +457,8 @@ class Chaos:
         self.namespace = "chaos"
         #: the leader killed last (identity, when), until another replica leads
         self.failover_from: tuple[str, float] | None = None
+        self.top_up_at = 0.0
+        self.fleet: Any = None
 
     def run(self) -> Outcome:
         from tests.e2e.operator_support import ChiefHeartbeat, install_crd
@@ -479,7 +488,7 @@ class Chaos:
             ),
         ]
         started = time.monotonic()
-        fleet = NodeFleet(pools, run_pods=False, pod_network=False)
+        fleet = self.fleet = NodeFleet(pools, run_pods=False, pod_network=False)
         with LocalCluster(addons=[fleet, Scheduler(seed=plan.seed), DeploymentController()]) as cluster:
             kubeconfig = cluster.kubeconfig_path
             api = config.new_client_from_config(config_file=kubeconfig)
@@ -500,6 +509,7 @@ class Chaos:
                     problems += self._wait_settled(checker, "before the chaos", plan.settle_timeout)
                     self._chaos(cluster, control, checker, operators)
                     cluster.faults.clear()
+                    self._top_up()
                     for i, process in enumerate(operators.processes):  # every replica up for the settling
                         if process is None or process.poll() is not None:
                             operators.start(i)
@@ -555,6 +565,9 @@ class Chaos:
                 if now >= at:
                     operators.start(i)
                     del restarts[i]
+            if now >= self.top_up_at:  # the cloud brings preempted VMs back (the fleet's own restore may fail)
+                self.top_up_at = now + 5.0
+                self._top_up()
             for i, process in enumerate(operators.processes):  # exited by itself: restarted, as by a kubelet
                 if process is not None and process.poll() is not None and i not in restarts:
                     self.tally.exits.append(f"{operators.identities[i]} exited {process.returncode}")
@@ -577,6 +590,13 @@ class Chaos:
                 self._force_relist(cluster)
         self.tally.faults = sum(rule.injected for rule in faults.rules)
         self.tally.watch_drops = faults.watches_dropped + self.tally.relists
+
+    def _top_up(self) -> None:
+        for pool in ("cpu-pool", "gpu-pool"):
+            try:
+                self.fleet.restore_pool(pool)
+            except Exception as exc:  # an injected fault: next time
+                log.debug("topping up %s: %s", pool, exc)
 
     def _kill(self, checker: Checker, operators: Operators, restarts: dict[int, float]) -> None:
         alive = [i for i, p in enumerate(operators.processes) if p is not None and p.poll() is None]
