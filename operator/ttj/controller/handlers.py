@@ -148,6 +148,12 @@ class OperatorContext:
         return True
 
 
+def _listed(kwargs: Mapping[str, Any]) -> bool:
+    """Whether kopf delivers the object from a listing (its event type None), not from the watch: after a
+    410 the list may lack objects deleted meanwhile, and kopf keeps them indexed."""
+    return "type" in kwargs and kwargs["type"] is None
+
+
 def _job_key(namespace: str | None, labels: dict[str, str]) -> JobKey | None:
     job = labels.get(LABEL_JOB)
     return (namespace or "", job) if job else None
@@ -195,14 +201,14 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         index.__name__ = f"{kind.lower()}s_by_job"
         return index
 
-    async def child_changed(namespace: str | None, labels: Mapping[str, str], type: str | None, **_: Any) -> None:
+    async def child_changed(namespace: str | None, labels: Mapping[str, str], **kwargs: Any) -> None:
         """A child changed: plan its job again. Poked from here, not from the index function: kopf stores
         what an index function returns only after it returns, so a pass woken from inside it could read the
         old child and then sleep until its timer (seen as jobs stuck Pending/Recovering for ~40 s at 100 jobs)."""
         key = _job_key(namespace, dict(labels))
         if key is not None:
             ctx.poke(key)
-        if type is None:  # listed, not watched: after a 410 the list may miss objects deleted meanwhile
+        if _listed(kwargs):
             ctx.request_audit()
 
     children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
@@ -215,13 +221,8 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         return {name: _slim_node(body)}
 
     @kopf.on.event("nodes", registry=registry, id="node_changed")  # type: ignore[arg-type]
-    def node_changed(
-        name: str,
-        pods_by_job: kopf.Index[JobKey, Any],
-        type: str | None,
-        **_: Any,
-    ) -> None:
-        if type is None:
+    def node_changed(name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
+        if _listed(kwargs):
             ctx.request_audit()
         for key, store in list(pods_by_job.items()):
             if any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
