@@ -714,6 +714,8 @@ class Chaos:
                 "failures": (0, int(status.get("failures") or 0)),
             }
             problems += [f"{name}: {k} is {got!r}, want {exp!r}" for k, (exp, got) in want.items() if exp != got]
+            if len(running) < len(live):
+                problems += [f"{name}: {self._why_not_running(checker, p)}" for p in live if p not in running]
             ps_live = [
                 p
                 for p in pods.values()
@@ -724,6 +726,22 @@ class Chaos:
             if sorted(status.get("parameterServerPods") or []) != sorted(p["metadata"]["name"] for p in ps_live):
                 problems.append(f"{name}: parameterServerPods {status.get('parameterServerPods')} vs live PS pods")
         return problems
+
+    def _why_not_running(self, checker: Checker, pod: dict[str, Any]) -> str:
+        """A pod that does not run, and its node as the API has it: for the report of a run that did not settle."""
+        status, node_name = pod.get("status") or {}, (pod.get("spec") or {}).get("nodeName")
+        conditions = {c.get("type"): f"{c.get('status')} {c.get('reason', '')}" for c in status.get("conditions") or []}
+        text = f"{pod['metadata']['name']} {status.get('phase')} on node {node_name}: {conditions}"
+        if node_name:
+            try:
+                node = client.CoreV1Api(checker.api).read_node(node_name)
+                ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+                text += (
+                    f"; node Ready={ready.status if ready else None} deleting={bool(node.metadata.deletion_timestamp)}"
+                )
+            except ApiException as exc:
+                text += f"; node: HTTP {exc.status}"
+        return text
 
     def _wait_settled(self, checker: Checker, when: str, timeout: float) -> list[str]:
         deadline = time.monotonic() + timeout
