@@ -99,8 +99,10 @@ class Tally:
     relists: int = 0
     watch_drops: int = 0
     faults: int = 0
-    #: seconds from a leader's SIGKILL to another replica holding the leader Lease
+    #: seconds from a leader's SIGKILL to another replica holding the leader Lease, with no other kill between
     failovers: list[float] = field(default_factory=list)
+    #: failovers not measured because another replica was killed before one led
+    compounded_failovers: int = 0
     preempted_pods: set[tuple[str, str]] = field(default_factory=set)
     #: replicas that ended by themselves (exit 3: lost the Lease; other: the operator failed)
     exits: list[str] = field(default_factory=list)
@@ -444,6 +446,8 @@ class Outcome:
             "recoveries": len(rec),
             "failoverP50": round(statistics.median(self.tally.failovers), 2) if self.tally.failovers else None,
             "failoverMax": round(max(self.tally.failovers), 2) if self.tally.failovers else None,
+            "failovers": len(self.tally.failovers),
+            "failoversCutByAnotherKill": self.tally.compounded_failovers,
         }
 
 
@@ -607,6 +611,9 @@ class Chaos:
         was_leader = victim == leader
         old = operators.identities[victim]
         killed_at = time.monotonic()
+        if self.failover_from is not None:  # a kill during a failover: that one no longer measures a failover
+            self.tally.compounded_failovers += 1
+            self.failover_from = None
         operators.kill(victim)
         self.tally.kills += 1
         restarts[victim] = killed_at + self.rng.uniform(0.5, 3.0)
