@@ -54,6 +54,9 @@ log = logging.getLogger("ttj.chaos")
 
 GROUP, VERSION, PLURAL = "transient.training", "v1alpha1", "transienttrainingjobs"
 LEADER_LEASE = "ttj-operator-leader"
+#: The taint GKE puts on a node about to be preempted; a node still shutting down after this long is dead.
+TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
+DEAD_NODE_SECONDS = 30.0
 #: On every verb; 409 only on writes, as kube-apiserver (a read or a watch never conflicts).
 FAULT_CODES = [429, 500, 503, 504]
 WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
@@ -463,6 +466,9 @@ class Chaos:
         self.failover_from: tuple[str, float] | None = None
         self.top_up_at = 0.0
         self.fleet: Any = None
+        self.api: Any = None
+        #: when each node was first seen shutting down
+        self.dying_since: dict[str, float] = {}
 
     def run(self) -> Outcome:
         from tests.e2e.operator_support import ChiefHeartbeat, install_crd
@@ -495,7 +501,7 @@ class Chaos:
         fleet = self.fleet = NodeFleet(pools, run_pods=False, pod_network=False)
         with LocalCluster(addons=[fleet, Scheduler(seed=plan.seed), DeploymentController()]) as cluster:
             kubeconfig = cluster.kubeconfig_path
-            api = config.new_client_from_config(config_file=kubeconfig)
+            api = self.api = config.new_client_from_config(config_file=kubeconfig)
             install_crd(api)
             client.CoreV1Api(api).create_namespace({"metadata": {"name": self.namespace}})
             control = ControlClient.from_kubeconfig(kubeconfig)
@@ -596,11 +602,36 @@ class Chaos:
         self.tally.watch_drops = faults.watches_dropped + self.tally.relists
 
     def _top_up(self) -> None:
+        """What the cloud and kube's pod GC do, which the local fleet may leave half-done when its own requests
+        take injected faults: a VM whose shutdown never finished is gone (its Node deleted), pods bound to a
+        Node that no longer exists are force-deleted, and the pools are brought back to their size."""
+        try:
+            self._collect_dead_nodes()
+        except Exception as exc:  # an injected fault: next time
+            log.debug("collecting dead nodes: %s", exc)
         for pool in ("cpu-pool", "gpu-pool"):
             try:
                 self.fleet.restore_pool(pool)
-            except Exception as exc:  # an injected fault: next time
+            except Exception as exc:
                 log.debug("topping up %s: %s", pool, exc)
+
+    def _collect_dead_nodes(self) -> None:
+        core = client.CoreV1Api(self.api)
+        now = time.monotonic()
+        nodes = core.list_node().items
+        for node in nodes:
+            dying = any(t.key == TERMINATION_TAINT for t in node.spec.taints or [])
+            if not dying:
+                continue
+            first = self.dying_since.setdefault(node.metadata.name, now)
+            if now - first > DEAD_NODE_SECONDS:
+                with contextlib.suppress(ApiException):
+                    core.delete_node(node.metadata.name)
+        existing = {n.metadata.name for n in nodes}
+        for pod in core.list_namespaced_pod(self.namespace).items:
+            if pod.spec.node_name and pod.spec.node_name not in existing:
+                with contextlib.suppress(ApiException):
+                    core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
 
     def _kill(self, checker: Checker, operators: Operators, restarts: dict[int, float]) -> None:
         alive = [i for i, p in enumerate(operators.processes) if p is not None and p.poll() is None]
@@ -755,6 +786,9 @@ class Chaos:
         problems = self._settled_problems(checker)
         stable_since: float | None = None
         while time.monotonic() < deadline:
+            if time.monotonic() >= self.top_up_at:
+                self.top_up_at = time.monotonic() + 5.0
+                self._top_up()
             problems = self._settled_problems(checker)
             if problems:
                 stable_since = None
@@ -777,6 +811,9 @@ class Chaos:
         deadline = time.monotonic() + timeout
         left: list[str] = []
         while time.monotonic() < deadline:
+            if time.monotonic() >= self.top_up_at:
+                self.top_up_at = time.monotonic() + 5.0
+                self._top_up()
             pods = client.CoreV1Api(api).list_namespaced_pod(self.namespace).items
             left = [f"{p.metadata.name} ({p.status.phase}, finalizers {p.metadata.finalizers})" for p in pods]
             if not left:
