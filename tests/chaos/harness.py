@@ -751,7 +751,11 @@ class Chaos:
                 "preemptions": (lost + ps_replaced, int(status.get("preemptions") or 0)),
                 "failures": (0, int(status.get("failures") or 0)),
             }
-            problems += [f"{name}: {k} is {got!r}, want {exp!r}" for k, (exp, got) in want.items() if exp != got]
+            problems += [
+                f"{name}: {k} is {got!r}, want {exp!r} (workers lost {lost}, PS pods seen {len(checker.ps_seen[name])})"
+                for k, (exp, got) in want.items()
+                if exp != got
+            ]
             if len(running) < len(live):
                 problems += [f"{name}: {self._why_not_running(checker, p)}" for p in live if p not in running]
             ps_live = [
