@@ -19,7 +19,8 @@ counters equal to the ground truth (each lost worker a preemption and a replacem
 parameter server a preemption: as counters never go back, equal at the end means never above before),
 and once the jobs are deleted, no pod left. Ground truth is what the checker saw happen: a worker pod
 Failed or marked DisruptionTarget, a new parameter server pod. (A lost worker cannot slip past it: the
-operator's finalizer holds it until the loss is counted.)
+operator's finalizer holds it until the loss is counted. A PS pod that never ran held no model state, and
+is no loss, for the operator as for the checker.)
 
 Pass or fail never depends on timing: every wait is for a state, with a generous bound.
 """
@@ -152,7 +153,7 @@ class Checker:
         self.pods: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.violations: list[Violation] = []
-        #: per job: worker pods seen lost, PS pod names seen
+        #: per job: worker pods seen lost, PS pods seen Running (one that never ran held no model state)
         self.lost_workers: dict[str, set[str]] = defaultdict(set)
         self.ps_seen: dict[str, set[str]] = defaultdict(set)
         self.epochs: dict[str, int] = {}
@@ -249,8 +250,8 @@ class Checker:
             self.pods.pop(name, None)
         else:
             self.pods[name] = pod
-        if role == "ps" and type_ != "DELETED":
-            self.ps_seen[job].add(name)
+        if role == "ps" and type_ != "DELETED" and (pod.get("status") or {}).get("phase") == "Running":
+            self.ps_seen[job].add(name)  # a PS that ran held model state: losing it is a preemption
         if role != "worker":
             return
         slot, incarnation = labels.get(LABEL_SLOT, ""), int(name.rsplit("-", 1)[-1])
