@@ -140,9 +140,19 @@ def test_kustomize_builds(target: str) -> None:
 def test_operator_deployment_is_locked_down() -> None:
     deployment = yaml.safe_load((ROOT / "manifests" / "base" / "deployment.yaml").read_text())
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"]["type"] == "Recreate"
+    # Highly available: two replicas, one acting (leader election), on different nodes, a PDB.
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     pod = spec["template"]["spec"]
+    assert "--leader-elect" in pod["containers"][0]["args"]
+    spread = {c["topologyKey"]: c["whenUnsatisfiable"] for c in pod["topologySpreadConstraints"]}
+    assert spread["kubernetes.io/hostname"] == "DoNotSchedule"
+    base = ROOT / "manifests" / "base"
+    pdb = yaml.safe_load((base / "poddisruptionbudget.yaml").read_text())
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == spec["selector"]
+    role, _binding = yaml.safe_load_all((base / "leader-election-role.yaml").read_text())
+    assert {n for rule in role["rules"] for n in rule.get("resourceNames", [])} == {"ttj-operator-leader"}
     assert pod["securityContext"]["runAsNonRoot"] is True
     container = pod["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

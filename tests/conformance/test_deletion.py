@@ -113,6 +113,32 @@ def test_delete_precondition(core: client.CoreV1Api, namespace: str) -> None:
     assert info.value.status == 409
 
 
+def test_a_patch_naming_another_uid_is_refused_and_the_right_one_applies(
+    core: client.CoreV1Api, namespace: str
+) -> None:
+    """A writer that names the object it observed never changes a successor that took the same name."""
+    first = core.create_namespaced_config_map(namespace, {"metadata": {"name": "reborn"}})
+    core.delete_namespaced_config_map("reborn", namespace)
+    wait_for(lambda: _gone(core.read_namespaced_config_map, "reborn", namespace), what="the configmap to go")
+    second = core.create_namespaced_config_map(namespace, {"metadata": {"name": "reborn"}})
+    stale = {"metadata": {"uid": first.metadata.uid, "annotations": {"example.com/touched": "yes"}}}
+    with pytest.raises(client.ApiException) as info:
+        core.patch_namespaced_config_map("reborn", namespace, stale)
+    assert info.value.status == 409
+    assert "UID in precondition" in info.value.body
+    with pytest.raises(client.ApiException) as info:
+        core.delete_namespaced_config_map(
+            "reborn", namespace, body=client.V1DeleteOptions(preconditions={"uid": first.metadata.uid})
+        )
+    assert info.value.status == 409
+    right = {"metadata": {"uid": second.metadata.uid, "annotations": {"example.com/touched": "yes"}}}
+    patched = core.patch_namespaced_config_map("reborn", namespace, right)
+    assert patched.metadata.annotations == {"example.com/touched": "yes"}
+    core.delete_namespaced_config_map(
+        "reborn", namespace, body=client.V1DeleteOptions(preconditions={"uid": second.metadata.uid})
+    )
+
+
 def test_namespace_deletion_removes_content(core: client.CoreV1Api) -> None:
     name = "conf-nsdel-" + __import__("uuid").uuid4().hex[:8]
     core.create_namespace({"metadata": {"name": name}})

@@ -50,6 +50,17 @@ def _check_path_segment_name(rtype: ResourceType, name: Any) -> None:
         )
 
 
+def _check_uid(rtype: ResourceType, name: str, wanted: Any, old: dict[str, Any]) -> None:
+    """As kube-apiserver: an update or patch naming another uid than the stored object's is a 409."""
+    if wanted and wanted != old["metadata"]["uid"]:
+        raise conflict(
+            rtype.plural,
+            rtype.group,
+            name,
+            f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {old['metadata']['uid']}",
+        )
+
+
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
@@ -262,6 +273,7 @@ class ApiCore:
         wanted_rv = meta.get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, name, STALE)
+        _check_uid(rtype, name, meta.get("uid"), old)
         return self.write_update(rtype, old, body, subresource=subresource, dry_run=dry_run)
 
     def write_update(
@@ -358,6 +370,7 @@ class ApiCore:
         wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, name, STALE)
+        _check_uid(rtype, name, (patched.get("metadata") or {}).get("uid"), old)
         return self.write_update(rtype, old, patched, subresource=subresource, dry_run=dry_run)
 
     # -- delete -----------------------------------------------------------------------------------

@@ -668,6 +668,14 @@ class TransientTrainingJobStatus(_Model):
             "after this is written, and forgets them once they are gone (keeps counting exact across restarts).",
         )
     )
+    slot_incarnations: (
+        list[Annotated[int, Field(ge=0, description="Highest incarnation created in the slot of this index.")]] | None
+    ) = Field(
+        default=None,
+        description="The highest incarnation (the last number of a worker pod's name) created so far in each worker "
+        "slot, by slot: a replacement takes the next one, so a worker pod's name never comes back, even while the "
+        "operator's view of the pods lags behind its own creates.",
+    )
     parameter_server_pods: (
         list[Annotated[str, Field(description="Parameter server pod of this index (empty: none seen yet).")]] | None
     ) = Field(

@@ -41,10 +41,10 @@ from ttj.planner import (
     Write,
 )
 from ttj.planner.interpreter import (
-    DELIBERATE_PATCH,
     Conflict,
     conditional,
     delete_options,
+    deliberate_patch,
     finalizer_patch,
     labels_patch,
     lease_patch,
@@ -146,7 +146,7 @@ class Applier:
         elif isinstance(write, DeleteChild):
             path = kubeapi.path(write.kind, namespace, write.name)
             if write.mark_deliberate:
-                self._patch(path, DELIBERATE_PATCH)
+                self._patch(path, deliberate_patch(write))
             self.api.request("DELETE", path, body=delete_options(write))
         elif isinstance(write, RemoveFinalizer):
             self._remove_finalizer(namespace, write.pod)

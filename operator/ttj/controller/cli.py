@@ -8,6 +8,8 @@ import logging
 import os
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+#: The exit code of a replica that lost the leader Lease (its pod restarts and stands by).
+LOST_LEADERSHIP = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +67,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not match jobs against the node pools (GKE API with TTJ_GKE_* settings, else Node labels)",
     )
+    election = parser.add_argument_group("leader election (run 2+ replicas, one acts)")
+    election.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="act only while holding the coordination.k8s.io Lease ttj-operator-leader; the others wait",
+    )
+    election.add_argument(
+        "--leader-election-namespace",
+        default=None,
+        metavar="NS",
+        help="namespace of the leader Lease (default: POD_NAMESPACE, else the service account's namespace)",
+    )
+    election.add_argument(
+        "--leader-election-identity",
+        default=None,
+        metavar="ID",
+        help="this replica's holderIdentity (default: POD_NAME or the hostname, and a random suffix)",
+    )
+    election.add_argument(
+        "--leader-election-lease-duration",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="a standby takes over a Lease unrenewed this long; the leader stops after 2/3 of it [15]",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+class KopfFailure(logging.Handler):
+    """Whether kopf's runner has logged a failure of one of its root tasks (a watcher that gave up...).
+
+    kopf then stops, but returns from ``kopf.operator`` only once every task of the event loop has ended,
+    which can take indefinitely; it offers no public flag for it. A leader whose operator failed must
+    stop renewing at once, or the standby would wait forever: this log record is the signal."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.failed = True
+
+    def none(self) -> bool:
+        return not self.failed
 
 
 def main(args: argparse.Namespace) -> int:
@@ -108,8 +153,24 @@ def main(args: argparse.Namespace) -> int:
     except GkeSettingsError as exc:
         logging.getLogger("ttj").error("%s", exc)
         return 2
+    api = client.ApiClient(configuration)
+    elector = None
+    if args.leader_elect:
+        from ttj.controller.leader import ElectionTiming, Fenced, LeaderElector, default_identity, default_namespace
+        from ttj.kubeapi import KubeClient
+
+        duration = args.leader_election_lease_duration
+        elector = LeaderElector(
+            KubeClient(api),
+            namespace=args.leader_election_namespace or default_namespace(),
+            identity=args.leader_election_identity or default_identity(),
+            timing=ElectionTiming(
+                lease_duration=duration, renew_deadline=duration * 2 / 3, retry_period=duration / 7.5
+            ),
+        )
     ctx = OperatorContext(
-        api=client.ApiClient(configuration),
+        api=api,
+        kube=Fenced(KubeClient(api), elector) if elector is not None else None,
         metrics=Metrics(CollectorRegistry()),
         planner=PlannerConfig(
             lease_duration_seconds=args.lease_duration,
@@ -126,16 +187,29 @@ def main(args: argparse.Namespace) -> int:
     register(registry, ctx)
     namespaces = args.namespace or []
     liveness = None if args.liveness.lower() == "none" else args.liveness
-    try:
-        asyncio.run(
-            kopf.operator(
-                registry=registry,
-                standalone=True,
-                clusterwide=not namespaces,
-                namespaces=namespaces,
-                liveness_endpoint=liveness,
-            )
+
+    async def operate() -> None:
+        await kopf.operator(
+            registry=registry,
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=liveness,
         )
+
+    def lost() -> None:
+        logging.shutdown()
+        os._exit(LOST_LEADERSHIP)  # now: no write in flight in any thread may still go out
+
+    try:
+        if elector is None:
+            asyncio.run(operate())
+        else:
+            from ttj.controller.leader import run_as_leader
+
+            failed = KopfFailure()
+            logging.getLogger("kopf._core.reactor.running").addHandler(failed)
+            asyncio.run(run_as_leader(elector, operate, lost, standby_health=liveness, healthy=failed.none))
     except KeyboardInterrupt:
         pass
     finally:

@@ -10,20 +10,23 @@ index functions poke the job's daemon), and on the planner's timer. Nothing the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import json
 import logging
+import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 from kubernetes.client import ApiClient
 from prometheus_client import start_http_server
 
+from ttj.controller import audit
 from ttj.controller.apply import MAX_RETRY_SECONDS, Applier, Conflict, KubeApi, retry_delay
 from ttj.controller.metrics import Metrics
 from ttj.controller.placement import PlacementSource
@@ -42,9 +45,34 @@ CHILD_RESOURCES = {
     for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
 }
 #: Nodes are big (images, allocatable…): the planner needs only these parts.
-_NODE_KEEP = ("name", "labels", "creationTimestamp", "deletionTimestamp")
+_NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
+#: After a listing (kopf's events of type None), wait this long for it to finish before auditing the indexes.
+_AUDIT_SETTLE_SECONDS = 2.0
 #: Job metadata that every write changes: not a reason to plan again.
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
+
+
+class Stopped(Protocol):
+    """What the loop needs of :class:`kopf.DaemonStopped`: truthy once the daemon must stop, and a wait."""
+
+    def __bool__(self) -> bool: ...
+
+    def wait(self) -> Awaitable[Any]: ...
+
+
+@dataclass
+class RestartBackoff:
+    """The wait after the ``failures``-th failed pass in a row: doubling from ``base`` up to ``cap``, with
+    "equal jitter" (uniform over the upper half), so jobs failing together (an API outage) spread out
+    instead of retrying in lockstep; the first success resets it."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def delay(self, failures: int) -> float:
+        ceiling = min(self.cap, self.base * 2 ** max(0, failures - 1))
+        return self.rng.uniform(ceiling / 2, ceiling)
 
 
 @dataclass
@@ -72,10 +100,26 @@ class OperatorContext:
     loop: asyncio.AbstractEventLoop | None = None
     #: Where the writes go; None: the API server behind ``api``.
     kube: KubeApi | None = None
+    #: How long a job's daemon waits after a failed pass before the next.
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    #: uids of indexed objects the last index audit found deleted (see :mod:`ttj.controller.audit`).
+    gone: frozenset[str] = frozenset()
+    #: Tasks the operator runs besides kopf's (kept referenced until done).
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Set to have the indexes audited soon (after a listing).
+    audit_due: asyncio.Event = field(default_factory=asyncio.Event)
     applier: Applier = field(init=False)
 
     def __post_init__(self) -> None:
         self.applier = Applier(self.kube if self.kube is not None else KubeClient(self.api))
+
+    def request_audit(self) -> None:
+        """From any thread: audit the indexes soon."""
+        if self.loop is not None and not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.audit_due.set)
+            except RuntimeError:  # the loop closed meanwhile: the operator is stopping
+                return
 
     def poke(self, key: JobKey) -> None:
         event = self.wakeups.get(key)
@@ -105,6 +149,12 @@ class OperatorContext:
         return True
 
 
+def _listed(kwargs: Mapping[str, Any]) -> bool:
+    """Whether kopf delivers the object from a listing (its event type None), not from the watch: after a
+    410 the list may lack objects deleted meanwhile, and kopf keeps them indexed."""
+    return "type" in kwargs and kwargs["type"] is None
+
+
 def _job_key(namespace: str | None, labels: dict[str, str]) -> JobKey | None:
     job = labels.get(LABEL_JOB)
     return (namespace or "", job) if job else None
@@ -124,7 +174,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     job_labels = {LABEL_JOB: kopf.PRESENT}
 
     @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=GROUP, key="last-handled-configuration"
@@ -137,6 +187,10 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         if ctx.metrics_port is not None:
             start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
             log.info("metrics on :%d/metrics", ctx.metrics_port)
+        indexes = [kwargs[f"{kind.lower()}s_by_job"] for kind in ("Pod", "Lease", *CHILD_RESOURCES)]
+        auditing = asyncio.create_task(audit_forever(ctx, indexes, kwargs["nodes_by_name"]), name="ttj index audit")
+        ctx.background.add(auditing)
+        auditing.add_done_callback(ctx.background.discard)
 
     def child_index(kind: str) -> Callable[..., Any]:
         def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
@@ -148,13 +202,15 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         index.__name__ = f"{kind.lower()}s_by_job"
         return index
 
-    async def child_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+    async def child_changed(namespace: str | None, labels: Mapping[str, str], **kwargs: Any) -> None:
         """A child changed: plan its job again. Poked from here, not from the index function: kopf stores
         what an index function returns only after it returns, so a pass woken from inside it could read the
         old child and then sleep until its timer (seen as jobs stuck Pending/Recovering for ~40 s at 100 jobs)."""
         key = _job_key(namespace, dict(labels))
         if key is not None:
             ctx.poke(key)
+        if _listed(kwargs):
+            ctx.request_audit()
 
     children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
     for kind, resource in children.items():
@@ -166,7 +222,9 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         return {name: _slim_node(body)}
 
     @kopf.on.event("nodes", registry=registry, id="node_changed")  # type: ignore[arg-type]
-    def node_changed(name: str, pods_by_job: kopf.Index[JobKey, Any], **_: Any) -> None:
+    def node_changed(name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
+        if _listed(kwargs):
+            ctx.request_audit()
         for key, store in list(pods_by_job.items()):
             if any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
                 ctx.poke(key)
@@ -210,15 +268,19 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         key = (namespace, name)
         wakeup = ctx.wakeups.setdefault(key, asyncio.Event())
         reconciler = JobReconciler(ctx, key)
+
+        async def one_pass() -> float | None:
+            return await reconciler.run_pass(body, pods_by_job, leases_by_job, children, nodes_by_name)
+
         try:
-            while not stopped:
-                wakeup.clear()
-                delay = await reconciler.run_pass(body, pods_by_job, leases_by_job, children, nodes_by_name)
-                if delay is None:
-                    return
-                await _sleep(wakeup, stopped, delay)
-                if ctx.debounce_seconds:
-                    await asyncio.sleep(ctx.debounce_seconds)
+            await reconcile_loop(
+                one_pass,
+                wakeup,
+                stopped,
+                ctx.backoff,
+                debounce_seconds=ctx.debounce_seconds,
+                what=f"{namespace}/{name}",
+            )
         finally:
             ctx.wakeups.pop(key, None)
             ctx.written.pop(key, None)
@@ -240,7 +302,38 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
                 await asyncio.shield(asyncio.to_thread(release))
 
 
-async def _sleep(wakeup: asyncio.Event, stopped: kopf.DaemonStopped, seconds: float) -> None:
+async def reconcile_loop(
+    one_pass: Callable[[], Awaitable[float | None]],
+    wakeup: asyncio.Event,
+    stopped: Stopped,
+    backoff: RestartBackoff,
+    *,
+    debounce_seconds: float = 0.0,
+    what: str = "",
+) -> None:
+    """Pass after pass until the job is gone or the daemon stops. A failed pass (an API error, a bug) is
+    retried here after :class:`RestartBackoff`, during which wake-ups are ignored: kopf would restart the
+    daemon after a fixed second, and every watch event would retry at once, all jobs in lockstep."""
+    failures = 0
+    while not stopped:
+        wakeup.clear()
+        try:
+            delay = await one_pass()
+        except Exception as exc:  # any failure of a pass is retried, not fatal
+            failures += 1
+            pause = backoff.delay(failures)
+            log.warning("%s: pass failed (%d in a row), again in %.1f s: %s", what, failures, pause, exc)
+            await _sleep(asyncio.Event(), stopped, pause)
+            continue
+        failures = 0
+        if delay is None:
+            return
+        await _sleep(wakeup, stopped, delay)
+        if debounce_seconds:
+            await asyncio.sleep(debounce_seconds)
+
+
+async def _sleep(wakeup: asyncio.Event, stopped: Stopped, seconds: float) -> None:
     """Until the job's wake-up, the daemon's stop (so cleanup runs before kopf cancels), or ``seconds``."""
 
     async def until_stopped() -> None:
@@ -254,26 +347,70 @@ async def _sleep(wakeup: asyncio.Event, stopped: kopf.DaemonStopped, seconds: fl
             waiter.cancel()
 
 
+async def audit_forever(
+    ctx: OperatorContext, children: list[kopf.Index[JobKey, Any]], nodes_by_name: kopf.Index[str, Any]
+) -> None:
+    """Audit the indexes soon after each listing, and at least every resync period."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ctx.audit_due.wait(), timeout=ctx.planner.resync_seconds)
+            await asyncio.sleep(_AUDIT_SETTLE_SECONDS)
+        ctx.audit_due.clear()
+        before = audit.snapshot(children, nodes_by_name)  # in the loop: kopf changes the indexes there
+        places = sorted({where.place for where in before.values()})
+        lister = ctx.kube if isinstance(ctx.kube, audit.Lister) else KubeClient(ctx.api)
+
+        def list_all(places: list[audit.Place] = places, lister: audit.Lister = lister) -> dict[audit.Place, Any]:
+            return {place: audit.listed_uids(lister, place) for place in places}
+
+        try:
+            listed = await asyncio.to_thread(list_all)
+        except Exception as exc:  # the audit must outlive any API trouble
+            log.warning("index audit failed: %s", exc)
+            continue
+        found = audit.ghosts(before, listed)
+        new = set(found) - ctx.gone
+        ctx.gone = frozenset(found)
+        if new:
+            log.info("index audit: %d object(s) deleted while a watch was away, forgotten", len(new))
+            jobs = {where.job for uid, where in found.items() if uid in new and where.job is not None}
+            if any(where.job is None for uid, where in found.items() if uid in new):
+                jobs |= set(ctx.wakeups)  # a node: any job may have pods on it
+            for key in jobs:
+                ctx.poke(key)
+
+
 def observe(
     key: JobKey,
     pods_by_job: kopf.Index[JobKey, Any],
     leases_by_job: kopf.Index[JobKey, Any],
     children: list[kopf.Index[JobKey, Any]],
     nodes_by_name: kopf.Index[str, Any],
+    *,
+    gone: frozenset[str] = frozenset(),
 ) -> Observed:
+    """The job's children from the indexes, without those the index audit found deleted."""
+
+    def present(obj: dict[str, Any]) -> bool:
+        return not gone or (obj.get("metadata") or {}).get("uid") not in gone
+
     observed = Observed()
     for _kind, _name, pod in pods_by_job.get(key, []):
+        if not present(pod):
+            continue
         observed.pods.append(pod)
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name and node_name not in observed.nodes:
             for node in nodes_by_name.get(node_name, []):
-                observed.nodes[node_name] = node
+                if present(node):
+                    observed.nodes[node_name] = node
     for _kind, name, lease in leases_by_job.get(key, []):
-        if name == f"{key[1]}-chief":
+        if name == f"{key[1]}-chief" and present(lease):
             observed.lease = lease
     for index in children:
         for kind, name, child in index.get(key, []):
-            observed.children[(kind, name)] = child
+            if present(child):
+                observed.children[(kind, name)] = child
     return observed
 
 
@@ -304,7 +441,7 @@ class JobReconciler:
         namespace, name = self.key
         started = time.perf_counter()
         job = self._current_job(body)
-        observed = observe(self.key, pods_by_job, leases_by_job, children, nodes_by_name)
+        observed = observe(self.key, pods_by_job, leases_by_job, children, nodes_by_name, gone=self.ctx.gone)
         if self.ctx.placement is not None:
 
             def nodes() -> list[dict[str, Any]]:
@@ -344,6 +481,9 @@ class JobReconciler:
             log.info("%s/%s: %s; planning again", namespace, name, exc)
             return 0.05
         except KubeError as exc:
+            if exc.status == 404:  # the status write found no job: deleted while the watch was away
+                log.info("%s/%s: the job is gone", namespace, name)
+                return None
             self.refused_passes += 1
             delay = retry_delay(self.refused_passes, exc.retry_after_seconds)
             log.warning("%s/%s: %s; retrying in %.1fs", namespace, name, exc, delay)

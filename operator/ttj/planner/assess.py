@@ -23,6 +23,7 @@ from ttj.planner.observed import (
     name_of,
     node_name_of,
     phase_of,
+    uid_of,
 )
 from ttj_contract import FINALIZER, Role, parse_time
 
@@ -114,7 +115,7 @@ def _release(pod: Obj, force: bool) -> list[Write]:
     already_forced = meta(pod).get("deletionGracePeriodSeconds") == 0
     writes: list[Write] = []
     if not deleting or (force and not already_forced and phase_of(pod) not in ("Failed", "Succeeded")):
-        writes.append(DeleteChild("Pod", name, force=force, reason="LostWorker"))
+        writes.append(DeleteChild("Pod", name, force=force, reason="LostWorker", uid=uid_of(pod)))
     if FINALIZER in finalizers_of(pod):
         writes.append(RemoveFinalizer(name))
     return writes

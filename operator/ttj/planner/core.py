@@ -222,6 +222,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         holder=holder,
         budget=costing.budget,
         placement=observed.placement,
+        recorded=previous.slot_incarnations or (),
     )
     chief = keep_chief(
         run.job,
@@ -277,6 +278,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             "chief": chief.chief,
             "chief_elections": elections,
             "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
+            "slot_incarnations": list(slots.incarnations) or None,
             "conditions": derived.conditions,
             "checkpoint_interval": interval.status,
         }

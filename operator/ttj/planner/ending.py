@@ -12,7 +12,7 @@ from ttj.cost.budget import BudgetDecision
 from ttj.planner.actions import DeleteChild, RemoveFinalizer, Write
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.conditions import Ending, Reason
-from ttj.planner.observed import Observed, finalizers_of, has_role, meta, name_of, phase_of
+from ttj.planner.observed import Observed, finalizers_of, has_role, meta, name_of, phase_of, uid_of
 from ttj_contract import FINALIZER, Role
 
 
@@ -89,9 +89,10 @@ def release_pods(observed: Observed, policy: CleanPodPolicy) -> list[Write]:
         if policy == CleanPodPolicy.ALL or (
             policy == CleanPodPolicy.RUNNING and phase_of(pod) in ("Running", "Pending")
         ):
-            writes.append(DeleteChild("Pod", name, mark_deliberate=True, reason="CleanPodPolicy"))
+            writes.append(DeleteChild("Pod", name, mark_deliberate=True, reason="CleanPodPolicy", uid=uid_of(pod)))
     if policy != CleanPodPolicy.NONE:
         for kind, child_name in sorted(observed.children):
             if kind == "Deployment":
-                writes.append(DeleteChild(kind, child_name, reason="CleanPodPolicy"))
+                uid = uid_of(observed.children[(kind, child_name)])
+                writes.append(DeleteChild(kind, child_name, reason="CleanPodPolicy", uid=uid))
     return writes

@@ -75,11 +75,21 @@ def labels_patch(action: LabelPod) -> Obj:
 DELIBERATE_PATCH: Obj = {"metadata": {"annotations": {ANNOTATION_DELETED: "true"}}}
 
 
+def deliberate_patch(action: DeleteChild) -> Obj:
+    """:data:`DELIBERATE_PATCH` for the object the delete means: with its uid, a same-named successor answers 409."""
+    if action.uid is None:
+        return DELIBERATE_PATCH
+    return {"metadata": {**DELIBERATE_PATCH["metadata"], "uid": action.uid}}
+
+
 def delete_options(action: DeleteChild) -> Obj:
-    """The DeleteOptions of a :class:`DeleteChild`: dependents go in the background; ``force`` means no grace."""
+    """The DeleteOptions of a :class:`DeleteChild`: dependents go in the background; ``force`` means no grace;
+    a uid precondition when the object was observed (names are reused: never delete a successor by name)."""
     options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
     if action.force:
         options["gracePeriodSeconds"] = 0
+    if action.uid is not None:
+        options["preconditions"] = {"uid": action.uid}
     return options
 
 
@@ -174,6 +184,9 @@ class Interpreter:
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted and wanted != meta(current).get("resourceVersion"):
             raise Conflict(f"{kind.lower()} changed since it was observed: {name}")
+        wanted_uid = (patch.get("metadata") or {}).get("uid")
+        if wanted_uid and wanted_uid != meta(current).get("uid"):
+            return None  # another object under that name now: 409, and the write's intent holds
         patched = apply_merge_patch(current, patch)
         patched["metadata"]["resourceVersion"] = meta(current).get("resourceVersion")
         if patched == current:
@@ -186,11 +199,11 @@ class Interpreter:
 
     def _delete(self, write: DeleteChild, now: datetime) -> bool:
         obj = self.get(write.kind, write.name)
-        if obj is None:
-            return False
+        if obj is None or (write.uid is not None and write.uid != meta(obj).get("uid")):
+            return False  # gone, or a successor under the same name (409): the object meant is gone
         changed = False
         if write.mark_deliberate:
-            changed = self._patch(write.kind, write.name, DELIBERATE_PATCH) is not None
+            changed = self._patch(write.kind, write.name, deliberate_patch(write)) is not None
         metadata = obj["metadata"]
         grace = _grace_seconds(obj, write.force) if write.kind == "Pod" else 0
         if metadata.get("deletionTimestamp") and grace >= (metadata.get("deletionGracePeriodSeconds") or 0):

@@ -37,6 +37,11 @@ def name_of(obj: Obj) -> str:
     return str(meta(obj).get("name", ""))
 
 
+def uid_of(obj: Obj) -> str | None:
+    uid = meta(obj).get("uid")
+    return str(uid) if uid else None
+
+
 def labels_of(obj: Obj) -> dict[str, str]:
     return meta(obj).get("labels") or {}
 

@@ -1,10 +1,16 @@
 """Fill the worker slots: one live pod per slot for ``min(replicas, slots)`` slots, lost pods replaced at
-once in their slot under a new name, within what the budget allows."""
+once in their slot under a new name, within what the budget allows.
+
+A new pod's incarnation (the last number of its name) is one above the highest observed in its slot, and
+never below the slot's last create, recorded in ``status.slotIncarnations``: the observed pods alone can
+lag behind our own creates (a view that has dropped ``-2-1`` but not yet shows ``-2-2``), and a name that
+came back would put two live pods, with one hostname and one TF task index, in one slot. Creating the
+recorded name again is safe: while that pod exists the create answers 409."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,7 +20,7 @@ from ttj.cost.pools import PlacementCheck
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, DeleteChild, Write
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.observed import Obj, name_of, slot_of
+from ttj.planner.observed import Obj, name_of, slot_of, uid_of
 
 _INCARNATION = re.compile(r"-(\d+)$")
 
@@ -27,6 +33,8 @@ class WorkerSlots:
     pending: int
     #: Why workers cannot be placed, empty when they can.
     unschedulable: str
+    #: The highest incarnation each slot has had, this pass's creates included, by slot (status.slotIncarnations).
+    incarnations: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class _Occupancy:
     occupants: dict[int, list[Obj]]
     #: When each slot last lost a pod.
     last_loss: dict[int, datetime]
-    #: The highest incarnation each slot has had.
+    #: The highest incarnation observed in each slot.
     incarnations: dict[int, int]
 
 
@@ -53,7 +61,9 @@ def fill_worker_slots(
     holder: str | None,
     budget: BudgetDecision | None,
     placement: PlacementCheck | None,
+    recorded: Sequence[int] = (),
 ) -> WorkerSlots:
+    """``recorded``: status.slotIncarnations as last written."""
     slots = spec.workers.slots
     desired = min(spec.workers.replicas, slots)
     occupancy = _occupancy(workers, verdicts)
@@ -65,7 +75,9 @@ def fill_worker_slots(
         ranked = sorted(pods, key=lambda pod: _keep_order(pod, verdicts, holder))
         keep = ranked[:1] if slot < slots else []
         for pod in ranked[len(keep) :]:
-            writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="SlotOutOfRange"))
+            writes.append(
+                DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="SlotOutOfRange", uid=uid_of(pod))
+            )
         kept.update((slot, pod) for pod in keep)
     filled = {slot: kept[slot] for slot in occupancy.occupants if slot in kept}  # in observed order
 
@@ -81,22 +93,28 @@ def fill_worker_slots(
             ),
         )
         for slot, pod in order[:excess]:
-            writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="ScaledDown"))
+            writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="ScaledDown", uid=uid_of(pod)))
             del filled[slot]
 
     if budget is not None and budget.exceeded:
         # Checkpoint and stop: SIGTERM every worker (the chief writes its checkpoint), add none.
         for pod in filled.values():
             if verdicts[name_of(pod)].alive:
-                writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="BudgetExceeded"))
+                writes.append(
+                    DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="BudgetExceeded", uid=uid_of(pod))
+                )
         filled, desired = {}, 0
 
     # Fill empty slots, lowest first, as far as the budget allows.
     missing = desired - len(filled)
     if budget is not None:
         missing = budget.cap(missing)
+    incarnations = {slot: n for slot, n in enumerate(recorded) if n > 0}
+    for slot, seen in occupancy.incarnations.items():
+        incarnations[slot] = max(incarnations.get(slot, 0), seen)
     for slot in [s for s in range(slots) if s not in filled][: max(0, missing)]:
-        pod = children.worker_pod(job, spec, slot, occupancy.incarnations.get(slot, 0) + 1)
+        incarnations[slot] = max(incarnations.get(slot, 0), occupancy.incarnations.get(slot, 0) + 1)
+        pod = children.worker_pod(job, spec, slot, incarnations[slot])
         writes.append(CreateChild(pod, recovery_since=occupancy.last_loss.get(slot)))
 
     alive = [verdicts[name_of(p)] for p in filled.values()]
@@ -106,7 +124,8 @@ def fill_worker_slots(
     if placement is not None and not placement.ok and active < spec.workers.replicas:
         # No node pool can hold these pods at all: say why instead of waiting.
         unschedulable = f"{placement.reason}: {placement.message}"
-    return WorkerSlots(tuple(writes), active, pending, unschedulable)
+    highest = tuple(incarnations.get(slot, 0) for slot in range(max(incarnations, default=-1) + 1))
+    return WorkerSlots(tuple(writes), active, pending, unschedulable, highest)
 
 
 def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict]) -> _Occupancy:

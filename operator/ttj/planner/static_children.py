@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, DeleteChild, EmitEvent, ReplaceChild, Write
-from ttj.planner.observed import Obj, annotations_of, name_of
+from ttj.planner.observed import Obj, annotations_of, name_of, uid_of
 from ttj_contract import ANNOTATION_PS_TEMPLATE
 
 
@@ -54,7 +54,9 @@ def static_children(
     wanted_keys = {(m["kind"], name_of(m)) for m in wanted}
     for kind, name in sorted(observed):
         if kind == "Deployment" and (kind, name) not in wanted_keys:
-            writes.append(DeleteChild(kind, name, reason="ParameterServersScaledDown"))
+            writes.append(
+                DeleteChild(kind, name, reason="ParameterServersScaledDown", uid=uid_of(observed[(kind, name)]))
+            )
     return StaticChildren(tuple(writes), tuple(events))
 
 
