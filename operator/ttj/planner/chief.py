@@ -13,9 +13,18 @@ from ttj.planner.actions import EmitEvent, Observation, Write
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
 from ttj.planner.election import Candidate, choose_chief
-from ttj.planner.lease import chief_labels, lease_epoch_of, lease_expiry, lease_spec_of, lease_write
+from ttj.planner.lease import (
+    chief_labels,
+    lease_epoch_of,
+    lease_expiry,
+    lease_spec_of,
+    lease_write,
+    renew_stamp,
+    renewal_observed_at,
+    renewed_since_election,
+)
 from ttj.planner.observed import Obj, name_of, node_name_of, slot_of
-from ttj_contract import format_time, parse_time
+from ttj_contract import format_micro_time, format_time, parse_time
 
 
 @dataclass(frozen=True)
@@ -54,10 +63,14 @@ def keep_chief(
     desired: int,
     now: datetime,
     config: PlannerConfig,
+    stalled: str = "",
+    ended_without_model: bool = False,
 ) -> ChiefPlan:
     """``holder`` is the pod the Lease names (:func:`ttj.planner.lease.lease_holder`), ``recorded`` the chief
     the last written status names; a replaced parameter server (``ps_replaced``) moves the epoch, so the
-    chief restores the latest checkpoint."""
+    chief restores the latest checkpoint. A running holder is replaced too when training has ``stalled``
+    (the why, empty when it has not), and a holder that exited 0 when it ``ended_without_model`` (no final
+    checkpoint of its epoch reported)."""
     workers = list(workers)
     epoch = max(lease_epoch_of(lease), (recorded or ChiefStatus()).epoch)
     chief, elections = recorded, 0
@@ -68,7 +81,13 @@ def keep_chief(
         events.append(EmitEvent("Normal", "ChiefElected", f"{holder} is chief at epoch {adopted.epoch}"))
     known = chief or ChiefStatus()
 
-    loss, wake = _holder_loss(holder, verdicts, lease, config, now)
+    observed_at = renewal_observed_at(lease, recorded, now)
+    loss, wake = _holder_loss(holder, verdicts, lease, config, now=now, observed_at=observed_at)
+    if loss is None and holder and stalled:
+        loss = _Loss(now, f"chief {holder}: {stalled}")
+    holder_verdict = verdicts.get(holder) if holder else None
+    if holder_verdict is not None and holder_verdict.state == PodState.SUCCEEDED and ended_without_model:
+        loss = _Loss(holder_verdict.since or now, f"chief {holder} exited without a final checkpoint")
     if loss is not None and known.lost_at:
         loss = _Loss(min(loss.since, parse_time(known.lost_at) or loss.since), loss.why)
     candidates = [
@@ -95,7 +114,7 @@ def keep_chief(
     elif holder:
         elected_at = known.elected_at or format_time(now)
         kept = ChiefStatus(pod=holder, epoch=epoch, elected_at=elected_at, lost_at=known.lost_at)
-        chief, observations = _handover_done(kept, lease)
+        chief, observations = _handover_done(kept, lease, observed_at)
     new_epoch = epoch + 1 if (elected or ps_replaced) and new_holder else epoch
 
     lease_change = lease_write(
@@ -110,6 +129,11 @@ def keep_chief(
         active=active,
         desired=desired,
     )
+    if chief is not None:
+        # What the operator saw of the holder's heartbeat, and when (an election writes renewTime itself).
+        seen = format_time(now) if elected else format_time(observed_at)
+        stamp = format_micro_time(now) if elected else renew_stamp(lease)
+        chief = chief.model_copy(update={"renew_time": stamp, "renew_observed_at": seen})
     writes: list[Write] = [lease_change] if lease_change is not None else []
     writes += chief_labels(workers, new_holder)
     verdict = verdicts.get(new_holder) if new_holder else None
@@ -135,7 +159,13 @@ def _adopt_unrecorded_election(
 
 
 def _holder_loss(
-    holder: str | None, verdicts: Mapping[str, PodVerdict], lease: Obj | None, config: PlannerConfig, now: datetime
+    holder: str | None,
+    verdicts: Mapping[str, PodVerdict],
+    lease: Obj | None,
+    config: PlannerConfig,
+    *,
+    now: datetime,
+    observed_at: datetime,
 ) -> tuple[_Loss | None, datetime | None]:
     """Whether (and since when) the holder is lost or stopped renewing; else when its lease goes stale."""
     if not holder:
@@ -146,7 +176,7 @@ def _holder_loss(
         return _Loss((verdict.since if verdict else None) or now, why), None
     if verdict.state != PodState.RUNNING:
         return None, None
-    stale_at = lease_expiry(lease, config)
+    stale_at = lease_expiry(lease, config, observed_at)
     if stale_at is not None and now >= stale_at:
         return _Loss(stale_at, f"chief {holder} stopped renewing the lease"), None
     return None, stale_at
@@ -158,13 +188,12 @@ def _elected(choice: Candidate, epoch: int, loss: _Loss | None) -> EmitEvent:
     return EmitEvent("Normal", "ChiefElected", message + (f"; {loss.why}" if loss is not None else ""))
 
 
-def _handover_done(chief: ChiefStatus, lease: Obj | None) -> tuple[ChiefStatus, tuple[Observation, ...]]:
-    """The new chief renewed its lease: the handover is over; measure it."""
-    spec = lease_spec_of(lease)
-    acquired = parse_time(spec.get("acquireTime"))
-    renewed = parse_time(spec.get("renewTime"))
+def _handover_done(
+    chief: ChiefStatus, lease: Obj | None, observed_at: datetime
+) -> tuple[ChiefStatus, tuple[Observation, ...]]:
+    """The new chief renewed its lease: the handover is over; measure it, on the operator's clock."""
     lost = parse_time(chief.lost_at)
-    if renewed is None or acquired is None or lost is None or renewed <= acquired:
+    if lost is None or not renewed_since_election(lease):
         return chief, ()
-    seconds = max(0.0, (renewed - lost).total_seconds())
+    seconds = max(0.0, (observed_at - lost).total_seconds())
     return chief.model_copy(update={"lost_at": None}), (Observation("chief_handover_seconds", seconds),)

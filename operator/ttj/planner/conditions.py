@@ -43,6 +43,12 @@ class Reason(StrEnum):
     TRAINING_COMPLETE = "TrainingComplete"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
+    PROGRESS_STALLED = "ProgressStalled"
+    PROGRESSING = "Progressing"
+    DATA_UNAVAILABLE = "DataUnavailable"
+    CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
+    CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
+    TRAINER_MISCONFIGURED = "TrainerMisconfigured"
 
 
 # -- the situations ------------------------------------------------------------------------------
@@ -93,6 +99,8 @@ class InProgress:
     unschedulable: str
     budget: BudgetDecision | None
     budget_limited: bool
+    #: Why training is stalled (the global step stood still past spec.progress), empty when it is not.
+    stalled: str = ""
 
     @property
     def training(self) -> bool:
@@ -205,6 +213,14 @@ def _budget_exceeded(s: Situation) -> Holds | None:
     return (False, Reason.WITHIN_BUDGET, "") if s.budget_limited else None
 
 
+def _stalled(s: Situation) -> Holds | None:
+    if not isinstance(s, InProgress) or not s.started:
+        return None
+    if s.stalled:
+        return True, Reason.PROGRESS_STALLED, s.stalled
+    return False, Reason.PROGRESSING, ""
+
+
 def _succeeded(s: Situation) -> Holds | None:
     if isinstance(s, Ended) and s.ending.phase == Phase.SUCCEEDED:
         return True, s.ending.reason, s.ending.message
@@ -227,6 +243,7 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.RECOVERING: Rule(_recovering, warns=True),
     ConditionType.CHIEF_ELECTED: Rule(_chief_elected, warns=False),
     ConditionType.BUDGET_EXCEEDED: Rule(_budget_exceeded, warns=True),
+    ConditionType.STALLED: Rule(_stalled, warns=True),
     ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
     ConditionType.FAILED: Rule(_failed, warns=True),
 }

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from ttj.api.models import (
+    ChiefStatus,
     Phase,
     TransientTrainingJob,
     TransientTrainingJobSpec,
@@ -35,11 +36,12 @@ from ttj.planner.classify import PodState
 from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import cost_and_budget
-from ttj.planner.ending import clean_up, deadline_of, ending
-from ttj.planner.lease import lease_holder, reported_progress
+from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported
+from ttj.planner.lease import lease_epoch_of, lease_holder, reported_progress
 from ttj.planner.observed import Observed, meta
 from ttj.planner.parameter_servers import parameter_servers
 from ttj.planner.slots import fill_worker_slots
+from ttj.planner.stall import stall_of, track_progress
 from ttj.planner.static_children import static_children
 from ttj_contract import format_time, parse_time, worker_selector
 
@@ -162,7 +164,8 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
     )
     holder = lease_holder(observed.lease, previous.chief)
-    progress = reported_progress(observed.lease, previous.progress)
+    progress = track_progress(reported_progress(observed.lease, previous.progress), previous.progress, now)
+    epoch = lease_epoch_of(observed.lease) if observed.lease is not None else (previous.chief or ChiefStatus()).epoch
     costing = cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config)
     counted = previous.model_copy(
         update={
@@ -181,6 +184,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     end = ending(
         spec,
         holder=holder,
+        epoch=epoch,
         verdicts=assessed.verdicts,
         failures=counted.failures,
         last_failure=assessed.last_failure,
@@ -204,6 +208,14 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         budget=costing.budget,
         placement=observed.placement,
     )
+    holder_verdict = assessed.verdicts.get(holder) if holder else None
+    stall = stall_of(
+        spec,
+        progress,
+        previous.chief,
+        chief_running=holder_verdict is not None and holder_verdict.state == PodState.RUNNING,
+        now=now,
+    )
     chief = keep_chief(
         run.job,
         assessed.workers,
@@ -217,6 +229,8 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         desired=spec.workers.replicas,
         now=now,
         config=run.config,
+        stalled=stall.message if stall.replace_chief else "",
+        ended_without_model=not final_checkpoint_reported(spec, progress, epoch),
     )
     elections = previous.chief_elections + chief.elections
     situation = InProgress(
@@ -230,6 +244,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         unschedulable=slots.unschedulable,
         budget=costing.budget,
         budget_limited=budget_limited,
+        stalled=stall.message,
     )
     derived = derive(situation, previous.conditions, run.now_text, run.generation)
     status = counted.model_copy(
@@ -249,7 +264,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         writes=[*writes, *slots.writes, *chief.writes],
         events=[*events, *servers.events, *chief.events, *derived.events],
         observations=chief.observations,
-        wake=[*assessed.wake, chief.wake, deadline_of(spec, started_at)],
+        wake=[*assessed.wake, chief.wake, stall.wake, deadline_of(spec, started_at)],
     )
 
 

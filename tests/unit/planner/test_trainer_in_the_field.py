@@ -1,0 +1,137 @@
+"""The operator's side of the trainer in the field: success needs the model, a stall is seen and acted on,
+a trainer's clock does not matter, and errors no retry can mend end the job with the trainer's message."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from tests.unit.planner.builders import T0, renew, terminate
+from tests.unit.planner.test_scenarios import S, settle, started
+from ttj.planner.world import World
+
+
+def condition(world: World, type_: str) -> dict[str, Any]:
+    found = [c for c in world.job["status"].get("conditions") or [] if c["type"] == type_]
+    assert found, f"no {type_} condition in {world.job['status'].get('conditions')}"
+    return dict(found[0])
+
+
+def final(step: int, epoch: int, **more: Any) -> dict[str, Any]:
+    return {"globalStep": step, "checkpointStep": step, "checkpointPath": f"/ckpt/ckpt-{step}-e{epoch}", "epoch": epoch}
+
+
+def chief(world: World) -> str:
+    return str(world.job["status"]["chief"]["pod"])
+
+
+# -- success without the model ---------------------------------------------------------------------
+def test_a_chief_that_exits_0_without_a_final_checkpoint_is_replaced_not_taken_for_success() -> None:
+    world = started(trainSteps=1000)
+    first = chief(world)
+    # The chief trained to the end as a plain worker: it published steps, but its last checkpoint is short.
+    renew(world, T0 + 5 * S, {"globalStep": 1000, "checkpointStep": 700, "epoch": 1})
+    terminate(world, first, 0, reason="Completed", now=T0 + 6 * S)
+    settle(world, T0 + 7 * S)
+    status = world.job["status"]
+    assert status["phase"] != "Succeeded"
+    assert chief(world) != first
+    assert status["chief"]["epoch"] == 2
+    assert (status["preemptions"], status["failures"]) == (0, 0)
+    # The new chief writes the final checkpoint in its epoch and exits 0: now the job has its model.
+    renew(world, T0 + 10 * S, final(1000, 2))
+    terminate(world, chief(world), 0, reason="Completed", now=T0 + 11 * S)
+    world.reconcile(T0 + 12 * S)
+    assert world.job["status"]["phase"] == "Succeeded"
+    assert "final checkpoint at global step 1000 (epoch 2)" in condition(world, "Succeeded")["message"]
+
+
+def test_a_final_checkpoint_reported_in_an_older_epoch_is_not_the_current_chiefs() -> None:
+    world = started(trainSteps=1000)
+    renew(world, T0 + 5 * S, final(1000, 0))
+    terminate(world, chief(world), 0, reason="Completed", now=T0 + 6 * S)
+    world.reconcile(T0 + 7 * S)
+    assert world.job["status"]["phase"] != "Succeeded"
+
+
+# -- liveness is not progress ------------------------------------------------------------------------
+def keep_renewing(world: World, start: datetime, seconds: int, progress: dict[str, Any], skew: timedelta) -> None:
+    """The chief renews every 10 s with its clock ``skew`` off the operator's, the operator passes after each."""
+    for t in range(0, seconds + 1, 10):
+        now = start + t * S
+        renew(world, now + skew, progress)
+        world.reconcile(now + S)
+
+
+def test_a_chief_renewing_without_advancing_is_marked_stalled_and_replaced_without_a_preemption() -> None:
+    world = started(trainSteps=1000, progress={"stallTimeoutSeconds": 120})
+    first = chief(world)
+    stuck = {"globalStep": 0, "epoch": 1, "lastError": "checkpoint storage: PermissionDenied on /ckpt/ttj-epoch"}
+    keep_renewing(world, T0 + 5 * S, 100, stuck, timedelta(0))
+    assert condition(world, "Stalled")["status"] == "False"
+    assert chief(world) == first
+    keep_renewing(world, T0 + 115 * S, 20, stuck, timedelta(0))
+    stalled = condition(world, "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ProgressStalled")
+    assert "PermissionDenied on /ckpt/ttj-epoch" in stalled["message"]
+    warnings = [e for e in world.events if e.reason == "ProgressStalled"]
+    assert warnings
+    assert warnings[0].type == "Warning"
+    assert "PermissionDenied" in warnings[0].message
+    assert chief(world) != first, "a stalled chief is replaced"
+    status = world.job["status"]
+    assert (status["preemptions"], status["failures"]) == (0, 0), "a stall is neither a preemption nor a failure"
+    # The new chief gets the whole timeout; once the step moves the condition clears.
+    keep_renewing(world, T0 + 140 * S, 30, {"globalStep": 40, "epoch": status["chief"]["epoch"]}, timedelta(0))
+    assert condition(world, "Stalled")["status"] == "False"
+
+
+def test_stall_detection_can_be_turned_off() -> None:
+    world = started(trainSteps=1000, progress={"stallTimeoutSeconds": 0})
+    first = chief(world)
+    keep_renewing(world, T0 + 5 * S, 1200, {"globalStep": 0, "epoch": 1}, timedelta(0))
+    assert chief(world) == first
+
+
+# -- clock skew -------------------------------------------------------------------------------------
+def test_a_trainer_clock_40s_behind_does_not_cost_its_chief_the_lease() -> None:
+    world = started(trainSteps=100000)
+    first = chief(world)
+    elections = world.job["status"]["chiefElections"]
+    for t in range(5, 125, 10):  # two minutes of renewals every 10 s, stamped 40 s in the past
+        renew(world, T0 + (t - 40) * S, {"globalStep": 10 * t, "epoch": 1})
+        world.reconcile(T0 + (t + 1) * S)
+    assert chief(world) == first
+    assert world.job["status"]["chiefElections"] == elections
+
+
+def test_a_chief_whose_renewals_stop_is_still_replaced_a_lease_after_the_operator_last_saw_one() -> None:
+    world = started(trainSteps=100000)
+    first = chief(world)
+    renew(world, T0 + 5 * S - 40 * S, {"globalStep": 10, "epoch": 1})  # skewed clock, seen at +6 s
+    world.reconcile(T0 + 6 * S)
+    world.reconcile(T0 + 35 * S)
+    assert chief(world) == first
+    world.reconcile(T0 + 37 * S)
+    assert chief(world) != first
+
+
+# -- errors no retry can mend ---------------------------------------------------------------------------
+def test_a_missing_dataset_fails_the_job_at_once_with_the_trainers_message() -> None:
+    world = started(trainSteps=1000, backoffLimit=3)
+    message = "dataset error: spec.data.uri '/data/none' holds no CIFAR-10 files"
+    terminate(world, "mnist-worker-0-1", 3, message=message, now=T0 + 5 * S)
+    world.reconcile(T0 + 6 * S)
+    status = world.job["status"]
+    assert status["phase"] == "Failed"
+    failed = condition(world, "Failed")
+    assert failed["reason"] == "DataUnavailable"
+    assert message in failed["message"]
+
+
+def test_a_corrupt_checkpoint_index_fails_the_job_with_a_clear_reason() -> None:
+    world = started(trainSteps=1000, backoffLimit=3)
+    terminate(world, "mnist-worker-1-1", 5, message="checkpoint index /ckpt/ttj-checkpoint.json is corrupt")
+    world.reconcile(T0 + 6 * S)
+    assert world.job["status"]["phase"] == "Failed"
+    assert condition(world, "Failed")["reason"] == "CheckpointIndexCorrupt"
