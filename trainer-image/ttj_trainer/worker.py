@@ -36,6 +36,8 @@ HEARTBEAT_PERIOD_SECONDS = 1.0
 HEARTBEAT_FRESH_SECONDS = 10.0
 CHECKPOINT_RETRY_SECONDS = 5.0
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)
+#: As long as the operator gives a new chief to start (PlannerConfig.chief_startup_seconds).
+STARTUP_ALLOWANCE_SECONDS = 180.0
 
 
 def _brief(err: BaseException) -> str:
@@ -149,8 +151,10 @@ class Worker:
         self.store.open()
 
     def _loop_alive(self, lease_seconds: float) -> bool:
-        """The training loop turned within half a lease: renewing now says something true."""
-        return time.monotonic() - self.loop_beat < lease_seconds / 2
+        """The training loop turned within a lease (before the first step, within the start-up allowance: the
+        first step traces the model): renewing now says something true."""
+        limit = lease_seconds if self.step_times else max(lease_seconds, STARTUP_ALLOWANCE_SECONDS)
+        return time.monotonic() - self.loop_beat < limit
 
     def _beat(self) -> None:
         self.loop_beat = time.monotonic()
@@ -161,10 +165,15 @@ class Worker:
         return renewal_fresh(self.watcher.last_renewal, time.monotonic(), duration)
 
     def _progress(self) -> LeaseProgress | None:
-        if self.chief_epoch is None:
-            return None
-        checkpoint = self.last_checkpoint
+        """The report the watcher publishes while the Lease names this pod."""
         error = self.last_error or None
+        if self.chief_epoch is None:
+            if not error:
+                return None  # the previous chief's report stands until this one has something to say
+            # Named but not acting as chief, e.g. its checkpoint location refuses it: say why.
+            view = self.watcher.view
+            return LeaseProgress(global_step=self.global_step, epoch=view.epoch if view else None, last_error=error)
+        checkpoint = self.last_checkpoint
         if checkpoint is None:
             return LeaseProgress(global_step=self.global_step, epoch=self.chief_epoch, last_error=error)
         return LeaseProgress(
