@@ -178,28 +178,17 @@ class Stack:
         core.delete_namespaced_pod(pod, namespace, grace_period_seconds=15)
 
     def cut_api_access(self, pod_ips: list[str]) -> None:
-        """Local cluster only: every API request from these pod IPs fails with 503 until
-        :meth:`restore_api_access` (the API server's per-client fault rule)."""
-        from ttj.kubeapi import KubeClient
+        """Local cluster only: a network partition between these pods and the API server (their connections
+        are reset and refused) until :meth:`restore_api_access`."""
+        from ttj_localcluster.nodes.control import ControlClient
 
-        client = KubeClient.from_kubeconfig(str(self.kubeconfig))
-        try:
-            rule = {"probability": 1.0, "codes": [503], "clients": list(pod_ips)}
-            client.request("POST", "/ttj-local/faults", body={"rules": [rule]})
-        finally:
-            client.close()
+        ControlClient.from_kubeconfig(str(self.kubeconfig)).partition_api(pod_ips)
 
     def restore_api_access(self) -> int:
-        """Ends the cut; returns how many requests it refused (so a test knows the cut did bite)."""
-        from ttj.kubeapi import KubeClient
+        """Heals the partition; returns how many connections it refused (so a test knows it did bite)."""
+        from ttj_localcluster.nodes.control import ControlClient
 
-        client = KubeClient.from_kubeconfig(str(self.kubeconfig))
-        try:
-            state = client.request("GET", "/ttj-local/faults")
-            client.request("DELETE", "/ttj-local/faults")
-        finally:
-            client.close()
-        return sum(int(rule.get("injected") or 0) for rule in state.get("rules") or [])
+        return int(ControlClient.from_kubeconfig(str(self.kubeconfig)).partition_api([]).get("refused") or 0)
 
     def restore_gpu_pool(self) -> None:
         """Bring preempted spot capacity back (a no-op on a real cluster: its autoscaler does it)."""

@@ -41,8 +41,6 @@ class FaultRule:
     resources: list[str] = field(default_factory=list)
     #: stop after failing this many requests (None = no limit)
     count: int | None = None
-    #: client addresses to affect (the request's peer IP: a pod's IP cuts that pod off); empty = all
-    clients: list[str] = field(default_factory=list)
     injected: int = 0
 
     def __post_init__(self) -> None:
@@ -55,10 +53,8 @@ class FaultRule:
             if verb not in VERBS:
                 raise ValueError(f"unknown verb {verb!r}; choose from {', '.join(VERBS)}")
 
-    def matches(self, verb: str, plural: str, group: str, subresource: str | None, client: str | None = None) -> bool:
+    def matches(self, verb: str, plural: str, group: str, subresource: str | None) -> bool:
         if self.count is not None and self.injected >= self.count:
-            return False
-        if self.clients and client not in self.clients:
             return False
         if self.verbs and verb not in self.verbs:
             return False
@@ -77,7 +73,6 @@ class FaultRule:
             "verbs": self.verbs,
             "resources": self.resources,
             "count": self.count,
-            "clients": self.clients,
             "injected": self.injected,
         }
 
@@ -142,12 +137,10 @@ class FaultInjector:
                 return self.latency_seconds
             return self.latency_seconds + self._rng.uniform(0, self.latency_jitter_seconds)
 
-    def pick(
-        self, verb: str, plural: str, group: str, subresource: str | None, client: str | None = None
-    ) -> ApiError | None:
+    def pick(self, verb: str, plural: str, group: str, subresource: str | None) -> ApiError | None:
         with self._lock:
             for rule in self.rules:
-                if rule.matches(verb, plural, group, subresource, client) and self._rng.random() < rule.probability:
+                if rule.matches(verb, plural, group, subresource) and self._rng.random() < rule.probability:
                     rule.injected += 1
                     code = self._rng.choice(rule.codes)
                     reason, message = _REASONS[code]
@@ -184,7 +177,6 @@ class FaultInjector:
                     verbs=list(r.get("verbs", [])),
                     resources=list(r.get("resources", [])),
                     count=r.get("count"),
-                    clients=[str(c) for c in r.get("clients", [])],
                 )
                 for r in body["rules"]
             ]

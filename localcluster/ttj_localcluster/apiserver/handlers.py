@@ -57,16 +57,15 @@ class ResourceHandlers:
             raise route_not_found()
         return Target(rtype, namespace, name, subresource)
 
-    async def _accept(self, verb: str | None, target: Target, client: str | None = None) -> str:
-        """405 for no verb; else the injected latency and faults, as a flaky apiserver would answer (``client``:
-        the request's peer address, for faults aimed at one pod)."""
+    async def _accept(self, verb: str | None, target: Target) -> str:
+        """405 for no verb; else the injected latency and faults, as a flaky apiserver would answer."""
         if verb is None:
             raise method_not_allowed()
         faults = self.server.faults
         latency = faults.latency()
         if latency:
             await asyncio.sleep(latency)
-        fault = faults.pick(verb, target.rtype.plural, target.rtype.group, target.subresource, client)
+        fault = faults.pick(verb, target.rtype.plural, target.rtype.group, target.subresource)
         if fault is not None:
             raise fault
         return verb
@@ -77,7 +76,7 @@ class ResourceHandlers:
         target = self._target(request)
         get_verb = "watch" if truthy(request.query.get("watch")) else "list"
         verbs = {"GET": get_verb, "POST": "create", "DELETE": "deletecollection"}
-        verb = await self._accept(verbs.get(request.method), target, request.remote)
+        verb = await self._accept(verbs.get(request.method), target)
         if verb == "watch":
             return await serve_watch(self.server, request, target)
         if verb == "list":
@@ -92,7 +91,7 @@ class ResourceHandlers:
         rtype, namespace, name = target.rtype, target.namespace_or_empty, target.name
         get_verb = "watch" if truthy(request.query.get("watch")) else "get"
         verbs = {"GET": get_verb, "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-        verb = await self._accept(verbs.get(request.method), target, request.remote)
+        verb = await self._accept(verbs.get(request.method), target)
         if verb == "watch":
             return await serve_watch(self.server, request, target)
         if verb == "get":
@@ -108,7 +107,7 @@ class ResourceHandlers:
     async def watch(self, request: web.Request) -> web.StreamResponse:
         """``/watch/...`` paths: the older spelling of ``?watch=true``, still served by kube."""
         target = self._target(request)
-        await self._accept("watch" if request.method == "GET" else None, target, request.remote)
+        await self._accept("watch" if request.method == "GET" else None, target)
         return await serve_watch(self.server, request, target)
 
     # -- subresources -----------------------------------------------------------------------------
@@ -117,7 +116,7 @@ class ResourceHandlers:
         target = self._target(request, "status")
         assert target.name is not None
         verbs = {"GET": "get", "PUT": "update", "PATCH": "patch"}
-        verb = await self._accept(verbs.get(request.method), target, request.remote)
+        verb = await self._accept(verbs.get(request.method), target)
         if verb == "get":
             return self._get(request, target)
         if verb == "update":
@@ -138,7 +137,7 @@ class ResourceHandlers:
         target = self._target(request, "scale")
         assert target.name is not None
         verbs = {"GET": "get", "PUT": "update", "PATCH": "patch"}
-        verb = await self._accept(verbs.get(request.method), target, request.remote)
+        verb = await self._accept(verbs.get(request.method), target)
         rtype, namespace, name = target.rtype, target.namespace_or_empty, target.name
         if verb == "get":
             return json_response(self.subresources.get_scale(rtype, namespace, name))
@@ -149,21 +148,21 @@ class ResourceHandlers:
     async def binding(self, request: web.Request) -> web.StreamResponse:
         target = self._target(request, "binding")
         assert target.name is not None
-        await self._accept("create" if request.method == "POST" else None, target, request.remote)
+        await self._accept("create" if request.method == "POST" else None, target)
         body = await read_json(request)
         return json_response(self.subresources.bind(target.namespace_or_empty, target.name, body), 201)
 
     async def log(self, request: web.Request) -> web.StreamResponse:
         target = self._target(request, "log")
         assert target.name is not None
-        await self._accept("get" if request.method == "GET" else None, target, request.remote)
+        await self._accept("get" if request.method == "GET" else None, target)
         return await podlog.serve(self.server, request, target.namespace_or_empty, target.name, "get")
 
     async def finalize(self, request: web.Request) -> web.StreamResponse:
         """``namespaces/NAME/finalize``, where kube's namespace controller empties ``spec.finalizers``: a PUT."""
         target = self._target(request, "finalize")
         assert target.name is not None
-        await self._accept("update" if request.method == "PUT" else None, target, request.remote)
+        await self._accept("update" if request.method == "PUT" else None, target)
         body = await read_json(request)
         return json_response(
             self.core.update(target.rtype, target.namespace_or_empty, target.name, body, dry_run=dry_run(request))
