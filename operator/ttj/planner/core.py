@@ -37,7 +37,7 @@ from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, Invali
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported
-from ttj.planner.lease import lease_epoch_of, lease_holder, reported_progress
+from ttj.planner.lease import lease_epoch_of, lease_holder, renewed_since_election, reported_progress
 from ttj.planner.observed import Observed, meta
 from ttj.planner.parameter_servers import parameter_servers
 from ttj.planner.slots import fill_worker_slots
@@ -166,6 +166,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     holder = lease_holder(observed.lease, previous.chief)
     progress = track_progress(reported_progress(observed.lease, previous.progress), previous.progress, now)
     epoch = lease_epoch_of(observed.lease) if observed.lease is not None else (previous.chief or ChiefStatus()).epoch
+    has_model = final_checkpoint_reported(spec, progress, epoch, renewed=renewed_since_election(observed.lease))
     costing = cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config)
     counted = previous.model_copy(
         update={
@@ -185,6 +186,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         spec,
         holder=holder,
         epoch=epoch,
+        renewed=renewed_since_election(observed.lease),
         verdicts=assessed.verdicts,
         failures=counted.failures,
         last_failure=assessed.last_failure,
@@ -199,6 +201,10 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     servers = parameter_servers(
         run.name, spec.parameter_servers.replicas, observed.pods, previous.parameter_server_pods or []
     )
+    holder_verdict = assessed.verdicts.get(holder) if holder else None
+    chief_ended_without_model = (
+        holder_verdict is not None and holder_verdict.state == PodState.SUCCEEDED and not has_model
+    )
     slots = fill_worker_slots(
         run.job,
         spec,
@@ -207,8 +213,8 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         holder=holder,
         budget=costing.budget,
         placement=observed.placement,
+        refill_finished=chief_ended_without_model,
     )
-    holder_verdict = assessed.verdicts.get(holder) if holder else None
     stall = stall_of(
         spec,
         progress,
@@ -230,7 +236,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         now=now,
         config=run.config,
         stalled=stall.message if stall.replace_chief else "",
-        ended_without_model=not final_checkpoint_reported(spec, progress, epoch),
+        ended_without_model=not has_model,
     )
     elections = previous.chief_elections + chief.elections
     situation = InProgress(

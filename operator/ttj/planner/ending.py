@@ -24,14 +24,16 @@ PERMANENT_EXITS: dict[int, Reason] = {
 }
 
 
-def final_checkpoint_reported(spec: TransientTrainingJobSpec, progress: ProgressStatus | None, epoch: int) -> bool:
-    """The chief of the current ``epoch`` reported a checkpoint at trainSteps or beyond: the model exists."""
-    return (
-        progress is not None
-        and progress.epoch == epoch
-        and progress.checkpoint_step is not None
-        and progress.checkpoint_step >= spec.train_steps
-    )
+def final_checkpoint_reported(
+    spec: TransientTrainingJobSpec, progress: ProgressStatus | None, epoch: int, *, renewed: bool
+) -> bool:
+    """The chief of the current ``epoch`` reported a checkpoint at trainSteps or beyond: the model exists.
+
+    A report that names no epoch (a trainer that does not publish one) counts once the holder has
+    ``renewed`` the Lease since its election: the report is then its own, not its predecessor's."""
+    if progress is None or progress.checkpoint_step is None or progress.checkpoint_step < spec.train_steps:
+        return False
+    return progress.epoch == epoch if progress.epoch is not None else renewed
 
 
 def permanent_failure(verdicts: Mapping[str, PodVerdict]) -> Ending | None:
@@ -47,6 +49,7 @@ def ending(
     *,
     holder: str | None,
     epoch: int,
+    renewed: bool,
     verdicts: Mapping[str, PodVerdict],
     failures: int,
     last_failure: str,
@@ -66,7 +69,7 @@ def ending(
         and chief is not None
         and chief.state == PodState.SUCCEEDED
         and progress is not None
-        and final_checkpoint_reported(spec, progress, epoch)
+        and final_checkpoint_reported(spec, progress, epoch, renewed=renewed)
     ):
         return Ending(
             Phase.SUCCEEDED,

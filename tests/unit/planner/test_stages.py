@@ -129,6 +129,7 @@ def test_the_first_ending_that_applies_wins() -> None:
         SPEC.model_copy(update={"active_deadline_seconds": 60}),
         holder="mnist-worker-0-1",
         epoch=2,
+        renewed=True,
         verdicts=verdicts(chief),
         failures=SPEC.backoff_limit + 1,
         last_failure="",
@@ -146,6 +147,7 @@ def test_the_budget_ends_the_job_only_once_no_worker_is_alive() -> None:
     common: dict[str, Any] = {
         "holder": None,
         "epoch": 0,
+        "renewed": False,
         "failures": 0,
         "last_failure": "",
         "progress": None,

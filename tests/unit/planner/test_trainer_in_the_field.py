@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.unit.planner.builders import T0, renew, terminate
 from tests.unit.planner.test_scenarios import S, settle, started
+from ttj.planner import CreateChild
 from ttj.planner.world import World
 
 
@@ -52,6 +53,26 @@ def test_a_final_checkpoint_reported_in_an_older_epoch_is_not_the_current_chiefs
     terminate(world, chief(world), 0, reason="Completed", now=T0 + 6 * S)
     world.reconcile(T0 + 7 * S)
     assert world.job["status"]["phase"] != "Succeeded"
+
+
+def test_when_every_worker_exited_without_the_final_checkpoint_new_workers_are_made_to_write_it() -> None:
+    world = started(trainSteps=1000)
+    renew(world, T0 + 5 * S, {"globalStep": 1000, "checkpointStep": 700, "epoch": 1})
+    for name in ("mnist-worker-0-1", "mnist-worker-1-1", "mnist-worker-2-1"):
+        terminate(world, name, 0, reason="Completed", now=T0 + 6 * S)
+    result = world.reconcile(T0 + 7 * S)
+    created = sorted(a.name for a in result.of_type(CreateChild) if a.kind == "Pod")
+    assert created == ["mnist-worker-0-2", "mnist-worker-1-2", "mnist-worker-2-2"]
+    assert world.job["status"]["phase"] != "Succeeded"
+
+
+def test_a_report_without_an_epoch_counts_once_the_holder_renewed_since_its_election() -> None:
+    world = started(trainSteps=1000)
+    holder = chief(world)
+    renew(world, T0 + 5 * S, {"globalStep": 1000, "checkpointStep": 1000})  # a trainer that names no epoch
+    terminate(world, holder, 0, reason="Completed", now=T0 + 6 * S)
+    world.reconcile(T0 + 7 * S)
+    assert world.job["status"]["phase"] == "Succeeded"
 
 
 # -- liveness is not progress ------------------------------------------------------------------------
