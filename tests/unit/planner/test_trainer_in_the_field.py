@@ -156,3 +156,55 @@ def test_a_corrupt_checkpoint_index_fails_the_job_with_a_clear_reason() -> None:
     world.reconcile(T0 + 6 * S)
     assert world.job["status"]["phase"] == "Failed"
     assert condition(world, "Failed")["reason"] == "CheckpointIndexCorrupt"
+
+
+# -- the data a worker gets ----------------------------------------------------------------------------
+def worker_of(**spec: Any) -> dict[str, Any]:
+    from tests.unit.planner.builders import job
+    from ttj.api.models import TransientTrainingJobSpec
+    from ttj.planner.children import worker_pod
+
+    manifest = job(**spec)
+    manifest["metadata"].setdefault("uid", "u")
+    return worker_pod(manifest, TransientTrainingJobSpec.model_validate(manifest["spec"]), 0, 1)
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_cifar10_without_data_gets_a_cache_volume_to_download_into() -> None:
+    pod = worker_of(dataset="cifar10")
+    assert env_of(pod)["TTJ_DATA_CACHE"] == "/var/cache/ttj-data"
+    assert "TTJ_DATA_URI" not in env_of(pod)
+    assert {"name": "dataset-cache", "emptyDir": {}} in pod["spec"]["volumes"]
+    assert {"name": "dataset-cache", "mountPath": "/var/cache/ttj-data"} in pod["spec"]["containers"][0]["volumeMounts"]
+
+
+def test_data_on_a_claim_is_mounted_read_only_where_data_uri_says() -> None:
+    pod = worker_of(dataset="cifar10", data={"uri": "/data/cifar10", "volumeClaimName": "cifar"})
+    assert env_of(pod)["TTJ_DATA_URI"] == "/data/cifar10"
+    assert "TTJ_DATA_CACHE" not in env_of(pod)
+    claim = {"name": "dataset", "persistentVolumeClaim": {"claimName": "cifar", "readOnly": True}}
+    assert claim in pod["spec"]["volumes"]
+    mount = {"name": "dataset", "mountPath": "/data/cifar10", "readOnly": True}
+    assert mount in pod["spec"]["containers"][0]["volumeMounts"]
+
+
+def test_data_in_a_bucket_needs_no_volume_and_synthetic_needs_nothing() -> None:
+    bucket = worker_of(dataset="cifar10", data={"uri": "gs://bucket/cifar10"})
+    assert env_of(bucket)["TTJ_DATA_URI"] == "gs://bucket/cifar10"
+    assert "volumes" not in bucket["spec"]
+    synthetic = worker_of(dataset="synthetic")
+    assert not {"TTJ_DATA_URI", "TTJ_DATA_CACHE"} & set(env_of(synthetic))
+    assert "volumes" not in synthetic["spec"]
+
+
+def test_a_data_claim_needs_a_path() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from ttj.api.models import DataSpec
+
+    with pytest.raises(ValidationError, match=r"data\.volumeClaimName needs data\.uri"):
+        DataSpec(uri="gs://bucket/cifar10", volume_claim_name="cifar")
