@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ttj.api.models import ChiefStatus
 from ttj.planner.actions import EmitEvent, Observation, Write
@@ -23,7 +23,7 @@ from ttj.planner.lease import (
     renewal_observed_at,
     renewed_since_election,
 )
-from ttj.planner.observed import Obj, name_of, node_name_of, slot_of
+from ttj.planner.observed import Obj, meta, name_of, node_name_of, phase_of, slot_of
 from ttj_contract import format_micro_time, format_time, parse_time
 
 
@@ -82,7 +82,8 @@ def keep_chief(
     known = chief or ChiefStatus()
 
     observed_at = renewal_observed_at(lease, recorded, now)
-    loss, wake = _holder_loss(holder, verdicts, lease, config, now=now, observed_at=observed_at)
+    holder_pod = next((p for p in workers if name_of(p) == holder), None) if holder else None
+    loss, wake = _holder_loss(holder, verdicts, lease, config, now=now, observed_at=observed_at, pod=holder_pod)
     if loss is None and holder and stalled:
         loss = _Loss(now, f"chief {holder}: {stalled}")
     holder_verdict = verdicts.get(holder) if holder else None
@@ -166,11 +167,22 @@ def _holder_loss(
     *,
     now: datetime,
     observed_at: datetime,
+    pod: Obj | None = None,
 ) -> tuple[_Loss | None, datetime | None]:
-    """Whether (and since when) the holder is lost or stopped renewing; else when its lease goes stale."""
+    """Whether (and since when) the holder is lost or stopped renewing; else when its lease goes stale.
+
+    A holder being stopped gracefully (preempted or deleted, its container still running on a live node)
+    is not lost yet: it is writing its SIGTERM checkpoint, which fencing would refuse were another chief
+    named now. It stays chief until its container ends, its lease goes stale, or its grace period ends."""
     if not holder:
         return None, None
     verdict = verdicts.get(holder)
+    draining_until = _draining_until(pod, verdict)
+    if draining_until is not None and now < draining_until:
+        stale_at = lease_expiry(lease, config, observed_at)
+        if stale_at is not None and now >= stale_at:
+            return _Loss(stale_at, f"chief {holder} stopped renewing the lease while stopping"), None
+        return None, min([draining_until, *([stale_at] if stale_at is not None else [])])
     if verdict is None or verdict.lost or verdict.state == PodState.RELEASED:
         why = f"chief {holder} lost" + (f": {verdict.message}" if verdict and verdict.message else "")
         return _Loss((verdict.since if verdict else None) or now, why), None
@@ -180,6 +192,25 @@ def _holder_loss(
     if stale_at is not None and now >= stale_at:
         return _Loss(stale_at, f"chief {holder} stopped renewing the lease"), None
     return None, stale_at
+
+
+def _draining_until(pod: Obj | None, verdict: PodVerdict | None) -> datetime | None:
+    """When the grace period of a holder that is stopping gracefully ends; None unless it is doing so now."""
+    if pod is None or verdict is None or verdict.state != PodState.PREEMPTED or verdict.force_delete:
+        return None
+    if phase_of(pod) != "Running" or any(
+        "terminated" in (status.get("state") or {})
+        for status in (pod.get("status") or {}).get("containerStatuses") or []
+    ):
+        return None
+    deleting = parse_time(meta(pod).get("deletionTimestamp"))
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    started = verdict.since
+    if deleting is not None:
+        return deleting  # the API sets it to the deletion time plus the grace period
+    if started is not None:
+        return started + timedelta(seconds=int(grace if grace is not None else 30))
+    return None
 
 
 def _elected(choice: Candidate, epoch: int, loss: _Loss | None) -> EmitEvent:

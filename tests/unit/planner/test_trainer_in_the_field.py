@@ -75,6 +75,97 @@ def test_a_report_without_an_epoch_counts_once_the_holder_renewed_since_its_elec
     assert world.job["status"]["phase"] == "Succeeded"
 
 
+# -- the old chief's SIGTERM checkpoint comes before the next chief -------------------------------------------
+def stop_gracefully(world: World, name: str, at: datetime, grace: int = 30) -> None:
+    """A graceful deletion (spot preemption, kubectl delete): deletionTimestamp set, the container still runs."""
+    from ttj_contract import format_time
+
+    pod = world.pod(name)
+    assert pod is not None
+    pod["metadata"]["deletionTimestamp"] = format_time(at + grace * S)
+    pod["metadata"]["deletionGracePeriodSeconds"] = grace
+
+
+def test_a_chief_stopping_gracefully_stays_chief_until_its_sigterm_checkpoint_is_done() -> None:
+    world = started(trainSteps=100000)
+    first = chief(world)
+    renew(world, T0 + 5 * S, {"globalStep": 100, "epoch": 1})
+    stop_gracefully(world, first, T0 + 10 * S)
+    plan = world.reconcile(T0 + 11 * S)
+    assert chief(world) == first, "no new chief while the old one writes its SIGTERM checkpoint"
+    assert world.job["status"]["chief"]["epoch"] == 1
+    assert plan.requeue_after is not None
+    assert plan.requeue_after <= 29
+    # It wrote the checkpoint (as chief of epoch 1) and exited 143: now the next chief is named.
+    renew(world, T0 + 12 * S, {"globalStep": 130, "checkpointStep": 130, "epoch": 1})
+    terminate(world, first, 143, now=T0 + 12 * S)
+    world.reconcile(T0 + 13 * S)
+    assert chief(world) != first
+    assert world.job["status"]["chief"]["epoch"] == 2
+
+
+def test_a_chief_that_hangs_while_stopping_is_replaced_when_its_grace_period_ends() -> None:
+    from tests.unit.planner.builders import job, node
+    from ttj.api.models import ChiefStatus
+    from ttj.planner.chief import keep_chief
+    from ttj.planner.classify import PodState, PodVerdict
+    from ttj.planner.config import PlannerConfig
+    from ttj_contract import format_micro_time, format_time
+
+    def pod(slot: int, **metadata: Any) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": f"mnist-worker-{slot}-1",
+                "labels": {"transient.training/slot": str(slot)},
+                **metadata,
+            },
+            "spec": {"nodeName": f"gpu-{slot}"},
+            "status": {"phase": "Running", "startTime": format_time(T0)},
+        }
+
+    holder, other = pod(0, deletionTimestamp=format_time(T0 + 30 * S)), pod(1)
+    verdicts = {
+        "mnist-worker-0-1": PodVerdict(PodState.PREEMPTED, since=T0, message="pod deleted"),
+        "mnist-worker-1-1": PodVerdict(PodState.RUNNING),
+    }
+    stamp = format_micro_time(T0 + 20 * S)
+    lease = {
+        "metadata": {"name": "mnist-chief", "resourceVersion": "7", "annotations": {}},
+        "spec": {
+            "holderIdentity": "mnist-worker-0-1",
+            "leaseTransitions": 1,
+            "leaseDurationSeconds": 30,
+            "acquireTime": format_micro_time(T0 - 600 * S),
+            "renewTime": stamp,
+        },
+    }
+    recorded = ChiefStatus(
+        pod="mnist-worker-0-1", epoch=1, renew_time=stamp, renew_observed_at=format_time(T0 + 20 * S)
+    )
+    nodes = {f"gpu-{i}": node(f"gpu-{i}") for i in range(2)}
+
+    def at(seconds: int) -> Any:
+        return keep_chief(
+            job(),
+            [holder, other],
+            verdicts,
+            nodes,
+            lease=lease,
+            holder="mnist-worker-0-1",
+            recorded=recorded,
+            ps_replaced=False,
+            active=1,
+            desired=2,
+            now=T0 + seconds * S,
+            config=PlannerConfig(),
+        )
+
+    waiting = at(25)
+    assert (waiting.elections, waiting.chief.pod, waiting.wake) == (0, "mnist-worker-0-1", T0 + 30 * S)
+    replaced = at(30)
+    assert (replaced.elections, replaced.chief.pod) == (1, "mnist-worker-1-1")
+
+
 # -- liveness is not progress ------------------------------------------------------------------------
 def keep_renewing(world: World, start: datetime, seconds: int, progress: dict[str, Any], skew: timedelta) -> None:
     """The chief renews every 10 s with its clock ``skew`` off the operator's, the operator passes after each."""
