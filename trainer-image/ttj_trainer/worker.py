@@ -98,8 +98,10 @@ class Worker:
         self.cfg = cfg
         self.tf = tf
         self.terminating = threading.Event()
-        self.device = compute_device(tf, cfg.task_index)
-        self.local_device = self.device.on_worker(cfg.task_index)
+        # Until connected the device is not chosen: TensorFlow's local devices are listed only after the
+        # cluster is connected, so that nothing initialises the runtime before it (see select_compute_device).
+        self.device: devices.DeviceChoice | None = None
+        self.local_device = devices.worker_cpu(cfg.task_index)
         self.model = models.build(cfg.model)
         self.rng = np.random.default_rng([cfg.seed, cfg.task_index, os.getpid(), time.time_ns() % 2**32])
         self.batches = data.batches(
@@ -163,6 +165,13 @@ class Worker:
         view = self.watcher.view
         duration = float(view.duration_seconds or DEFAULT_LEASE_SECONDS) if view else DEFAULT_LEASE_SECONDS
         return renewal_fresh(self.watcher.last_renewal, time.monotonic(), duration)
+
+    def select_compute_device(self) -> None:
+        """Chooses the device (once, after the first connect) and places the training step there."""
+        if self.device is None:
+            self.device = compute_device(self.tf, self.cfg.task_index)
+            self.local_device = self.device.on_worker(self.cfg.task_index)
+            self.store.local_device = self.local_device
 
     def _progress(self) -> LeaseProgress | None:
         """The report the watcher publishes while the Lease names this pod."""
@@ -391,7 +400,8 @@ class Worker:
         self.watcher.start()
         try:
             self.connect()
-            event(log, "connected", ps=self.cfg.ps_addresses, address=self.serving_address)
+            self.select_compute_device()
+            event(log, "connected", ps=self.cfg.ps_addresses, address=self.serving_address, device=self.local_device)
             return self._loop()
         except Terminated:
             return self._terminate()
