@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 # -- the API ------------------------------------------------------------------------------------
 GROUP = "transient.training"
@@ -131,6 +131,27 @@ class Env(StrEnum):
     POD_NAMESPACE = "POD_NAMESPACE"
     POD_IP = "POD_IP"
     TF_CONFIG = "TF_CONFIG"
+    #: spec.data.uri: where the dataset is (gs://… or an absolute path, a mounted claim's included).
+    DATA_URI = "TTJ_DATA_URI"
+    #: Where a dataset is downloaded to when spec.data is not given (an emptyDir the operator mounts).
+    DATA_CACHE = "TTJ_DATA_CACHE"
+
+
+#: Mount path of the dataset cache volume (an emptyDir) in worker pods without spec.data.
+DATA_CACHE_PATH = "/var/cache/ttj-data"
+#: Name of that volume, and of the volume of a spec.data.volumeClaimName.
+DATA_CACHE_VOLUME = "dataset-cache"
+DATA_VOLUME = "dataset"
+
+
+class TrainerExit(IntEnum):
+    """Exit codes of the trainer that mean retrying the same pod cannot help: the operator ends the job
+    with the pod's termination message instead of charging them to backoffLimit."""
+
+    CONFIG = 2
+    DATA_UNAVAILABLE = 3
+    CHECKPOINT_INDEX_CORRUPT = 5
+    CHECKPOINT_LOCATION_TAKEN = 6
 
 
 # -- times ----------------------------------------------------------------------------------------
@@ -230,6 +251,10 @@ class LeaseProgress:
     checkpoint_time: str | None = None
     #: Seconds the chief took to write its latest checkpoint (the cost the adaptive interval weighs).
     checkpoint_write_seconds: float | None = None
+    #: The chief epoch of the reporter: a report counts for the chief of this epoch only.
+    epoch: int | None = None
+    #: The chief's latest error while training is held up (storage, parameter servers), for the operator.
+    last_error: str | None = None
 
     def to_annotation(self) -> str:
         fields = {
@@ -238,6 +263,8 @@ class LeaseProgress:
             "checkpointPath": self.checkpoint_path,
             "checkpointTime": self.checkpoint_time,
             "checkpointWriteSeconds": self.checkpoint_write_seconds,
+            "epoch": self.epoch,
+            "lastError": self.last_error,
         }
         return json.dumps({k: v for k, v in fields.items() if v is not None}, separators=(",", ":"))
 
@@ -252,12 +279,16 @@ class LeaseProgress:
             path = data.get("checkpointPath")
             when = data.get("checkpointTime")
             write = data.get("checkpointWriteSeconds")
+            epoch = data.get("epoch")
+            error = data.get("lastError")
             return cls(
                 global_step=max(0, int(data.get("globalStep", 0))),
                 checkpoint_step=None if step is None else int(step),
                 checkpoint_path=None if path is None else str(path),
                 checkpoint_time=None if when is None else str(when),
                 checkpoint_write_seconds=None if write is None else max(0.0, float(write)),
+                epoch=None if epoch is None else int(epoch),
+                last_error=None if error is None else str(error),
             )
         except (ValueError, TypeError, AttributeError):
             return None

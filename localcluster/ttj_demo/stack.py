@@ -196,6 +196,19 @@ class Stack:
         core.delete_node(node)
         core.delete_namespaced_pod(pod, namespace, grace_period_seconds=15)
 
+    def cut_api_access(self, pod_ips: list[str]) -> None:
+        """Local cluster only: a network partition between these pods and the API server (their connections
+        are reset and refused) until :meth:`restore_api_access`."""
+        from ttj_localcluster.nodes.control import ControlClient
+
+        ControlClient.from_kubeconfig(str(self.kubeconfig)).partition_api(pod_ips)
+
+    def restore_api_access(self) -> int:
+        """Heals the partition; returns how many connections it refused (so a test knows it did bite)."""
+        from ttj_localcluster.nodes.control import ControlClient
+
+        return int(ControlClient.from_kubeconfig(str(self.kubeconfig)).partition_api([]).get("refused") or 0)
+
     def restore_gpu_pool(self) -> None:
         """Bring preempted spot capacity back (a no-op on a real cluster: its autoscaler does it)."""
         if self.local:

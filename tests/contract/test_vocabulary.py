@@ -49,7 +49,15 @@ def test_the_progress_record_has_the_documented_keys() -> None:
     documented = re.search(r"annotation `transient\.training/progress`, JSON\s+`(\{[^`]*\})`", DOC)
     assert documented is not None
     keys = re.findall(r'"(\w+)"', documented.group(1))
-    full = LeaseProgress(7, checkpoint_step=5, checkpoint_path="/ckpt/model.ckpt-5", checkpoint_time="t")
+    full = LeaseProgress(
+        7,
+        checkpoint_step=5,
+        checkpoint_path="/ckpt/model.ckpt-5",
+        checkpoint_time="t",
+        checkpoint_write_seconds=1.5,
+        epoch=2,
+        last_error="e",
+    )
     assert list(json.loads(full.to_annotation())) == keys
 
 

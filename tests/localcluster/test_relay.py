@@ -117,3 +117,41 @@ def test_watches_survive_other_clients_resetting(relay: TcpRelay) -> None:
     assert all(b'"type":"ADDED"' in data and b'"relayed"' in data for data in received)
     wait_for(lambda: relay.open_connections == 0, what="the watches' connections closed")
     assert call(relay, "/version").startswith(b"HTTP/1.1 200")
+
+
+def reset_or_closed(sock: socket.socket) -> bool:
+    """The relay dropped this connection: a request on it gets a reset or nothing at all."""
+    try:
+        sock.sendall(request("/version"))
+        return read_all(sock) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+
+
+def test_a_partition_cuts_one_peer_off_and_heals() -> None:
+    with LocalCluster() as cluster:
+        url = urlsplit(cluster.url)
+        relay = TcpRelay("127.0.0.1", (url.hostname or "127.0.0.1", url.port or 80))
+        relay.start()
+        try:
+            assert b"200 OK" in call(relay, "/version")
+            # A kept-alive connection open when the partition starts is reset, as a broken network would.
+            open_sock = socket.create_connection(("127.0.0.1", relay.port), timeout=30)
+            wait_for(lambda: relay.open_connections >= 1, 10, "the connection to be relayed")
+            relay.block(["127.0.0.2"])
+            assert b"200 OK" in call(relay, "/version"), "other peers are not cut"
+            relay.block(["127.0.0.1"])
+            wait_for(lambda: relay.open_connections == 0, 10, "the open connection to be reset")
+            assert reset_or_closed(open_sock)
+            refused_before = relay.refused
+            try:
+                answer = call(relay, "/version")
+            except ConnectionResetError:
+                answer = b""
+            assert answer == b"", "a new connection from the cut peer gets nowhere"
+            assert relay.refused == refused_before + 1
+            relay.block([])
+            assert b"200 OK" in call(relay, "/version")
+        finally:
+            open_sock.close()
+            relay.stop()

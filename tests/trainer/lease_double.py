@@ -1,7 +1,9 @@
 """A test double of the Kubernetes API serving one Lease: GET, merge PATCH and PUT, with resourceVersion checks.
 
 Only what the trainer uses (see ttj_trainer.lease). It speaks real HTTP, so the trainer's official
-kubernetes client is exercised end to end; tests reach it through a kubeconfig file.
+kubernetes client is exercised end to end; tests reach it through a kubeconfig file. Extra "doors" (more
+listening ports on the same Lease, each with its own kubeconfig) let a test cut one trainer's API access
+while the others keep theirs: a cut door answers 503.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import uuid
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from ttj.mergepatch import apply_merge_patch
-from ttj_contract import ANNOTATION_PROGRESS, LeaseProgress
+from ttj_contract import ANNOTATION_PROGRESS, LeaseProgress, format_time
 
 
 def read_progress(lease: dict[str, Any]) -> LeaseProgress | None:
@@ -34,7 +38,14 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class LeaseDouble:
-    def __init__(self, namespace: str, name: str, holder: str | None = None, duration: int = 15) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        holder: str | None = None,
+        duration: int = 15,
+        created: datetime | None = None,
+    ) -> None:
         self.namespace = namespace
         self.name = name
         self.lock = threading.Lock()
@@ -42,13 +53,22 @@ class LeaseDouble:
         self.lease: dict[str, Any] = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1", "annotations": {}},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "resourceVersion": "1",
+                "annotations": {},
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": format_time(created or datetime.now(UTC)),
+            },
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "leaseTransitions": 0},
         }
         self.patches = 0
         self.conflicts = 0
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.doors: list[_QuietServer] = []
+        self.cut_doors: set[int] = set()
 
     @property
     def url(self) -> str:
@@ -59,16 +79,35 @@ class LeaseDouble:
         return self
 
     def __exit__(self, *_: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in [self.server, *self.doors]:
+            server.shutdown()
+            server.server_close()
+
+    def door(self, path: Path) -> tuple[int, Path]:
+        """Another way in to the same Lease, with its own kubeconfig at ``path``; returns (door, kubeconfig)."""
+        number = len(self.doors)
+        server = _QuietServer(("127.0.0.1", 0), self._handler(door=number))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.doors.append(server)
+        return number, self._write_kubeconfig(path, f"http://127.0.0.1:{server.server_address[1]}")
+
+    def cut(self, door: int, cut: bool = True) -> None:
+        """Every request through ``door`` fails with 503 while cut."""
+        if cut:
+            self.cut_doors.add(door)
+        else:
+            self.cut_doors.discard(door)
 
     def write_kubeconfig(self, path: Path) -> Path:
+        return self._write_kubeconfig(path, self.url)
+
+    def _write_kubeconfig(self, path: Path, url: str) -> Path:
         path.write_text(
             json.dumps(
                 {
                     "apiVersion": "v1",
                     "kind": "Config",
-                    "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+                    "clusters": [{"name": "double", "cluster": {"server": url}}],
                     "users": [{"name": "double", "user": {"token": "test"}}],
                     "contexts": [{"name": "double", "context": {"cluster": "double", "user": "double"}}],
                     "current-context": "double",
@@ -106,7 +145,7 @@ class LeaseDouble:
         return read_progress(self.snapshot())
 
     # -- HTTP --------------------------------------------------------------------------------------------
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self, door: int | None = None) -> type[BaseHTTPRequestHandler]:
         double = self
         path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
 
@@ -139,7 +178,15 @@ class LeaseDouble:
                 length = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(length) or b"{}")
 
+            def _cut(self) -> bool:
+                if door is not None and door in double.cut_doors:
+                    self._status(503, "ServiceUnavailable", "this door is cut")
+                    return True
+                return False
+
             def do_GET(self) -> None:
+                if self._cut():
+                    return None
                 if self.path.split("?")[0] != path:
                     return self._status(404, "NotFound", f"{self.path} not found")
                 self._send(200, double.snapshot())
@@ -158,6 +205,8 @@ class LeaseDouble:
                 return None
 
             def do_PATCH(self) -> None:
+                if self._cut():
+                    return None
                 if self.path.split("?")[0] != path:
                     return self._status(404, "NotFound", f"{self.path} not found")
                 if "merge-patch" not in (self.headers.get("Content-Type") or ""):

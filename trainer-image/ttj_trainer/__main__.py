@@ -7,14 +7,14 @@ import os
 import signal
 import sys
 
-from ttj_contract import Env, Role
+from ttj_contract import Env, Role, TrainerExit
 from ttj_trainer.config import Knob
 
 # Before TensorFlow is imported: its C++ logs are not structured, keep them to errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-EXIT_CONFIG = 2
-EXIT_DATASET = 3
+EXIT_CONFIG = TrainerExit.CONFIG
+EXIT_DATASET = TrainerExit.DATA_UNAVAILABLE
 #: Kubernetes shows this file's text as the container's termination message (and so does the operator).
 TERMINATION_LOG = os.environ.get(Knob.TERMINATION_LOG, "/dev/termination-log")
 
@@ -62,6 +62,7 @@ def main() -> int:
     from kubernetes.config import ConfigException
 
     from ttj_trainer import worker
+    from ttj_trainer.checkpoints import CorruptIndexError, LocationTakenError
     from ttj_trainer.data import DatasetError
 
     try:
@@ -74,6 +75,14 @@ def main() -> int:
         logs.event(log, f"dataset error: {err}", logging.ERROR)
         fatal(f"dataset error: {err}")
         return EXIT_DATASET
+    except CorruptIndexError as err:
+        logs.event(log, f"checkpoint error: {err}", logging.ERROR)
+        fatal(f"checkpoint error: {err}")
+        return TrainerExit.CHECKPOINT_INDEX_CORRUPT
+    except LocationTakenError as err:
+        logs.event(log, f"checkpoint error: {err}", logging.ERROR)
+        fatal(f"checkpoint error: {err}")
+        return TrainerExit.CHECKPOINT_LOCATION_TAKEN
 
 
 def run() -> None:

@@ -14,7 +14,9 @@ from ttj_contract import METRICS_PORT, TF_PORT, Env, Role, lease_name
 class Knob(StrEnum):
     """The trainer's own tuning variables: the operator never sets these (its names are :class:`Env`)."""
 
-    DATA_DIR = "TTJ_DATA_DIR"
+    #: Where the CIFAR-10 archive is downloaded from, and its MD5 (a mirror; tests serve their own archive).
+    CIFAR10_URL = "TTJ_CIFAR10_URL"
+    CIFAR10_MD5 = "TTJ_CIFAR10_MD5"
     MOMENTUM = "TTJ_MOMENTUM"
     CHECKPOINTS_TO_KEEP = "TTJ_CHECKPOINTS_TO_KEEP"
     INTRA_OP_THREADS = "TTJ_INTRA_OP_THREADS"
@@ -42,7 +44,11 @@ class TrainerConfig:
     job_name: str
     model: str
     dataset: str
-    data_dir: str
+    #: spec.data.uri; empty when the job gives none (then a dataset to download goes into data_cache).
+    data_uri: str
+    data_cache: str
+    cifar10_url: str
+    cifar10_md5: str
     train_steps: int
     batch_size: int
     learning_rate: float
@@ -168,6 +174,9 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
     checkpoint_uri = _get(env, Env.CHECKPOINT_URI, "" if not is_worker else None).rstrip("/")
     if is_worker and not (checkpoint_uri.startswith("gs://") or checkpoint_uri.startswith("/")):
         raise ConfigError(f"{Env.CHECKPOINT_URI}={checkpoint_uri!r} must be gs://... or an absolute path")
+    data_uri = _get(env, Env.DATA_URI, "")
+    if data_uri and not (data_uri.startswith("gs://") or data_uri.startswith("/")):
+        raise ConfigError(f"spec.data.uri {data_uri!r} must be gs://... or an absolute path")
     cpu_count = os.cpu_count() or 1
     return TrainerConfig(
         role=role,
@@ -180,7 +189,10 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         job_name=_get(env, Env.JOB_NAME, "" if not is_worker else None),
         model=model,
         dataset=dataset,
-        data_dir=_get(env, Knob.DATA_DIR, "/data/cifar10"),
+        data_uri=data_uri,
+        data_cache=_get(env, Env.DATA_CACHE, ""),
+        cifar10_url=_get(env, Knob.CIFAR10_URL, data.CIFAR10_URL),
+        cifar10_md5=_get(env, Knob.CIFAR10_MD5, data.CIFAR10_MD5),
         train_steps=_int(env, Env.TRAIN_STEPS, 64000, minimum=1),
         batch_size=_int(env, Env.BATCH_SIZE, 128, minimum=1),
         learning_rate=_float(env, Env.LEARNING_RATE, 0.1),

@@ -6,6 +6,9 @@ Read: ``spec.holderIdentity`` (the chief pod), ``spec.leaseTransitions`` (the ep
 the pod was made). Written, by the chief only, as a JSON merge patch carrying ``metadata.resourceVersion``
 (so a concurrent write by the operator makes the patch fail with 409 instead of being clobbered):
 ``spec.renewTime`` and the annotation ``ANNOTATION_PROGRESS`` (a :class:`LeaseProgress`).
+
+The chief renews only while its training loop turns (``alive``), so a renewed Lease means a working chief,
+not merely a live thread. ``renewTime`` is this pod's clock; the operator compares it only for change.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ from ttj_contract import (
     ANNOTATION_PROGRESS,
     LeaseProgress,
     format_micro_time,
+    format_time,
 )
 from ttj_trainer.logs import event
 
 API_TIMEOUT_SECONDS = 5.0
+#: The operator's default leaseDurationSeconds, for a Lease that does not say.
+DEFAULT_LEASE_SECONDS = 30.0
 
 log = logging.getLogger("ttj_trainer.lease")
 
@@ -48,9 +54,17 @@ class LeaseView:
     resource_version: str
     #: The operator's adaptive checkpoint interval (seconds), when the job asked for one.
     checkpoint_interval_seconds: int | None = None
+    #: The Lease's creationTimestamp and uid: which job's Lease this is, for fencing across jobs.
+    scope: str = ""
 
     def names(self, pod: str) -> bool:
         return self.holder == pod
+
+
+def renewal_fresh(last_renewal: float | None, now: float, duration_seconds: float) -> bool:
+    """A chief may act as chief (checkpoint, restore) only while its last renewal is younger than the lease:
+    after that the operator may have named another one, whatever this pod last read."""
+    return last_renewal is not None and now - last_renewal < duration_seconds
 
 
 def _count(annotations: dict[str, str], key: str, minimum: int) -> int | None:
@@ -78,7 +92,15 @@ def _view(lease: Any) -> LeaseView:
         desired_workers=desired,
         resource_version=lease.metadata.resource_version or "",
         checkpoint_interval_seconds=_count(annotations, ANNOTATION_CHECKPOINT_INTERVAL, minimum=1),
+        scope=_scope(lease.metadata),
     )
+
+
+def _scope(metadata: Any) -> str:
+    created = getattr(metadata, "creation_timestamp", None)
+    stamp = format_time(created) if isinstance(created, datetime) else str(created or "")
+    uid = getattr(metadata, "uid", None) or ""
+    return f"{stamp}/{uid}" if stamp or uid else ""
 
 
 class LeaseClient:
@@ -150,11 +172,13 @@ class LeaseWatcher(threading.Thread):
         pod_name: str,
         progress: Callable[[], LeaseProgress | None],
         poll_seconds: float = 1.0,
+        alive: Callable[[float], bool] = lambda _duration: True,
     ) -> None:
         super().__init__(name="lease-watcher", daemon=True)
         self.client = client
         self.pod_name = pod_name
         self.progress = progress
+        self.alive = alive
         self.poll_seconds = poll_seconds
         self.view: LeaseView | None = None
         self.last_renewal: float | None = None
@@ -162,6 +186,7 @@ class LeaseWatcher(threading.Thread):
         self._stop_event = threading.Event()
         self._publish_now = threading.Event()
         self._last_error = ""
+        self._held_back = False
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -204,9 +229,14 @@ class LeaseWatcher(threading.Thread):
             try:
                 view = self.client.get()
                 self.observe(view)
-                if view.names(self.pod_name):
-                    if view.duration_seconds:
-                        interval = min(interval, view.duration_seconds / 3.0)
+                duration = float(view.duration_seconds or DEFAULT_LEASE_SECONDS)
+                if view.names(self.pod_name) and not self.alive(duration):
+                    if not self._held_back:
+                        event(log, "not renewing the Lease: the training loop is stuck", logging.WARNING)
+                    self._held_back = True
+                elif view.names(self.pod_name):
+                    self._held_back = False
+                    interval = min(interval, duration / 3.0)
                     renewed = self.client.renew(view, self.progress())
                     if renewed is not None:
                         self.observe(renewed)

@@ -26,6 +26,9 @@ checkpoint_seconds = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 checkpoints_refused = Counter("ttj_trainer_checkpoints_refused_total", "Checkpoint writes refused as stale (fencing)")
+device = Gauge(
+    "ttj_trainer_device_info", "The device the training step runs on (1 for the one in use)", ["device", "kind"]
+)
 active_workers = Gauge("ttj_trainer_active_workers_seen", "Workers with a fresh heartbeat on the PS (chief only)")
 
 

@@ -12,6 +12,7 @@ per worker slot (both on PS task 0).
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,17 @@ def plan(model: Model, ps_count: int, worker_slots: int) -> list[Slot]:
 class ParameterStore:
     """Handles on the shared variables, and the functions a worker runs against them."""
 
-    def __init__(self, model: Model, ps_count: int, worker_slots: int, local_device: str) -> None:
+    def __init__(
+        self,
+        model: Model,
+        ps_count: int,
+        worker_slots: int,
+        local_device: str,
+        ps_device_of: Callable[[int], str] = ps_device,
+    ) -> None:
+        """``local_device``: where this worker computes (its GPU, else its CPU); ``ps_device_of``: the device of
+        PS task i (replaceable to check placement without a cluster)."""
+        self.ps_device_of = ps_device_of
         self.model = model
         self.slots = plan(model, ps_count, worker_slots)
         self.by_name = {s.name: s for s in self.slots}
@@ -75,7 +86,7 @@ class ParameterStore:
         """(Re)creates the handles; needed again after reconnecting, which invalidates remote handles."""
         handles = {}
         for slot in self.slots:
-            with tf.device(ps_device(slot.ps_index)):
+            with tf.device(self.ps_device_of(slot.ps_index)):
                 handles[slot.name] = tf.raw_ops.VarHandleOp(
                     dtype=slot.dtype, shape=slot.shape, container="", shared_name=SHARED_NAME_PREFIX + slot.name
                 )
@@ -93,11 +104,11 @@ class ParameterStore:
         gc.collect()
 
     def _device(self, name: str) -> str:
-        return ps_device(self.by_name[name].ps_index)
+        return self.ps_device_of(self.by_name[name].ps_index)
 
     def _read(self, name: str) -> Any:
         slot = self.by_name[name]
-        with tf.device(ps_device(slot.ps_index)):
+        with tf.device(self.ps_device_of(slot.ps_index)):
             return tf.raw_ops.ReadVariableOp(resource=self.handles[name], dtype=slot.dtype)
 
     # -- state of the PS -------------------------------------------------------------------------------
@@ -109,7 +120,7 @@ class ParameterStore:
             def initialized() -> Any:
                 flags = []
                 for slot in self.slots:
-                    with tf.device(ps_device(slot.ps_index)):
+                    with tf.device(self.ps_device_of(slot.ps_index)):
                         flags.append(tf.raw_ops.VarIsInitializedOp(resource=self.handles[slot.name]))
                 with tf.device(self.local_device):
                     return tf.reduce_all(tf.stack(flags))

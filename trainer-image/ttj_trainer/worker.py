@@ -1,4 +1,9 @@
-"""A worker: trains asynchronously against the parameter servers; checkpoints while the Lease names it chief."""
+"""A worker: trains asynchronously against the parameter servers; checkpoints while the Lease names it chief.
+
+The end: a worker that reaches trainSteps exits 0 only once the final checkpoint of the current epoch is in
+the index; while it waits it keeps reading the Lease, and if the Lease names it (however late it learns
+that) it becomes chief, writes the final checkpoint, publishes it, and then exits 0.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,16 @@ from typing import Any
 import numpy as np
 
 from ttj_contract import LeaseProgress, Role, format_epoch_time
-from ttj_trainer import STARTED_AT, checkpoints, data, metrics, models
+from ttj_trainer import STARTED_AT, checkpoints, data, devices, metrics, models
 from ttj_trainer.config import TrainerConfig
-from ttj_trainer.lease import LeaseClient, LeaseUnavailableError, LeaseView, LeaseWatcher
+from ttj_trainer.lease import (
+    DEFAULT_LEASE_SECONDS,
+    LeaseClient,
+    LeaseUnavailableError,
+    LeaseView,
+    LeaseWatcher,
+    renewal_fresh,
+)
 from ttj_trainer.logs import event
 
 log = logging.getLogger("ttj_trainer.worker")
@@ -24,6 +36,8 @@ HEARTBEAT_PERIOD_SECONDS = 1.0
 HEARTBEAT_FRESH_SECONDS = 10.0
 CHECKPOINT_RETRY_SECONDS = 5.0
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0)
+#: As long as the operator gives a new chief to start (PlannerConfig.chief_startup_seconds).
+STARTUP_ALLOWANCE_SECONDS = 180.0
 
 
 def _brief(err: BaseException) -> str:
@@ -64,6 +78,19 @@ class Terminated(Exception):
     """SIGTERM arrived while waiting."""
 
 
+def compute_device(tf: Any, task_index: int) -> devices.DeviceChoice:
+    """The device this worker's training step runs on, said in the log and in a metric."""
+    listed = [(d.name, d.device_type) for d in tf.config.list_physical_devices()]
+    choice = devices.select_device(listed)
+    fields: dict[str, Any] = {"device": choice.on_worker(task_index), "kind": choice.kind, "gpus": choice.gpus}
+    if choice.warning:
+        event(log, "compute device: no GPU", logging.WARNING, device_warning=choice.warning, **fields)
+    else:
+        event(log, "compute device", **fields)
+    metrics.device.labels(choice.name, choice.kind).set(1)
+    return choice
+
+
 class Worker:
     def __init__(self, cfg: TrainerConfig) -> None:
         import tensorflow as tf
@@ -71,18 +98,36 @@ class Worker:
         self.cfg = cfg
         self.tf = tf
         self.terminating = threading.Event()
-        self.local_device = f"/job:{Role.WORKER.value}/replica:0/task:{cfg.task_index}/device:CPU:0"
+        # Until connected the device is not chosen: TensorFlow's local devices are listed only after the
+        # cluster is connected, so that nothing initialises the runtime before it (see select_compute_device).
+        self.device: devices.DeviceChoice | None = None
+        self.local_device = devices.worker_cpu(cfg.task_index)
         self.model = models.build(cfg.model)
         self.rng = np.random.default_rng([cfg.seed, cfg.task_index, os.getpid(), time.time_ns() % 2**32])
-        self.batches = data.batches(cfg.dataset, cfg.data_dir, cfg.batch_size, cfg.seed, self.rng)
+        self.batches = data.batches(
+            cfg.dataset,
+            cfg.data_uri,
+            cfg.batch_size,
+            cfg.seed,
+            self.rng,
+            cache_dir=cfg.data_cache,
+            url=cfg.cifar10_url,
+            md5=cfg.cifar10_md5,
+        )
         from ttj_trainer.parameters import ParameterStore
 
         self.store = ParameterStore(self.model, len(cfg.ps_addresses), len(cfg.worker_addresses), self.local_device)
-        checkpoints.set_local_device(self.local_device)
+        checkpoints.set_local_device(devices.worker_cpu(cfg.task_index))
         self.serving_address = serving_address(cfg)
         self.lease = LeaseClient(cfg.pod_namespace, cfg.lease_name)
-        self.watcher = LeaseWatcher(self.lease, cfg.pod_name, self._progress, cfg.lease_poll_seconds)
+        self.loop_beat = time.monotonic()  # the training loop's own heartbeat: the Lease is renewed only while it beats
+        self.last_error = ""  # what holds training up, published to the operator while chief
+        self.watcher = LeaseWatcher(
+            self.lease, cfg.pod_name, self._progress, cfg.lease_poll_seconds, alive=self._loop_alive
+        )
         self.chief_epoch: int | None = None  # the epoch this process is chief of, None while not chief
+        self.chief_token: checkpoints.Token | None = None
+        self.final_written = False  # this chief committed a checkpoint at trainSteps or beyond
         self.global_step = 0
         self.last_checkpoint: checkpoints.Latest | None = None
         self.last_checkpoint_time: float | None = None  # wall clock, for progress and metrics
@@ -108,12 +153,39 @@ class Worker:
         )
         self.store.open()
 
+    def _loop_alive(self, lease_seconds: float) -> bool:
+        """The training loop turned within a lease (before the first step, within the start-up allowance: the
+        first step traces the model): renewing now says something true."""
+        limit = lease_seconds if self.step_times else max(lease_seconds, STARTUP_ALLOWANCE_SECONDS)
+        return time.monotonic() - self.loop_beat < limit
+
+    def _beat(self) -> None:
+        self.loop_beat = time.monotonic()
+
+    def _renewed_recently(self) -> bool:
+        view = self.watcher.view
+        duration = float(view.duration_seconds or DEFAULT_LEASE_SECONDS) if view else DEFAULT_LEASE_SECONDS
+        return renewal_fresh(self.watcher.last_renewal, time.monotonic(), duration)
+
+    def select_compute_device(self) -> None:
+        """Chooses the device (once, after the first connect) and places the training step there."""
+        if self.device is None:
+            self.device = compute_device(self.tf, self.cfg.task_index)
+            self.local_device = self.device.on_worker(self.cfg.task_index)
+            self.store.local_device = self.local_device
+
     def _progress(self) -> LeaseProgress | None:
+        """The report the watcher publishes while the Lease names this pod."""
+        error = self.last_error or None
         if self.chief_epoch is None:
-            return None
+            if not error:
+                return None  # the previous chief's report stands until this one has something to say
+            # Named but not acting as chief, e.g. its checkpoint location refuses it: say why.
+            view = self.watcher.view
+            return LeaseProgress(global_step=self.global_step, epoch=view.epoch if view else None, last_error=error)
         checkpoint = self.last_checkpoint
         if checkpoint is None:
-            return LeaseProgress(global_step=self.global_step)
+            return LeaseProgress(global_step=self.global_step, epoch=self.chief_epoch, last_error=error)
         return LeaseProgress(
             # The step was read before the checkpoint's own read of the PS; the PS never holds less.
             global_step=max(self.global_step, checkpoint.step),
@@ -121,7 +193,16 @@ class Worker:
             checkpoint_path=checkpoint.path,
             checkpoint_time=format_epoch_time(self.last_checkpoint_time or time.time()),
             checkpoint_write_seconds=self.last_checkpoint_write_seconds,
+            epoch=self.chief_epoch,
+            last_error=error,
         )
+
+    def _storage_error(self, err: checkpoints.CheckpointStorageError, doing: str) -> None:
+        """Storage trouble is said as such (never as a lost PS), published to the operator, and retried."""
+        self.last_error = str(err)
+        self.retry_checkpoint_at = time.monotonic() + CHECKPOINT_RETRY_SECONDS
+        self.retry_election_at = time.monotonic() + CHECKPOINT_RETRY_SECONDS
+        event(log, f"checkpoint storage error while {doing}; will retry", logging.WARNING, error=str(err))
 
     def _on_sigterm(self, *_: Any) -> None:
         if self.terminating.is_set():
@@ -139,8 +220,10 @@ class Worker:
         threading.Thread(target=force_exit, name="sigterm-watchdog", daemon=True).start()
 
     def _sleep(self, seconds: float) -> None:
+        self._beat()
         if self.terminating.wait(seconds):
             raise Terminated
+        self._beat()
 
     def learning_rate(self, view: LeaseView | None) -> float:
         active = view.active_workers if view is not None else None
@@ -158,8 +241,24 @@ class Worker:
                 f"this pod was chief in epoch {self.chief_epoch}"
             )
 
+    def _demote_if_not_renewed(self) -> bool:
+        """Self-demotion: a chief that could not renew for a whole lease may have been replaced; it stops
+        checkpointing and restoring until a renewal confirms it again. True when it stepped down."""
+        if self.chief_epoch is None or self._renewed_recently():
+            return False
+        event(
+            log,
+            "could not renew the Lease for longer than the lease: stepping down until it is renewed",
+            logging.WARNING,
+            epoch=self.chief_epoch,
+        )
+        self._step_down()
+        return True
+
     def checkpoint(self, reason: str) -> bool:
         if self.chief_epoch is None or time.monotonic() < self.retry_checkpoint_at:
+            return False
+        if self._demote_if_not_renewed() or self.chief_token is None:
             return False
         started = time.monotonic()
         try:
@@ -168,7 +267,7 @@ class Worker:
             path = checkpoints.save(
                 self.cfg.checkpoint_uri,
                 step,
-                self.chief_epoch,
+                self.chief_token,
                 values,
                 writer=self.cfg.pod_name,
                 fence=self._fence,
@@ -185,11 +284,16 @@ class Worker:
                 error=str(err),
             )
             return False
+        except checkpoints.CheckpointStorageError as err:
+            self._storage_error(err, f"writing a checkpoint ({reason})")
+            return False
         except checkpoints.StaleEpochError as err:
             metrics.checkpoints_refused.inc()
             event(log, "checkpoint refused: no longer chief", logging.WARNING, reason=reason, error=str(err))
             self._step_down()
             return False
+        self.last_error = ""
+        self.final_written = step >= self.cfg.train_steps
         elapsed = time.monotonic() - started
         self.last_checkpoint_write_seconds = round(elapsed, 3)
         self.last_checkpoint = checkpoints.Latest(step, self.chief_epoch, path)
@@ -214,31 +318,72 @@ class Worker:
         if self.chief_epoch is not None:
             event(log, "no longer chief: stopped checkpointing", epoch=self.chief_epoch)
         self.chief_epoch = None
+        self.chief_token = None
+        self.final_written = False
         metrics.set_role("worker")
 
     def _become_chief(self, view: LeaseView) -> None:
+        """Claims the checkpoint location with the Lease's token. A location held by a newer job ends this
+        trainer (LocationTakenError reaches main); a newer epoch of this job means our view is behind."""
+        if not self._renewed_recently():
+            return  # the watcher renews first: a chief acts only on a renewal it made
+        token = checkpoints.Token(view.scope, view.epoch)
         try:
-            checkpoints.claim(self.cfg.checkpoint_uri, view.epoch, self.cfg.pod_name)
+            removed = checkpoints.claim(self.cfg.checkpoint_uri, token, self.cfg.pod_name)
+            latest = checkpoints.latest(self.cfg.checkpoint_uri)
+            earlier = checkpoints.latest_token(self.cfg.checkpoint_uri)
+        except checkpoints.CheckpointStorageError as err:
+            self._storage_error(err, "claiming the checkpoint location")
+            return
+        except checkpoints.LocationTakenError:
+            raise
         except checkpoints.StaleEpochError as err:
             self.retry_election_at = time.monotonic() + CHECKPOINT_RETRY_SECONDS
             event(log, "the Lease names this pod but its epoch is stale", logging.WARNING, error=str(err))
             return
+        if removed:
+            event(log, "removed leftovers of an interrupted checkpoint", paths=removed[:20], count=len(removed))
         self.chief_epoch = view.epoch
-        self.last_checkpoint = checkpoints.latest(self.cfg.checkpoint_uri)
+        self.chief_token = token
+        self.last_error = ""
+        self.last_checkpoint = latest
         self.last_checkpoint_time = time.time() if self.last_checkpoint else None
         metrics.set_role("chief")
         event(log, "elected chief", epoch=view.epoch, latest_checkpoint=self.last_checkpoint)
+        if earlier is not None and earlier.scope != token.scope:
+            event(
+                log,
+                "the checkpoint location holds an earlier job's checkpoints: resuming from them",
+                earlier_lease=earlier.scope or "unscoped",
+                earlier_epoch=earlier.epoch,
+                step=latest.step if latest else None,
+            )
         if self.ready:
             # A live PS: never restore over it; just start checkpointing from where training is.
             self.checkpoint("elected")
 
     def initialise_ps(self) -> None:
-        """The chief fills a PS that holds no model state: from the latest checkpoint, or fresh."""
-        latest = checkpoints.latest(self.cfg.checkpoint_uri)
-        if latest is not None:
-            dtypes = {s.name: s.dtype for s in self.store.checkpointed}
-            values = checkpoints.restore(latest.path, dtypes)
-            self.store.assign_all(values)
+        """The chief fills a PS that holds no model state: from the latest checkpoint that restores (falling
+        back through the index's history), or fresh."""
+        if self._demote_if_not_renewed():
+            return
+        dtypes = {s.name: s.dtype for s in self.store.checkpointed}
+        try:
+            restored = checkpoints.restore_latest(self.cfg.checkpoint_uri, dtypes)
+        except checkpoints.CheckpointStorageError as err:
+            self._storage_error(err, "reading the latest checkpoint")
+            return
+        if restored is not None:
+            for path, why in restored.skipped:
+                event(
+                    log,
+                    "checkpoint cannot be restored; falling back to the previous one",
+                    logging.WARNING,
+                    path=path,
+                    error=why,
+                )
+            self.store.assign_all(restored.values)
+            latest = restored.checkpoint
             event(
                 log, "parameter server restored from checkpoint", step=latest.step, epoch=latest.epoch, path=latest.path
             )
@@ -247,7 +392,7 @@ class Worker:
             event(log, "parameter server initialised with fresh weights")
         self.ready = True
         self.global_step = self.store.global_step()
-        self.checkpoint("elected" if latest is None else "restored")
+        self.checkpoint("elected" if restored is None else "restored")
 
     # -- main loop -----------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -258,7 +403,8 @@ class Worker:
         self.watcher.start()
         try:
             self.connect()
-            event(log, "connected", ps=self.cfg.ps_addresses, address=self.serving_address)
+            self.select_compute_device()
+            event(log, "connected", ps=self.cfg.ps_addresses, address=self.serving_address, device=self.local_device)
             return self._loop()
         except Terminated:
             return self._terminate()
@@ -270,6 +416,7 @@ class Worker:
         last_heartbeat = 0.0
         waiting_logged = 0.0
         while True:
+            self._beat()
             if self.terminating.is_set():
                 return self._terminate()
             view = self.watcher.view
@@ -328,6 +475,7 @@ class Worker:
                     global_step=self.global_step,
                     retry_in=backoff,
                 )
+                self.last_error = f"parameter server: {_brief(err)}"
                 self._sleep(backoff)
                 self._wait_for_ps_ports()
                 try:
@@ -397,12 +545,63 @@ class Worker:
             event(log, "could not clear the heartbeat", logging.WARNING, error=_brief(err))
 
     def _finish(self) -> int:
+        """At trainSteps: the chief writes and publishes the final checkpoint, then exits 0; any other worker
+        waits until the final checkpoint of the current epoch is in the index, becoming chief meanwhile if
+        the Lease names it (it may learn that only now, having been cut off from the API)."""
         event(log, "reached the last step", global_step=self.global_step, train_steps=self.cfg.train_steps)
         self.retry_checkpoint_at = 0.0
-        if self.chief_epoch is not None and not self.checkpoint("final"):
-            event(log, "final checkpoint refused; the new chief will write it", logging.WARNING)
-        self._clear_heartbeat()
-        return 0
+        waiting_logged = 0.0
+        while True:
+            self._beat()
+            if self.terminating.is_set():
+                raise Terminated
+            if self.chief_epoch is not None:
+                if (self.final_written or self.checkpoint("final")) and self._publish_final():
+                    self._clear_heartbeat()
+                    return 0
+            else:
+                view = self._read_lease()
+                if view is not None and view.names(self.cfg.pod_name):
+                    self._become_chief(view)
+                    continue
+                if view is not None and self._final_checkpoint_done(view):
+                    event(log, "the final checkpoint is written; exiting", epoch=view.epoch)
+                    self._clear_heartbeat()
+                    return 0
+                if time.monotonic() - waiting_logged > 10:
+                    event(log, "waiting for the chief's final checkpoint", holder=view and view.holder)
+                    waiting_logged = time.monotonic()
+            self._sleep(0.5)
+
+    def _read_lease(self) -> LeaseView | None:
+        try:
+            view = self.lease.get()
+        except LeaseUnavailableError as err:
+            event(log, "cannot read the Lease at the end; will retry", logging.WARNING, error=str(err))
+            return None
+        self.watcher.observe(view)
+        return view
+
+    def _final_checkpoint_done(self, view: LeaseView) -> bool:
+        """The index holds a checkpoint at trainSteps or beyond written by this job's chief of ``view``'s epoch."""
+        try:
+            latest = checkpoints.latest(self.cfg.checkpoint_uri)
+            token = checkpoints.latest_token(self.cfg.checkpoint_uri)
+        except checkpoints.CheckpointStorageError as err:
+            event(log, "cannot read the checkpoint index", logging.WARNING, error=str(err))
+            return False
+        return (
+            latest is not None
+            and token == checkpoints.Token(view.scope, view.epoch)
+            and latest.step >= self.cfg.train_steps
+        )
+
+    def _publish_final(self) -> bool:
+        """The operator judges success by the published report: retry until it is out, or we are deposed."""
+        if self.watcher.publish_now():
+            return True
+        self.retry_checkpoint_at = time.monotonic() + 1.0
+        return False
 
     def _terminate(self) -> int:
         event(log, "SIGTERM: stopping", chief=self.chief_epoch is not None, global_step=self.global_step)

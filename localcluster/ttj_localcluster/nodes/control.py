@@ -118,6 +118,12 @@ class _Handlers:
         await asyncio.to_thread(self.fleet.lose_node, str(body["node"]))
         return web.json_response({"node": str(body["node"])})
 
+    async def partition(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        ips = [str(ip) for ip in body.get("podIPs") or []]
+        refused = await asyncio.to_thread(self.fleet.partition_api, ips)
+        return web.json_response({"podIPs": ips, "refused": refused})
+
     async def restore(self, request: web.Request) -> web.Response:
         body = await _body(request)
         if not body.get("pool"):
@@ -177,6 +183,7 @@ def control_app(fleet: NodeFleet) -> web.Application:
         app.router.add_post(f"{PREFIX}/preempt{slash}", handlers.preempt)
         app.router.add_post(f"{PREFIX}/lose{slash}", handlers.lose)
         app.router.add_post(f"{PREFIX}/restore{slash}", handlers.restore)
+        app.router.add_post(f"{PREFIX}/partition{slash}", handlers.partition)
     app.router.add_get(LOGS + "/{namespace}/{pod}", handlers.container_log)
     app.router.add_get(LOGS + "/{namespace}/{pod}/{container}", handlers.container_log)
     return app
@@ -311,6 +318,10 @@ class ControlClient:
 
     def lose_node(self, node: str) -> JSON:
         return self._call("POST", "/lose", {"node": node})
+
+    def partition_api(self, pod_ips: list[str]) -> JSON:
+        """Cuts these pods off the API server (an empty list heals); ``refused``: connections refused so far."""
+        return self._call("POST", "/partition", {"podIPs": list(pod_ips)})
 
     def restore_pool(self, pool: str, nodes: int | None = None) -> JSON:
         body: JSON = {"pool": pool}

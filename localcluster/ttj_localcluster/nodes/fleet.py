@@ -158,6 +158,13 @@ class NodeFleet:
         self.registry.pool(pool)
         return self._parts().lifecycle.restore(pool, nodes)
 
+    def partition_api(self, pod_ips: list[str]) -> int:
+        """Cuts these pods off the API server (empty: heal); the count of connections refused so far."""
+        podnet = self.networking.podnet
+        if podnet is None:
+            raise RuntimeError("cutting pods off the API needs pod network namespaces (root)")
+        return podnet.partition(pod_ips)
+
     def lose_node(self, node: str) -> None:
         """The node's VM vanishes without a shutdown (hardware failure, network partition).
 

@@ -167,6 +167,13 @@ class PodNetworkNamespaces:
         self._relays.append(relay)
         return relay.port
 
+    def partition(self, pod_ips: list[str]) -> int:
+        """Cuts these pods off the API (their relayed connections are reset, new ones refused); an empty list
+        heals the partition. Returns how many connections the partition has refused so far."""
+        for relay in self._relays:
+            relay.block(pod_ips)
+        return sum(relay.refused for relay in self._relays)
+
     def teardown(self) -> None:
         for relay in self._relays:
             relay.stop()
@@ -204,6 +211,10 @@ class TcpRelay:
         #: connections relayed so far, and open now
         self.accepted = 0
         self.failed_upstream = 0
+        #: peers cut off (a network partition between those pods and the API), and connections refused so
+        self.blocked: frozenset[str] = frozenset()
+        self.refused = 0
+        self._peers: dict[asyncio.WriteTransport, str] = {}
 
     @property
     def open_connections(self) -> int:
@@ -212,6 +223,19 @@ class TcpRelay:
     def start(self) -> None:
         self._thread.start()
         self._started.wait()
+
+    def block(self, peers: list[str]) -> None:
+        """From now on refuse connections from ``peers`` and reset theirs that are open (empty: refuse none)."""
+        self.blocked = frozenset(peers)
+        if not self._thread.is_alive():
+            return
+
+        def cut() -> None:
+            for transport, peer in list(self._peers.items()):
+                if peer in self.blocked:
+                    transport.abort()
+
+        self._loop.call_soon_threadsafe(cut)
 
     def stop(self) -> None:
         if not self._thread.is_alive():
@@ -261,6 +285,11 @@ class TcpRelay:
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        peer = str((writer.get_extra_info("peername") or ("",))[0])
+        if peer in self.blocked:
+            self.refused += 1
+            writer.transport.abort()
+            return
         self._keepalive(writer)
         try:
             up_reader, up_writer = await asyncio.wait_for(
@@ -273,9 +302,11 @@ class TcpRelay:
             return
         ends = (writer.transport, up_writer.transport)
         self._transports.update(ends)
+        self._peers[writer.transport] = peer
         try:
             await asyncio.gather(self._pipe(reader, up_writer, ends), self._pipe(up_reader, writer, ends))
         finally:
+            self._peers.pop(writer.transport, None)
             for transport in ends:
                 transport.close()
                 self._transports.discard(transport)

@@ -105,6 +105,9 @@ def base_environment(hostname: str, kubeconfig: str | None) -> dict[str, str]:
     }
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
+    if os.environ.get("PYTHONPATH"):
+        # The "image" is the code this cluster runs: a source checkout on PYTHONPATH (a worktree) included.
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return env
 
 

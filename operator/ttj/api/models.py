@@ -89,6 +89,7 @@ class ConditionType(StrEnum):
     INVALID = "Invalid"
     #: A write the API refused (a ResourceQuota, Pod Security admission, an invalid pod), as a ReplicaSet says it.
     REPLICA_FAILURE = "ReplicaFailure"
+    STALLED = "Stalled"
 
 
 ModelName = Literal["resnet32", "small-cnn"]
@@ -280,6 +281,51 @@ class WorkerSpec(_Model):
         return self
 
 
+class DataSpec(_Model):
+    """Where the dataset is. Without it, dataset cifar10 is downloaded once per pod into a cache volume."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "!has(self.volumeClaimName) || self.uri.startsWith('/')",
+                "data.volumeClaimName needs data.uri to be an absolute path (the mount point)",
+            )
+        )
+    )
+
+    uri: str = Field(
+        pattern=CHECKPOINT_URI_PATTERN,
+        max_length=1024,
+        description="Where the dataset's files are: a Cloud Storage URI (gs://bucket/path) or an absolute "
+        "path as the trainer container sees it. For cifar10: the python (data_batch_1..5) or binary "
+        "(data_batch_1..5.bin) files of the CIFAR-10 archive, directly there or in the archive's folder.",
+    )
+    volume_claim_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_1123_SUBDOMAIN,
+        description="Optional PersistentVolumeClaim holding the dataset, mounted read-only at uri in every worker.",
+    )
+
+    @model_validator(mode="after")
+    def _claim_needs_a_path(self) -> DataSpec:
+        if self.volume_claim_name is not None and not self.uri.startswith("/"):
+            raise ValueError("data.volumeClaimName needs data.uri to be an absolute path (the mount point)")
+        return self
+
+
+class ProgressSpec(_Model):
+    """When a job that does not advance counts as stalled."""
+
+    stall_timeout_seconds: int = Field(
+        default=900,
+        ge=0,
+        description="Mark the job Stalled (condition and Warning event, with the chief's last error) and elect "
+        "another chief when the global step has not advanced for this many seconds while a chief runs; 0 "
+        "turns stall detection off. A stall is not counted as a preemption or a failure.",
+    )
+
+
 class BudgetSpec(_Model):
     """A cost ceiling for the job."""
 
@@ -351,7 +397,7 @@ class TransientTrainingJobSpec(_Model):
     model: ModelName = Field(default=DEFAULT_MODEL, description="Model to train: resnet32 (the paper's) or small-cnn.")
     dataset: DatasetName = Field(
         default=DEFAULT_DATASET,
-        description="Dataset: cifar10 (from a path or gs://, given to the trainer) or synthetic "
+        description="Dataset: cifar10 (from data.uri, or downloaded when data is not given) or synthetic "
         "(CIFAR-shaped, needs no download).",
     )
     train_steps: int = Field(
@@ -367,6 +413,14 @@ class TransientTrainingJobSpec(_Model):
         "workers), the paper's adaptive learning rate.",
     )
     checkpoint: CheckpointSpec = Field(description="Where and how often the chief writes checkpoints.")
+    data: DataSpec | None = Field(
+        default=None,
+        description="Where the dataset is. Without it, cifar10 is downloaded from its public archive into a "
+        "per-pod cache volume (its checksum checked); synthetic needs no data.",
+    )
+    progress: ProgressSpec = Field(
+        default_factory=ProgressSpec, description="Stall detection: how long the global step may stand still."
+    )
     parameter_servers: ParameterServerSpec = Field(
         default_factory=ParameterServerSpec,
         description="The parameter servers, placed on on-demand nodes.",
@@ -426,6 +480,17 @@ class ChiefStatus(_Model):
         description="When the previous chief was lost (RFC 3339); cleared once the new chief renews the Lease.",
         json_schema_extra={"format": "date-time"},
     )
+    renew_time: str | None = Field(
+        default=None,
+        description="The Lease's renewTime as the operator last saw it; only a change of it counts, so the "
+        "trainers' clocks never matter.",
+    )
+    renew_observed_at: str | None = Field(
+        default=None,
+        description="When the operator first saw that renewTime (RFC 3339, the operator's clock); the chief's "
+        "lease expires leaseDurationSeconds after it.",
+        json_schema_extra={"format": "date-time"},
+    )
 
 
 class WorkerCounts(_Model):
@@ -451,6 +516,16 @@ class ProgressStatus(_Model):
         json_schema_extra={"format": "date-time"},
     )
     checkpoint_path: str | None = Field(default=None, description="TensorFlow path prefix of the latest checkpoint.")
+    epoch: int | None = Field(default=None, ge=0, description="Chief epoch of the report.")
+    last_error: str | None = Field(
+        default=None, description="The chief's latest error while training is held up (storage, parameter servers)."
+    )
+    last_progress_time: str | None = Field(
+        default=None,
+        description="When the operator last saw the global step advance, or a chief elected (RFC 3339); the "
+        "stall timeout counts from it.",
+        json_schema_extra={"format": "date-time"},
+    )
 
 
 class CheckpointIntervalStatus(_Model):

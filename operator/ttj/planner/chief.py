@@ -10,18 +10,28 @@ at a new epoch (which fences the usurper's), and a Warning Event names both.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ttj.api.models import ChiefStatus
 from ttj.planner.actions import EmitEvent, Observation, Write
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
 from ttj.planner.election import Candidate, choose_chief
-from ttj.planner.lease import chief_labels, lease_epoch_of, lease_expiry, lease_spec_of, lease_write
-from ttj.planner.observed import Obj, name_of, node_name_of, slot_of
-from ttj_contract import format_time, parse_time
+from ttj.planner.lease import (
+    chief_labels,
+    lease_epoch_of,
+    lease_expiry,
+    lease_spec_of,
+    lease_write,
+    renew_stamp,
+    renewal_observed_at,
+    renewed_since_election,
+)
+from ttj.planner.observed import Obj, meta, name_of, node_name_of, phase_of, slot_of
+from ttj_contract import format_micro_time, format_time, parse_time
 
 
 @dataclass(frozen=True)
@@ -65,19 +75,34 @@ def keep_chief(
     desired: int,
     now: datetime,
     config: PlannerConfig,
+    stalled: str = "",
+    ended_without_model: bool = False,
 ) -> ChiefPlan:
     """``holder`` is the operator's chief (:func:`operators_chief`; the status's when the Lease is gone),
     ``recorded`` the chief the last written status names; a replaced parameter server (``ps_replaced``)
     moves the epoch, so the chief restores the latest checkpoint. A holder in the Lease other than
-    ``holder`` is refused and ``holder`` restored at a new epoch."""
+    ``holder`` is refused and ``holder`` restored at a new epoch. A running holder is replaced too when
+    training has ``stalled`` (the why, empty when it has not), and a holder that exited 0 when it
+    ``ended_without_model`` (no final checkpoint of its epoch reported)."""
     workers = list(workers)
     epoch = max(lease_epoch_of(lease), (recorded or ChiefStatus()).epoch)
     chief, elections = recorded, 0
     events: list[EmitEvent] = []
     in_lease: str | None = lease_spec_of(lease).get("holderIdentity") if lease is not None else holder
-    loss, wake, candidates = _standing(
-        holder, workers=workers, verdicts=verdicts, nodes=nodes, lease=lease, config=config, now=now, chief=chief
+    observed_at = renewal_observed_at(lease, recorded, now)
+    standing = functools.partial(
+        _standing,
+        workers=workers,
+        verdicts=verdicts,
+        nodes=nodes,
+        lease=lease,
+        config=config,
+        now=now,
+        observed_at=observed_at,
+        stalled=stalled,
+        ended_without_model=ended_without_model,
     )
+    loss, wake, candidates = standing(holder, chief=chief)
     if (
         in_lease
         and in_lease != holder
@@ -88,9 +113,7 @@ def keep_chief(
         # The operator elected in_lease and stopped before its status said so: that election stands.
         chief, elections, holder = _adopted(in_lease, recorded or ChiefStatus(), lease, loss, now), 1, in_lease
         events.append(EmitEvent("Normal", "ChiefElected", f"{in_lease} is chief at epoch {chief.epoch}"))
-        loss, wake, candidates = _standing(
-            holder, workers=workers, verdicts=verdicts, nodes=nodes, lease=lease, config=config, now=now, chief=chief
-        )
+        loss, wake, candidates = standing(holder, chief=chief)
     usurped = in_lease != holder
     if usurped:
         events.append(
@@ -122,7 +145,7 @@ def keep_chief(
     elif holder:
         elected_at = known.elected_at or format_time(now)
         kept = ChiefStatus(pod=holder, epoch=epoch, elected_at=elected_at, lost_at=known.lost_at)
-        chief, observations = _handover_done(kept, lease)
+        chief, observations = _handover_done(kept, lease, observed_at)
     new_epoch = epoch + 1 if (elected or ps_replaced or usurped) and new_holder else epoch
 
     lease_change = lease_write(
@@ -137,6 +160,11 @@ def keep_chief(
         active=active,
         desired=desired,
     )
+    if chief is not None:
+        # What the operator saw of the holder's heartbeat, and when (an election writes renewTime itself).
+        seen = format_time(now) if elected else format_time(observed_at)
+        stamp = format_micro_time(now) if elected else renew_stamp(lease)
+        chief = chief.model_copy(update={"renew_time": stamp, "renew_observed_at": seen})
     writes: list[Write] = [lease_change] if lease_change is not None else []
     writes += chief_labels(workers, new_holder)
     verdict = verdicts.get(new_holder) if new_holder else None
@@ -153,10 +181,19 @@ def _standing(
     lease: Obj | None,
     config: PlannerConfig,
     now: datetime,
+    observed_at: datetime,
+    stalled: str,
+    ended_without_model: bool,
     chief: ChiefStatus | None,
 ) -> tuple[_Loss | None, datetime | None, list[Candidate]]:
     """Whether the chief is lost (and since when), when its lease goes stale, and who could take over."""
-    loss, wake = _holder_loss(holder, verdicts, lease, config, now)
+    holder_pod = next((p for p in workers if name_of(p) == holder), None) if holder else None
+    loss, wake = _holder_loss(holder, verdicts, lease, config, now=now, observed_at=observed_at, pod=holder_pod)
+    if loss is None and holder and stalled:
+        loss = _Loss(now, f"chief {holder}: {stalled}")
+    holder_verdict = verdicts.get(holder) if holder else None
+    if holder_verdict is not None and holder_verdict.state == PodState.SUCCEEDED and ended_without_model:
+        loss = _Loss(holder_verdict.since or now, f"chief {holder} exited without a final checkpoint")
     lost_at = (chief or ChiefStatus()).lost_at
     if loss is not None and lost_at:
         loss = _Loss(min(loss.since, parse_time(lost_at) or loss.since), loss.why)
@@ -198,21 +235,57 @@ def _adopted(holder: str, recorded: ChiefStatus, lease: Obj | None, loss: _Loss 
 
 
 def _holder_loss(
-    holder: str | None, verdicts: Mapping[str, PodVerdict], lease: Obj | None, config: PlannerConfig, now: datetime
+    holder: str | None,
+    verdicts: Mapping[str, PodVerdict],
+    lease: Obj | None,
+    config: PlannerConfig,
+    *,
+    now: datetime,
+    observed_at: datetime,
+    pod: Obj | None = None,
 ) -> tuple[_Loss | None, datetime | None]:
-    """Whether (and since when) the holder is lost or stopped renewing; else when its lease goes stale."""
+    """Whether (and since when) the holder is lost or stopped renewing; else when its lease goes stale.
+
+    A holder being stopped gracefully (preempted or deleted, its container still running on a live node)
+    is not lost yet: it is writing its SIGTERM checkpoint, which fencing would refuse were another chief
+    named now. It stays chief until its container ends, its lease goes stale, or its grace period ends."""
     if not holder:
         return None, None
     verdict = verdicts.get(holder)
+    draining_until = _draining_until(pod, verdict)
+    if draining_until is not None and now < draining_until:
+        stale_at = lease_expiry(lease, config, observed_at)
+        if stale_at is not None and now >= stale_at:
+            return _Loss(stale_at, f"chief {holder} stopped renewing the lease while stopping"), None
+        return None, min([draining_until, *([stale_at] if stale_at is not None else [])])
     if verdict is None or verdict.lost or verdict.state == PodState.RELEASED:
         why = f"chief {holder} lost" + (f": {verdict.message}" if verdict and verdict.message else "")
         return _Loss((verdict.since if verdict else None) or now, why), None
     if verdict.state != PodState.RUNNING:
         return None, None
-    stale_at = lease_expiry(lease, config)
+    stale_at = lease_expiry(lease, config, observed_at)
     if stale_at is not None and now >= stale_at:
         return _Loss(stale_at, f"chief {holder} stopped renewing the lease"), None
     return None, stale_at
+
+
+def _draining_until(pod: Obj | None, verdict: PodVerdict | None) -> datetime | None:
+    """When the grace period of a holder that is stopping gracefully ends; None unless it is doing so now."""
+    if pod is None or verdict is None or verdict.state != PodState.PREEMPTED or verdict.force_delete:
+        return None
+    if phase_of(pod) != "Running" or any(
+        "terminated" in (status.get("state") or {})
+        for status in (pod.get("status") or {}).get("containerStatuses") or []
+    ):
+        return None
+    deleting = parse_time(meta(pod).get("deletionTimestamp"))
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    started = verdict.since
+    if deleting is not None:
+        return deleting  # the API sets it to the deletion time plus the grace period
+    if started is not None:
+        return started + timedelta(seconds=int(grace if grace is not None else 30))
+    return None
 
 
 def _elected(choice: Candidate, epoch: int, loss: _Loss | None) -> EmitEvent:
@@ -221,13 +294,12 @@ def _elected(choice: Candidate, epoch: int, loss: _Loss | None) -> EmitEvent:
     return EmitEvent("Normal", "ChiefElected", message + (f"; {loss.why}" if loss is not None else ""))
 
 
-def _handover_done(chief: ChiefStatus, lease: Obj | None) -> tuple[ChiefStatus, tuple[Observation, ...]]:
-    """The new chief renewed its lease: the handover is over; measure it."""
-    spec = lease_spec_of(lease)
-    acquired = parse_time(spec.get("acquireTime"))
-    renewed = parse_time(spec.get("renewTime"))
+def _handover_done(
+    chief: ChiefStatus, lease: Obj | None, observed_at: datetime
+) -> tuple[ChiefStatus, tuple[Observation, ...]]:
+    """The new chief renewed its lease: the handover is over; measure it, on the operator's clock."""
     lost = parse_time(chief.lost_at)
-    if renewed is None or acquired is None or lost is None or renewed <= acquired:
+    if lost is None or not renewed_since_election(lease):
         return chief, ()
-    seconds = max(0.0, (renewed - lost).total_seconds())
+    seconds = max(0.0, (observed_at - lost).total_seconds())
     return chief.model_copy(update={"lost_at": None}), (Observation("chief_handover_seconds", seconds),)

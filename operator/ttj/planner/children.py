@@ -24,6 +24,9 @@ from ttj_contract import (
     ANNOTATION_PS_TEMPLATE,
     API_VERSION,
     CONTAINER_NAME,
+    DATA_CACHE_PATH,
+    DATA_CACHE_VOLUME,
+    DATA_VOLUME,
     FINALIZER,
     GPU_RESOURCE,
     GROUP,
@@ -135,6 +138,10 @@ def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: st
         Env.CHECKPOINT_INTERVAL_SECONDS: spec.checkpoint.interval_seconds,
         Env.DESIRED_WORKERS: spec.workers.replicas,
     }
+    if spec.data is not None:
+        settings[Env.DATA_URI] = spec.data.uri
+    elif spec.dataset == "cifar10":
+        settings[Env.DATA_CACHE] = DATA_CACHE_PATH
     return [
         {"name": Env.TF_CONFIG.value, "value": tf_config(job, namespace, spec, task_type, index)},
         {"name": Env.POD_NAME.value, "valueFrom": field("metadata.name")},
@@ -216,6 +223,25 @@ def _checkpoint_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[
     )
 
 
+def _data_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[Obj]]:
+    """The dataset: spec.data's claim mounted read-only at its path, or, for a dataset to download, a cache."""
+    if spec.data is not None and spec.data.volume_claim_name:
+        return (
+            [
+                {
+                    "name": DATA_VOLUME,
+                    "persistentVolumeClaim": {"claimName": spec.data.volume_claim_name, "readOnly": True},
+                }
+            ],
+            [{"name": DATA_VOLUME, "mountPath": spec.data.uri, "readOnly": True}],
+        )
+    if spec.data is None and spec.dataset == "cifar10":
+        return [{"name": DATA_CACHE_VOLUME, "emptyDir": {}}], [
+            {"name": DATA_CACHE_VOLUME, "mountPath": DATA_CACHE_PATH}
+        ]
+    return [], []
+
+
 def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
     """Worker pod ``incarnation`` of ``slot``: ttj's pod with ``workers.template`` merged under it."""
     pod = _bare_worker_pod(job, spec, slot, incarnation)
@@ -241,6 +267,8 @@ def _bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarn
     tolerations += [t.model_dump(by_alias=True, exclude_none=True) for t in workers.tolerations or []]
     volumes, mounts = _checkpoint_volume(spec)
     scratch, scratch_mounts = _scratch_volumes()
+    data_volumes, data_mounts = _data_volume(spec)
+    volumes, mounts = volumes + data_volumes, mounts + data_mounts
     pod_spec: Obj = {
         "hostname": worker_hostname(name, slot),
         "subdomain": service_name(name),

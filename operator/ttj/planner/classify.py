@@ -42,6 +42,8 @@ class PodVerdict:
     force_delete: bool = False
     #: For pending pods: why it is not scheduled (e.g. "Unschedulable: 0/3 nodes are available...").
     pending_reason: str = ""
+    #: For failed pods: the container's exit code.
+    exit_code: int | None = None
 
     @property
     def lost(self) -> bool:
@@ -125,6 +127,7 @@ def classify_pod(pod: Obj, nodes: dict[str, Obj], now: datetime, node_grace: tim
             PodState.FAILED,
             since=finished or now,
             message=f"{detail}: {message.strip()}" if message.strip() else detail,
+            exit_code=exit_code,
         )
     if deleting is not None:
         return preempted("pod deleted" + (" on a lost node" if node_lost else ""))

@@ -47,6 +47,12 @@ class Reason(StrEnum):
     FAILED_CREATE = "FailedCreate"
     FAILED_UPDATE = "FailedUpdate"
     FAILED_DELETE = "FailedDelete"
+    PROGRESS_STALLED = "ProgressStalled"
+    PROGRESSING = "Progressing"
+    DATA_UNAVAILABLE = "DataUnavailable"
+    CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
+    CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
+    TRAINER_MISCONFIGURED = "TrainerMisconfigured"
 
 
 # -- the situations ------------------------------------------------------------------------------
@@ -102,6 +108,8 @@ class InProgress:
     budget_limited: bool
     #: Writes of this pass the API refused (quota, admission, validation); empty when all went through.
     refused: tuple[Refusal, ...] = ()
+    #: Why training is stalled (the global step stood still past spec.progress), empty when it is not.
+    stalled: str = ""
 
     @property
     def training(self) -> bool:
@@ -234,6 +242,14 @@ def _budget_exceeded(s: Situation) -> Holds | None:
     return (False, Reason.WITHIN_BUDGET, "") if s.budget_limited else None
 
 
+def _stalled(s: Situation) -> Holds | None:
+    if not isinstance(s, InProgress) or not s.started:
+        return None
+    if s.stalled:
+        return True, Reason.PROGRESS_STALLED, s.stalled
+    return False, Reason.PROGRESSING, ""
+
+
 def _succeeded(s: Situation) -> Holds | None:
     if isinstance(s, Ended) and s.ending.phase == Phase.SUCCEEDED:
         return True, s.ending.reason, s.ending.message
@@ -270,6 +286,7 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.RECOVERING: Rule(_recovering, warns=True),
     ConditionType.CHIEF_ELECTED: Rule(_chief_elected, warns=False, evented=False),
     ConditionType.BUDGET_EXCEEDED: Rule(_budget_exceeded, warns=True),
+    ConditionType.STALLED: Rule(_stalled, warns=True),
     ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
     ConditionType.FAILED: Rule(_failed, warns=True),
     ConditionType.REPLICA_FAILURE: Rule(_replica_failure, warns=True),

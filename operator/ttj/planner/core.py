@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from ttj.api.models import (
+    ChiefStatus,
     CleanPodPolicy,
     Phase,
     TransientTrainingJob,
@@ -38,12 +39,13 @@ from ttj.planner.classify import PodState
 from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import cost_and_budget
-from ttj.planner.ending import clean_up, deadline_of, ending, release_pods
-from ttj.planner.lease import reported_progress
+from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
+from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.observed import Observed, meta
 from ttj.planner.parameter_servers import ServerLoss, parameter_servers
 from ttj.planner.slots import fill_worker_slots
+from ttj.planner.stall import stall_of, track_progress
 from ttj.planner.static_children import static_children
 from ttj_contract import format_time, parse_time, worker_selector
 
@@ -175,7 +177,9 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
     )
     holder = operators_chief(previous.chief)  # never a holder someone else wrote into the Lease
-    progress = reported_progress(observed.lease, previous.progress)
+    progress = track_progress(reported_progress(observed.lease, previous.progress), previous.progress, now)
+    epoch = lease_epoch_of(observed.lease) if observed.lease is not None else (previous.chief or ChiefStatus()).epoch
+    has_model = final_checkpoint_reported(spec, progress, epoch, renewed=renewed_since_election(observed.lease))
     costing = cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config)
     counted = previous.model_copy(
         update={
@@ -194,6 +198,8 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     end = ending(
         spec,
         holder=holder,
+        epoch=epoch,
+        renewed=renewed_since_election(observed.lease),
         verdicts=assessed.verdicts,
         failures=counted.failures,
         last_failure=assessed.last_failure,
@@ -214,6 +220,10 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         now=now,
         node_grace=timedelta(seconds=run.config.node_grace_seconds),
     )
+    holder_verdict = assessed.verdicts.get(holder) if holder else None
+    chief_ended_without_model = (
+        holder_verdict is not None and holder_verdict.state == PodState.SUCCEEDED and not has_model
+    )
     slots = fill_worker_slots(
         run.job,
         spec,
@@ -223,6 +233,14 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         budget=costing.budget,
         placement=observed.placement,
         recorded=previous.slot_incarnations or (),
+        refill_finished=chief_ended_without_model,
+    )
+    stall = stall_of(
+        spec,
+        progress,
+        previous.chief,
+        chief_running=holder_verdict is not None and holder_verdict.state == PodState.RUNNING,
+        now=now,
     )
     chief = keep_chief(
         run.job,
@@ -237,6 +255,8 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         desired=spec.workers.replicas,
         now=now,
         config=run.config,
+        stalled=stall.message if stall.replace_chief else "",
+        ended_without_model=not has_model,
     )
     elections = previous.chief_elections + chief.elections
     chief_pod = chief.chief.pod if chief.chief is not None else None
@@ -265,6 +285,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         budget=costing.budget,
         budget_limited=budget_limited,
         refused=run.refused,
+        stalled=stall.message,
     )
     derived = derive(situation, previous.conditions, run.now_text, run.generation)
     losses = _losses(run, counted, assessed, servers.server_losses)
@@ -289,7 +310,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         writes=[*writes, *servers.writes, *slots.writes, *chief.writes],
         events=[*events, *servers.events, *chief.events, *derived.events, *losses.events],
         observations=chief.observations,
-        wake=[*assessed.wake, *servers.wake, chief.wake, deadline_of(spec, started_at)],
+        wake=[*assessed.wake, *servers.wake, chief.wake, stall.wake, deadline_of(spec, started_at)],
     )
 
 

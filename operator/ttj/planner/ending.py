@@ -13,13 +13,43 @@ from ttj.planner.actions import DeleteChild, RemoveFinalizer, Write
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.conditions import Ending, Reason
 from ttj.planner.observed import Observed, finalizers_of, has_role, meta, name_of, phase_of, uid_of
-from ttj_contract import FINALIZER, Role
+from ttj_contract import FINALIZER, Role, TrainerExit
+
+#: Trainer exits that retrying cannot mend, and the reason the job fails with.
+PERMANENT_EXITS: dict[int, Reason] = {
+    TrainerExit.CONFIG: Reason.TRAINER_MISCONFIGURED,
+    TrainerExit.DATA_UNAVAILABLE: Reason.DATA_UNAVAILABLE,
+    TrainerExit.CHECKPOINT_INDEX_CORRUPT: Reason.CHECKPOINT_INDEX_CORRUPT,
+    TrainerExit.CHECKPOINT_LOCATION_TAKEN: Reason.CHECKPOINT_LOCATION_TAKEN,
+}
+
+
+def final_checkpoint_reported(
+    spec: TransientTrainingJobSpec, progress: ProgressStatus | None, epoch: int, *, renewed: bool
+) -> bool:
+    """The chief of the current ``epoch`` reported a checkpoint at trainSteps or beyond: the model exists.
+
+    A report that names no epoch (a trainer that does not publish one) counts once the holder has
+    ``renewed`` the Lease since its election: the report is then its own, not its predecessor's."""
+    if progress is None or progress.checkpoint_step is None or progress.checkpoint_step < spec.train_steps:
+        return False
+    return progress.epoch == epoch if progress.epoch is not None else renewed
+
+
+def permanent_failure(verdicts: Mapping[str, PodVerdict]) -> Ending | None:
+    """A worker that exited with a code saying no retry can help: the job fails with its termination message."""
+    for name, verdict in sorted(verdicts.items()):
+        if verdict.state == PodState.FAILED and verdict.exit_code in PERMANENT_EXITS:
+            return Ending(Phase.FAILED, PERMANENT_EXITS[verdict.exit_code], f"worker {name}: {verdict.message}")
+    return None
 
 
 def ending(
     spec: TransientTrainingJobSpec,
     *,
     holder: str | None,
+    epoch: int,
+    renewed: bool,
     verdicts: Mapping[str, PodVerdict],
     failures: int,
     last_failure: str,
@@ -28,11 +58,27 @@ def ending(
     now: datetime,
     budget: BudgetDecision | None,
 ) -> Ending | None:
-    """How the job ends in this pass, first match wins; None while it goes on."""
+    """How the job ends in this pass, first match wins; None while it goes on.
+
+    Success needs both: the chief the Lease names exited 0, and it (the chief of the current ``epoch``)
+    reported a checkpoint at trainSteps or beyond. A chief that exited 0 without one is replaced instead
+    (:func:`ttj.planner.chief.keep_chief`), and the new chief writes the final checkpoint."""
     chief = verdicts.get(holder) if holder else None
-    if holder and chief is not None and chief.state == PodState.SUCCEEDED:
-        step = progress.global_step if progress else 0
-        return Ending(Phase.SUCCEEDED, Reason.TRAINING_COMPLETE, f"chief {holder} finished at global step {step}")
+    if (
+        holder
+        and chief is not None
+        and chief.state == PodState.SUCCEEDED
+        and progress is not None
+        and final_checkpoint_reported(spec, progress, epoch, renewed=renewed)
+    ):
+        return Ending(
+            Phase.SUCCEEDED,
+            Reason.TRAINING_COMPLETE,
+            f"chief {holder} wrote the final checkpoint at global step {progress.checkpoint_step} (epoch {epoch})",
+        )
+    permanent = permanent_failure(verdicts)
+    if permanent is not None:
+        return permanent
     if failures > spec.backoff_limit:
         detail = last_failure or "the training code failed"
         return Ending(

@@ -55,24 +55,46 @@ def reported_progress(lease: Obj | None, previous: ProgressStatus | None) -> Pro
             checkpoint_step=report.checkpoint_step,
             checkpoint_path=report.checkpoint_path,
             checkpoint_time=report.checkpoint_time,
+            epoch=report.epoch,
+            last_error=report.last_error,
+            last_progress_time=previous.last_progress_time if previous is not None else None,
         )
     except ValidationError:
         return previous
 
 
-def lease_expiry(lease: Obj | None, config: PlannerConfig) -> datetime | None:
-    """When the holder's claim runs out: a lease duration after its last renewal, or, for a chief that has
-    not renewed since its election, after the longer TensorFlow start-up allowance."""
+def renew_stamp(lease: Obj | None) -> str | None:
+    """The Lease's renewTime as written (acquireTime before any renewal): compared, never read as a clock."""
     spec = lease_spec_of(lease)
-    acquired = parse_time(spec.get("acquireTime"))
-    renewed = parse_time(spec.get("renewTime"))
-    duration = timedelta(seconds=int(spec.get("leaseDurationSeconds") or config.lease_duration_seconds))
-    if renewed is not None and (acquired is None or renewed > acquired):
-        return renewed + duration
-    start = acquired or renewed
-    if start is None:
+    stamp: str | None = spec.get("renewTime") or spec.get("acquireTime")
+    return stamp
+
+
+def renewed_since_election(lease: Obj | None) -> bool:
+    """The holder renewed after the operator named it (which writes acquireTime and renewTime alike)."""
+    spec = lease_spec_of(lease)
+    return bool(spec.get("renewTime")) and spec.get("renewTime") != spec.get("acquireTime")
+
+
+def renewal_observed_at(lease: Obj | None, recorded: ChiefStatus | None, now: datetime) -> datetime:
+    """When this operator first saw the Lease's current renewTime: now when it differs from the one the
+    status recorded. Only a change of renewTime counts (as in client-go's leader election), so a trainer
+    whose clock is off is judged by the operator's clock alone."""
+    if recorded is not None and recorded.renew_time == renew_stamp(lease):
+        return parse_time(recorded.renew_observed_at) or now
+    return now
+
+
+def lease_expiry(lease: Obj | None, config: PlannerConfig, observed_at: datetime) -> datetime | None:
+    """When the holder's claim runs out: a lease duration after the operator saw its last renewal, or, for a
+    chief that has not renewed since its election, after the longer TensorFlow start-up allowance."""
+    if renew_stamp(lease) is None:
         return None
-    return start + max(duration, timedelta(seconds=config.chief_startup_seconds))
+    spec = lease_spec_of(lease)
+    duration = timedelta(seconds=int(spec.get("leaseDurationSeconds") or config.lease_duration_seconds))
+    if renewed_since_election(lease):
+        return observed_at + duration
+    return observed_at + max(duration, timedelta(seconds=config.chief_startup_seconds))
 
 
 def lease_write(

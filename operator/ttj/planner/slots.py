@@ -62,11 +62,13 @@ def fill_worker_slots(
     budget: BudgetDecision | None,
     placement: PlacementCheck | None,
     recorded: Sequence[int] = (),
+    refill_finished: bool = False,
 ) -> WorkerSlots:
-    """``recorded``: status.slotIncarnations as last written."""
+    """``recorded``: status.slotIncarnations as last written. ``refill_finished``: workers that exited 0
+    free their slots (the chief ended without the final checkpoint, so the job needs a worker to write it)."""
     slots = spec.workers.slots
     desired = min(spec.workers.replicas, slots)
-    occupancy = _occupancy(workers, verdicts)
+    occupancy = _occupancy(workers, verdicts, refill_finished)
     writes: list[Write] = []
 
     # Never two live pods in one slot (a watch that lagged behind our own create): keep the best.
@@ -128,7 +130,7 @@ def fill_worker_slots(
     return WorkerSlots(tuple(writes), active, pending, unschedulable, highest)
 
 
-def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict]) -> _Occupancy:
+def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict], refill_finished: bool) -> _Occupancy:
     occupants: dict[int, list[Obj]] = {}
     last_loss: dict[int, datetime] = {}
     incarnations: dict[int, int] = {}
@@ -138,7 +140,7 @@ def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict]) -> _O
             continue
         verdict = verdicts[name_of(pod)]
         incarnations[slot] = max(incarnations.get(slot, 0), incarnation_of(name_of(pod)))
-        if verdict.alive or verdict.state == PodState.SUCCEEDED:
+        if verdict.alive or (verdict.state == PodState.SUCCEEDED and not refill_finished):
             occupants.setdefault(slot, []).append(pod)
         elif verdict.lost and verdict.since is not None:
             last_loss[slot] = max(last_loss.get(slot, verdict.since), verdict.since)

@@ -71,7 +71,16 @@ def test_a_whole_job_is_training_and_not_recovering() -> None:
         "Running": ("True", "Training", "3/3 workers"),
         "Recovering": ("False", "AtDesiredWorkers", ""),
         "ChiefElected": ("True", "Elected", "chief job-worker-0-1 at epoch 2"),
+        "Stalled": ("False", "Progressing", ""),
     }
+
+
+def test_a_stalled_job_says_so_with_a_warning_carrying_the_chiefs_error() -> None:
+    why = "global step 0 has not advanced for 900s; the chief's last error: checkpoint storage: permission denied"
+    stalled = replace(TRAINING, stalled=why)
+    assert conditions(stalled)["Stalled"] == ("True", "ProgressStalled", why)
+    derived = derive(stalled, derive(TRAINING, None, NOW, 1).conditions, NOW, 1)
+    assert [(e.type, e.reason, e.message) for e in derived.events] == [("Warning", "ProgressStalled", why)]
 
 
 @pytest.mark.parametrize(

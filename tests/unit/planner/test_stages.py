@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, pods, start, terminate
-from ttj.api.models import ChiefStatus, CostStatus, Phase, TransientTrainingJobSpec
+from ttj.api.models import ChiefStatus, CostStatus, Phase, ProgressStatus, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.planner import CreateChild, DeleteChild, LabelPod, Observed, PlannerConfig, RemoveFinalizer, UpdateLease
 from ttj.planner.assess import assess_workers
@@ -125,13 +125,16 @@ def test_without_prices_the_cost_stays_as_it_was() -> None:
 # -- the end ---------------------------------------------------------------------------------------
 def test_the_first_ending_that_applies_wins() -> None:
     chief = worker(0, phase="Succeeded")
+    final = ProgressStatus(global_step=SPEC.train_steps, checkpoint_step=SPEC.train_steps, epoch=2)
     found = ending(
         SPEC.model_copy(update={"active_deadline_seconds": 60}),
         holder="mnist-worker-0-1",
+        epoch=2,
+        renewed=True,
         verdicts=verdicts(chief),
         failures=SPEC.backoff_limit + 1,
         last_failure="",
-        progress=None,
+        progress=final,
         started_at=T0 - 3600 * S,
         now=T0,
         budget=None,
@@ -144,6 +147,8 @@ def test_the_budget_ends_the_job_only_once_no_worker_is_alive() -> None:
     stop = BudgetDecision(0, True, "cost reached", 10, 10, 10)
     common: dict[str, Any] = {
         "holder": None,
+        "epoch": 0,
+        "renewed": False,
         "failures": 0,
         "last_failure": "",
         "progress": None,
@@ -245,7 +250,13 @@ def chief_of(pods: list[dict[str, Any]], **given: Any) -> Any:
 
 def test_the_first_chief_is_the_least_likely_to_be_preempted() -> None:
     found = chief_of([worker(0), worker(1)], lease=lease(None, 0))
-    assert found.chief == ChiefStatus(pod="mnist-worker-1-1", epoch=1, elected_at=format_time(T0))
+    assert found.chief == ChiefStatus(
+        pod="mnist-worker-1-1",
+        epoch=1,
+        elected_at=format_time(T0),
+        renew_time=format_micro_time(T0),
+        renew_observed_at=format_time(T0),
+    )
     assert (found.elections, found.healthy) == (1, True)
     update, label = found.writes
     assert isinstance(update, UpdateLease)
@@ -256,10 +267,22 @@ def test_the_first_chief_is_the_least_likely_to_be_preempted() -> None:
 def test_a_chief_that_stopped_renewing_is_replaced_and_its_loss_remembered() -> None:
     holder = "mnist-worker-1-1"
     stale = lease(holder, 1, acquired=T0 - 600 * S, renewed=T0 - 60 * S)
-    recorded = ChiefStatus(pod=holder, epoch=1, elected_at=format_time(T0 - 600 * S))
+    # The operator saw that renewal 60 s ago (its clock; the stamp's own value does not matter).
+    recorded = ChiefStatus(
+        pod=holder,
+        epoch=1,
+        elected_at=format_time(T0 - 600 * S),
+        renew_time=format_micro_time(T0 - 60 * S),
+        renew_observed_at=format_time(T0 - 60 * S),
+    )
     found = chief_of([worker(0), worker(1)], lease=stale, holder=holder, recorded=recorded)
     assert found.chief == ChiefStatus(
-        pod="mnist-worker-0-1", epoch=2, elected_at=format_time(T0), lost_at=format_time(T0 - 30 * S)
+        pod="mnist-worker-0-1",
+        epoch=2,
+        elected_at=format_time(T0),
+        lost_at=format_time(T0 - 30 * S),
+        renew_time=format_micro_time(T0),
+        renew_observed_at=format_time(T0),
     )
     assert "stopped renewing the lease" in found.events[0].message
 
@@ -269,9 +292,16 @@ def test_a_renewing_chief_is_kept_and_the_planner_wakes_when_its_lease_would_exp
     fresh = lease(holder, 1, acquired=T0 - 600 * S, renewed=T0 - 10 * S)
     recorded = ChiefStatus(pod=holder, epoch=1, elected_at=format_time(T0 - 600 * S), lost_at=format_time(T0 - 700 * S))
     found = chief_of([worker(0), worker(1)], lease=fresh, holder=holder, recorded=recorded)
-    assert found.chief == ChiefStatus(pod=holder, epoch=1, elected_at=recorded.elected_at)
-    assert [(o.metric, o.seconds) for o in found.observations] == [("chief_handover_seconds", 690.0)]
-    assert (found.elections, found.healthy, found.wake) == (0, True, T0 + 20 * S)
+    # First seen renewed now (the operator's clock), so the lease runs a full duration from now.
+    assert found.chief == ChiefStatus(
+        pod=holder,
+        epoch=1,
+        elected_at=recorded.elected_at,
+        renew_time=format_micro_time(T0 - 10 * S),
+        renew_observed_at=format_time(T0),
+    )
+    assert [(o.metric, o.seconds) for o in found.observations] == [("chief_handover_seconds", 700.0)]
+    assert (found.elections, found.healthy, found.wake) == (0, True, T0 + 30 * S)
 
 
 def test_a_holder_change_the_operator_did_not_make_is_refused_and_its_choice_restored() -> None:
