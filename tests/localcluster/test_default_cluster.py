@@ -120,8 +120,15 @@ def running_pods(kube: KubeClient, namespace: str, selector: str) -> list[dict[s
 
 def create_trainer_identity(kube: KubeClient, namespace: str, job: dict[str, Any]) -> None:
     """The job's ServiceAccount (and its Role and binding), as the operator creates them before any pod: the
-    API refuses a pod whose service account does not exist."""
-    for child in trainer_rbac(job):
+    API refuses a pod whose service account does not exist. An account the job's worker template names is the
+    user's to create (examples/full.yaml names one), so it is made here as its user would."""
+    spec = TransientTrainingJobSpec.model_validate(job["spec"])
+    template = spec.workers.template
+    own = template.spec.service_account_name if template is not None and template.spec is not None else None
+    if own and kube.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{own}") is None:
+        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": own}}
+        kube.request("POST", kubeapi.path("ServiceAccount", namespace), body=account)
+    for child in trainer_rbac(job, spec):
         kube.request("POST", kubeapi.path(child["kind"], namespace), body=child)
 
 

@@ -108,6 +108,8 @@ class Admission:
     def __init__(self, clock: Callable[[], datetime]) -> None:
         self.clock = clock
         self._next_cluster_ip = 10
+        #: mutating admission plugins run before validation (the ServiceAccount plugin): raise ApiError
+        self.mutating: list[Callable[[ResourceType, dict[str, Any], dict[str, Any] | None], None]] = []
         #: validating admission plugins run after validation (RBAC escalation, Pod Security): raise ApiError
         self.plugins: list[Callable[[ResourceType, dict[str, Any], dict[str, Any] | None], None]] = []
 
@@ -116,6 +118,8 @@ class Admission:
         name = obj["metadata"].get("name", "")
         if rtype.admit is not None:
             obj = rtype.admit(obj, old)
+        for plugin in self.mutating:
+            plugin(rtype, obj, old)
         errors = _validate(rtype, obj, old)
         if errors:
             raise invalid(rtype.kind, rtype.group, name, errors)

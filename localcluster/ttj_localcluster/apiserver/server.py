@@ -54,6 +54,7 @@ class ApiServer:
         self.access = AccessControl(self.store, clock, authorization_mode)
         #: TLS by default with RBAC: kubectl and client-go send credentials over TLS only
         self.certificates = make_serving_certificates(host) if (self.access.enforcing if tls is None else tls) else None
+        self.core.admission.mutating.append(self._admit_service_account)
         self.core.admission.plugins.append(self._admit_access)
         #: how often an idle watch that asked for bookmarks gets one; read on every bookmark, so tests may change it
         self.bookmark_interval_seconds = bookmark_interval_seconds
@@ -78,9 +79,25 @@ class ApiServer:
         assert rtype is not None
         return rtype
 
+    def _admit_service_account(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """The ServiceAccount admission plugin's check on pod creation: the pod's service account exists. It is a
+        mutating plugin, so it answers 403 before validation could answer 422."""
+        if rtype.storage_key != PODS or old is not None:
+            return
+        namespace_name, name = obj["metadata"].get("namespace", ""), obj["metadata"].get("name", "")
+        account = (obj.get("spec") or {}).get("serviceAccountName") or "default"
+        if self.store.get(("", "serviceaccounts"), namespace_name, account) is None:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'pods "{name}" is forbidden: error looking up service account {namespace_name}/{account}: '
+                f'serviceaccount "{account}" not found',
+                name=name,
+                kind="pods",
+            )
+
     def _admit_access(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        """Privilege-escalation prevention on RBAC objects; on pod creation the ServiceAccount admission plugin's
-        check (the pod's service account exists) and Pod Security admission."""
+        """Privilege-escalation prevention on RBAC objects; Pod Security admission on pods."""
         if rtype.group == rbac.GROUP:
             self.access.admit_rbac_object(rtype.kind, obj, old)
         elif rtype.storage_key == PODS and old is not None:
@@ -88,17 +105,7 @@ class ApiServer:
                 namespace = self.store.get(NAMESPACES, "", obj["metadata"].get("namespace", ""))
                 self._warn(pod_security.admit_pod(obj, namespace))
         elif rtype.storage_key == PODS:
-            namespace_name, name = obj["metadata"].get("namespace", ""), obj["metadata"].get("name", "")
-            account = (obj.get("spec") or {}).get("serviceAccountName") or "default"
-            if self.store.get(("", "serviceaccounts"), namespace_name, account) is None:
-                raise ApiError(
-                    403,
-                    "Forbidden",
-                    f'pods "{name}" is forbidden: error looking up service account {namespace_name}/{account}: '
-                    f'serviceaccount "{account}" not found',
-                    name=name,
-                    kind="pods",
-                )
+            namespace_name = obj["metadata"].get("namespace", "")
             self._warn(pod_security.admit_pod(obj, self.store.get(NAMESPACES, "", namespace_name)))
         elif (template := pod_security.pod_template(rtype.kind, obj)) is not None and (
             old is None or pod_security.pod_template(rtype.kind, old) != template
