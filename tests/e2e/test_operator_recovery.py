@@ -61,10 +61,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def env(stack: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A fresh namespace per test (deleted after it, with its jobs and pods)."""
+    """A fresh namespace per test (deleted after it, with its jobs and pods), enforcing the restricted Pod
+    Security profile: every pod ttj makes must pass it."""
     namespace = f"{PREFIX}-{next(_names)}"
     core = client.CoreV1Api(stack["api"])
-    core.create_namespace({"metadata": {"name": namespace}})
+    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+    core.create_namespace({"metadata": {"name": namespace, "labels": restricted}})
     if stack["operator"].process is None:
         stack["operator"].start()
     try:

@@ -186,6 +186,10 @@ class Run:
         mine = [e for e in events.items if e.involved_object.kind == KIND and e.involved_object.name == self.name]
         return sorted(mine, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
 
+    def warnings(self) -> list[str]:
+        """The job's Warning Events as ``reason: message`` lines: what an assertion shows when it fails."""
+        return [f"{e.reason}: {e.message}" for e in self.events() if e.type == "Warning"]
+
     def event_reasons(self) -> set[str]:
         return {e.reason for e in self.events()}
 

@@ -29,8 +29,6 @@ COMPONENT = Path(__file__).resolve().parents[2] / "manifests" / "components" / "
 TARGET_LABELS = frozenset({"namespace", "pod", "container", "endpoint", "instance", "job", "service"})
 #: ``up`` and the other series Prometheus writes about each scrape.
 SCRAPE_SERIES = ("up", "scrape_duration_seconds", "scrape_samples_scraped")
-#: Metrics another branch is adding to the trainer at the same time; checked like the others once present.
-ADDED_ELSEWHERE = {"ttj_trainer_device_info": frozenset({"device"})}
 #: Grafana's variables, as a query sends them.
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$namespace": "ns", "$job": "train"}
 
@@ -94,8 +92,6 @@ def series() -> dict[str, frozenset[str]]:
         found |= Exported(name, kind, labels | TARGET_LABELS).series()
     for name, kind, labels in _exported(iter(vars(trainer).values())):
         found |= Exported(name, kind, labels | trainer_target).series()
-    for name, labels in ADDED_ELSEWHERE.items():
-        found.setdefault(name, labels | trainer_target)
     for name in SCRAPE_SERIES:
         found[name] = trainer_target | TARGET_LABELS
     return found
