@@ -123,6 +123,29 @@ def test_the_pods_the_chiefs_and_the_losses_are_rebuilt(run: Run) -> None:
     assert timeline.end == 300.0
 
 
+def test_replacements_removed_since_are_drawn_from_the_loss_records(run: Run) -> None:
+    """At the job's end the operator removes its running pods (cleanPodPolicy): the loss records still say
+    when each replacement took its slot over, so the lane is not left empty after the slot-empty hatch."""
+    world = run.world
+    replacements = {run.worker[:-1] + "2", run.chief[:-1] + "2"}
+    left = [p for p in world.observed.pods if p["metadata"]["name"] not in replacements]
+    timeline = from_cluster(world.job, run.events, left, world.observed.lease, T0 + 300 * S)
+    worker_back = timeline.pods[run.worker[:-1] + "2"]
+    chief_back = timeline.pods[run.chief[:-1] + "2"]
+    assert (worker_back.lane, worker_back.running, worker_back.ended) == (
+        f"worker {run.worker.split('-')[2]}",
+        160.0,
+        300.0,
+    )
+    assert (chief_back.lane, chief_back.running, chief_back.ended) == (
+        f"worker {run.chief.split('-')[2]}",
+        240.0,
+        300.0,
+    )
+    assert worker_back.outcome == chief_back.outcome == "deleted"
+    assert 100.0 <= worker_back.created <= 160.0
+
+
 def test_the_text_says_what_each_loss_cost(run: Run) -> None:
     text = render(timeline_of(run), "ns/mnist (Running)")
     assert text.startswith("ns/mnist (Running)\n")

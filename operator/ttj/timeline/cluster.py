@@ -144,6 +144,18 @@ def _losses(timeline: Timeline) -> None:
         span.outcome = "preempted"
         recovered = _seconds(timeline, parse_time(record.recovered_at))
         timeline.gaps.append((lost, recovered, span.lane))
+        if record.replacement and recovered is not None and record.replacement not in timeline.pods:
+            # The replacement is gone too (removed when the job ended, or lost later: a later record then
+            # ends its bar where it was lost); the record still says when it took the slot over.
+            timeline.pods[record.replacement] = PodSpan(
+                name=record.replacement,
+                role=str(role),
+                slot=record.slot,
+                created=max(lost, recovered - (record.startup_seconds or 0.0)),
+                running=recovered,
+                ended=timeline.end,
+                outcome="deleted",
+            )
 
 
 def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
