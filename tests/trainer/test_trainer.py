@@ -235,6 +235,22 @@ def test_ps_restart_new_chief_restores_latest_checkpoint(make_job: Any, lease: A
     wait_for(lambda: (c := latest(job)) and c.step >= saved.step + 100, 60, "training to resume after the restore")
 
 
+def test_workers_started_before_their_parameter_server_wait_for_it(make_job: Any, lease: Any) -> None:
+    """A worker can start while its PS is down (a replacement during a PS restart, or the job's first pods
+    started in any order): it waits for the PS instead of exiting, which the operator would count as a failure."""
+    job = make_job(slots=2, TTJ_CHECKPOINT_INTERVAL_STEPS="50")
+    workers = [job.start("worker", 0), job.start("worker", 1)]
+    wait_for(
+        lambda: any(e.get("msg") == "waiting for the parameter servers to accept connections" for e in job.logs()),
+        STARTUP,
+        "the workers to wait for the parameter server",
+    )
+    assert [w.poll() for w in workers] == [None, None], job.dump_logs()
+    job.start("ps", 0)
+    wait_for(lambda: (c := latest(job)) and c.step >= 100, STARTUP, "checkpoints once the PS is up")
+    assert [w.poll() for w in workers] == [None, None]
+
+
 def test_stale_chief_cannot_write(make_job: Any, lease: Any) -> None:
     """A chief frozen while another was elected wakes up and must not write a checkpoint of its old epoch."""
     # Two parameter servers here, so that spreading the variables over several is exercised too.

@@ -402,8 +402,7 @@ class Worker:
         metrics.serve(self.cfg.pod_ip, self.cfg.metrics_port)
         self.watcher.start()
         try:
-            self.connect()
-            self.select_compute_device()
+            self._first_connect()
             event(log, "connected", ps=self.cfg.ps_addresses, address=self.serving_address, device=self.local_device)
             return self._loop()
         except Terminated:
@@ -483,8 +482,33 @@ class Worker:
                 except self.tf.errors.OpError as again:
                     event(log, "reconnect failed", logging.WARNING, error=_brief(again))
 
+    def _first_connect(self) -> None:
+        """Connects once every PS accepts connections; a PS that is down or restarting (a replacement worker
+        can start while it is) is waited for, never a reason to exit."""
+        attempts = 0
+        while True:
+            self._wait_for_ps_ports()
+            try:
+                self.connect()
+                self.select_compute_device()
+                return
+            except self.tf.errors.OpError as err:
+                attempts += 1
+                self.store.close()
+                backoff = RECONNECT_BACKOFF_SECONDS[min(attempts, len(RECONNECT_BACKOFF_SECONDS)) - 1]
+                self.last_error = f"parameter server: {_brief(err)}"
+                event(
+                    log,
+                    "could not connect to the parameter server; retrying",
+                    logging.WARNING,
+                    error=_brief(err),
+                    retry_in=backoff,
+                )
+                self._sleep(backoff)
+
     def _wait_for_ps_ports(self) -> None:
         """Waits until every PS accepts TCP connections, so reconnecting does not race a server's start-up."""
+        logged = 0.0
         while True:
             down = []
             for address in self.cfg.ps_addresses:
@@ -495,6 +519,9 @@ class Worker:
                     down.append(address)
             if not down:
                 return
+            if time.monotonic() - logged > 10:
+                event(log, "waiting for the parameter servers to accept connections", down=down)
+                logged = time.monotonic()
             self._sleep(1.0)
 
     def _train_one(self, view: LeaseView | None) -> None:
