@@ -4,7 +4,9 @@ cluster and on a real one (KUBECONFIG)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -104,9 +106,6 @@ def ttj_manifests(namespace: str, **spec: Any) -> list[dict[str, Any]]:
     for obj in objects:
         obj["metadata"].pop("ownerReferences", None)  # no job object behind them here
         obj["metadata"].pop("finalizers", None)
-    for pod_spec in (objects[0]["spec"], objects[1]["spec"]["template"]["spec"]):
-        # kube-apiserver's Priority admission needs the class to exist; the local one does not check it
-        pod_spec.pop("priorityClassName", None)
     return objects
 
 
@@ -115,6 +114,27 @@ def service_accounts(core: client.CoreV1Api, namespace: str, *manifests: dict[st
     pod_specs = [m["spec"].get("template", {}).get("spec") or m["spec"] for m in manifests]
     for name in {s["serviceAccountName"] for s in pod_specs if s.get("serviceAccountName")}:
         core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+
+
+@contextlib.contextmanager
+def priority_classes(k8s_api: client.ApiClient, *manifests: dict[str, Any]) -> Iterator[None]:
+    """The PriorityClasses the pods name, as the Priority admission plugin wants them to exist; removed after
+    (they are cluster-wide) unless they were there before."""
+    scheduling = client.SchedulingV1Api(k8s_api)
+    pod_specs = [m["spec"].get("template", {}).get("spec") or m["spec"] for m in manifests]
+    made = []
+    for name in {s["priorityClassName"] for s in pod_specs if s.get("priorityClassName")}:
+        try:
+            scheduling.create_priority_class({"metadata": {"name": name}, "value": 1000})
+            made.append(name)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+    try:
+        yield
+    finally:
+        for name in made:
+            scheduling.delete_priority_class(name)
 
 
 @pytest.mark.parametrize(
@@ -126,8 +146,9 @@ def test_ttjs_children_are_accepted(k8s_api: client.ApiClient, namespace: str, s
     core, apps = client.CoreV1Api(k8s_api), client.AppsV1Api(k8s_api)
     pod, deployment, policy = ttj_manifests(namespace, **spec)
     service_accounts(core, namespace, pod, deployment)
-    core.create_namespaced_pod(namespace, pod)
-    apps.create_namespaced_deployment(namespace, deployment)
+    with priority_classes(k8s_api, pod, deployment):
+        core.create_namespaced_pod(namespace, pod)
+        apps.create_namespaced_deployment(namespace, deployment)
     client.NetworkingV1Api(k8s_api).create_namespaced_network_policy(namespace, policy)
 
 

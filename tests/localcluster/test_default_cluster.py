@@ -128,6 +128,17 @@ def create_trainer_identity(kube: KubeClient, namespace: str, job: dict[str, Any
     if own and kube.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{own}") is None:
         account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": own}}
         kube.request("POST", kubeapi.path("ServiceAccount", namespace), body=account)
+    # So are the PriorityClasses the templates name: the Priority admission plugin refuses a pod naming a
+    # class that does not exist.
+    for role_template in (spec.workers.template, spec.parameter_servers.template):
+        wanted = role_template.spec.priority_class_name if role_template and role_template.spec else None
+        if wanted and kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{wanted}") is None:
+            priority_class = {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": wanted},
+            }
+            kube.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body={**priority_class, "value": 1000})
     for child in trainer_rbac(job, spec):
         kube.request("POST", kubeapi.path(child["kind"], namespace), body=child)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ttj_contract import format_time
 
-from . import validation
+from . import priority, validation
 from .errors import invalid
 from .resources import NAMESPACES, PODS, SERVICES, ResourceType
 
@@ -64,6 +64,8 @@ def _validate(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         errors.extend(validation.pod_spec("spec.template.spec", template.get("spec") or {}))
     if rtype.group == "networking.k8s.io" and rtype.kind == "NetworkPolicy":
         errors.extend(validation.network_policy(obj.get("spec") or {}))
+    if rtype.storage_key == priority.PRIORITY_CLASSES:
+        errors.extend(priority.validate_class(obj, old))
     return errors
 
 
@@ -139,6 +141,8 @@ class Admission:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
         elif rtype.group == "apps":
             _default_workload(rtype, obj)
+        elif key == priority.PRIORITY_CLASSES:
+            priority.default_class(obj)
         elif rtype.status_subresource and rtype.is_custom:
             obj.pop("status", None)  # custom resources: status is written through /status only
 
@@ -164,7 +168,6 @@ def _default_pod(obj: dict[str, Any], now: datetime) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("serviceAccountName", "default")
     spec.setdefault("securityContext", {})
-    spec.setdefault("priority", 0)
     for container in spec.get("containers") or []:
         container.setdefault("imagePullPolicy", "IfNotPresent")
         container.setdefault("terminationMessagePath", "/dev/termination-log")

@@ -212,6 +212,9 @@ def builtin_types() -> list[ResourceType]:
             "rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False
         ),
         ResourceType(
+            "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", False, short_names=("pc",)
+        ),
+        ResourceType(
             "policy",
             "v1",
             "PodDisruptionBudget",

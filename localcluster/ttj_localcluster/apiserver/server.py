@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import pod_security, rbac
+from . import pod_security, priority, rbac
 from .access import ALWAYS_ALLOW, AccessControl
 from .controllers import Controllers
 from .core import ApiCore
@@ -55,6 +55,7 @@ class ApiServer:
         #: TLS by default with RBAC: kubectl and client-go send credentials over TLS only
         self.certificates = make_serving_certificates(host) if (self.access.enforcing if tls is None else tls) else None
         self.core.admission.mutating.append(self._admit_service_account)
+        self.core.admission.mutating.append(self._admit_priority)
         self.core.admission.plugins.append(self._admit_access)
         #: how often an idle watch that asked for bookmarks gets one; read on every bookmark, so tests may change it
         self.bookmark_interval_seconds = bookmark_interval_seconds
@@ -66,6 +67,10 @@ class ApiServer:
         service_accounts = self._builtin("serviceaccounts")
         for name in BOOTSTRAP_NAMESPACES:
             self.core.create(service_accounts, name, {"metadata": {"name": "default"}})
+        priority_classes = self.registry.get(priority.GROUP, "v1", "priorityclasses")
+        assert priority_classes is not None
+        for obj in priority.bootstrap():
+            self.core.create(priority_classes, "", obj)
         for (group, plural), obj in rbac.bootstrap_policy():
             rtype = self.registry.get(group, "v1", plural)
             assert rtype is not None
@@ -95,6 +100,14 @@ class ApiServer:
                 name=name,
                 kind="pods",
             )
+
+    def _admit_priority(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """The Priority admission plugin: on pod creation, and on PriorityClasses themselves."""
+        classes = self.store.items(priority.PRIORITY_CLASSES)
+        if rtype.storage_key == PODS and old is None:
+            priority.admit_pod(obj, lambda name: self.store.get(priority.PRIORITY_CLASSES, "", name), classes)
+        elif rtype.storage_key == priority.PRIORITY_CLASSES:
+            priority.admit_class(obj, old, classes)
 
     def _admit_access(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """Privilege-escalation prevention on RBAC objects; Pod Security admission on pods."""

@@ -9,6 +9,7 @@ then say Invalid (its models mirror the rules), never crash.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -129,6 +130,23 @@ def accepted_by_the_api_server(api: InProcessApi, result: Plan) -> None:
 API = InProcessApi(T0)
 
 
+def create_what_the_user_brings(api: InProcessApi, spec: dict[str, Any]) -> None:
+    """The ServiceAccount and PriorityClasses the templates name are the user's to create; without them the
+    API server refuses the pods (ServiceAccount and Priority admission), as the job's status then says."""
+    for role in ("workers", "parameterServers"):
+        template = ((spec.get(role) or {}).get("template") or {}).get("spec") or {}
+        wanted = [
+            (("", "serviceaccounts"), NAMESPACE, template.get("serviceAccountName"), {}),
+            (("scheduling.k8s.io", "priorityclasses"), "", template.get("priorityClassName"), {"value": 1000}),
+        ]
+        for (group, plural), namespace, name, extra in wanted:
+            rtype = api.server.registry.get(group, "v1", plural)
+            if not name or rtype is None:
+                continue
+            with contextlib.suppress(ApiError):  # 409: made for an earlier example
+                api.server.core.create(rtype, namespace, {"metadata": {"name": name}, **extra})
+
+
 def api_server_accepts(job: dict[str, Any]) -> bool:
     """Whether the API server (schema and CEL rules) takes the job; any refusal but 422 Invalid is a bug."""
     name = job["metadata"]["name"]
@@ -166,6 +184,7 @@ def test_the_planner_never_raises_and_asks_only_for_valid_objects(spec: dict[str
         Stats.models_laxer += (
             1  # a rule only the CRD states (reported, see test_the_models_refuse_what_the_crd_refuses)
         )
+    create_what_the_user_brings(API, spec)
     accepted_by_the_api_server(API, first)
     # The pods run: the chief is elected, the job trains; a later pass (deadlines, TTL) still plans.
     world.observed.nodes.update({f"n-{i}": node(f"n-{i}", "on-demand") for i in range(4)})
