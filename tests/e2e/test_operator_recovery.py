@@ -391,6 +391,37 @@ def test_a_job_no_pool_can_run_says_why(env: dict[str, Any]) -> None:
     assert warning[0].type == "Warning"
 
 
+def test_a_quota_that_refuses_a_worker_shows_on_the_job_and_the_job_recovers_when_it_frees(
+    env: dict[str, Any],
+) -> None:
+    """The namespace's ResourceQuota grants two GPUs (only workers ask for one). The third worker's create is
+    refused (403 from the quota admission), which the job says as `ReplicaFailure`; the chief is elected all the
+    same; once the quota grows, the worker is created and the condition goes."""
+    quota = {"metadata": {"name": "team"}, "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}}
+    env["core"].create_namespaced_resource_quota(env["ns"], quota)
+    create_job(env, replicas=3)
+
+    def refused() -> dict[str, Any] | None:
+        status = job_status(env)
+        condition = next((c for c in status.get("conditions") or [] if c["type"] == "ReplicaFailure"), None)
+        return status if condition and condition["status"] == "True" and status.get("chief") else None
+
+    status = wait_for("ReplicaFailure with a chief elected", refused, timeout=60)
+    condition = next(c for c in status["conditions"] if c["type"] == "ReplicaFailure")
+    assert condition["reason"] == "FailedCreate"
+    assert (
+        "exceeded quota: team, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=2, "
+        "limited: requests.nvidia.com/gpu=2" in condition["message"]
+    )
+    assert len(workers(env)) == 2
+    assert any(e.reason == "FailedCreate" and e.type == "Warning" for e in job_events(env))
+
+    env["core"].patch_namespaced_resource_quota("team", env["ns"], {"spec": {"hard": {"requests.nvidia.com/gpu": "3"}}})
+    status = running(env, replicas=3)
+    assert "ReplicaFailure" not in {c["type"] for c in status.get("conditions") or []}
+    assert status.get("failures", 0) == 0
+
+
 def test_a_trainer_cannot_touch_another_jobs_lease_or_delete_pods(env: dict[str, Any]) -> None:
     """Each job's pods run as its own ServiceAccount, whose Role names that job's Lease only."""
     from ttj_contract import lease_name, trainer_account_name
@@ -437,7 +468,10 @@ def test_the_operator_never_met_a_403(stack: dict[str, Any]) -> None:
     if stack["access"] is None:
         pytest.skip("counts the local API server's 403s")
     assert stack["access"].requests[stack["operator_user"]] > 0, "the operator never acted under its own identity"
-    refused = [d for d in stack["access"].denials if d.user == stack["operator_user"]]
+    # A quota's refusal is the namespace's answer, not a permission the operator lacks (provoked above).
+    refused = [
+        d for d in stack["access"].denials if d.user == stack["operator_user"] and "exceeded quota" not in d.message
+    ]
     print(
         f"operator requests: {stack['access'].requests[stack['operator_user']]}, 403s: {len(refused)}; "
         f"403s to anyone: {stack['access'].denied_total}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from ttj_contract import format_time
 
-from . import priority, validation
+from . import priority, quota, validation
 from .errors import invalid
 from .resources import NAMESPACES, PODS, SERVICES, ResourceType
 
@@ -66,6 +66,8 @@ def _validate(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         errors.extend(validation.network_policy(obj.get("spec") or {}))
     if rtype.storage_key == priority.PRIORITY_CLASSES:
         errors.extend(priority.validate_class(obj, old))
+    if rtype.storage_key == quota.QUOTAS:
+        errors.extend(quota.validate(obj))
     return errors
 
 

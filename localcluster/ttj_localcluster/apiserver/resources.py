@@ -212,6 +212,16 @@ def builtin_types() -> list[ResourceType]:
             "rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False
         ),
         ResourceType(
+            "",
+            "v1",
+            "ResourceQuota",
+            "resourcequotas",
+            "resourcequota",
+            True,
+            short_names=("quota",),
+            status_subresource=True,
+        ),
+        ResourceType(
             "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", False, short_names=("pc",)
         ),
         ResourceType(

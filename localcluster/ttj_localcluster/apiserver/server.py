@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import pod_security, priority, rbac
+from . import pod_security, priority, quota, rbac
 from .access import ALWAYS_ALLOW, AccessControl
 from .controllers import Controllers
 from .core import ApiCore
@@ -57,6 +57,9 @@ class ApiServer:
         self.core.admission.mutating.append(self._admit_service_account)
         self.core.admission.mutating.append(self._admit_priority)
         self.core.admission.plugins.append(self._admit_access)
+        #: ResourceQuota: the last validating plugin, as in kube
+        self.quotas = quota.QuotaKeeper(self.core)
+        self.core.admission.plugins.append(self.quotas.admit)
         #: how often an idle watch that asked for bookmarks gets one; read on every bookmark, so tests may change it
         self.bookmark_interval_seconds = bookmark_interval_seconds
         self._runner: web.AppRunner | None = None

@@ -4,7 +4,7 @@ NetworkPolicies, for the fields the project's clients write.
 Each check follows the rule of ``k8s.io/apimachinery/pkg/util/validation`` and ``pkg/apis/core/validation``
 (names, label keys and values, quantities, ports, env, volumes, tolerations, affinity, security context) and
 ``pkg/apis/networking/validation``, and words its error as they do: ``(field path, "Invalid value: ...")``.
-Admission plugins (ResourceQuota, Pod Security, Priority) are not here; docs/local-cluster.md lists what
+Admission plugins (ResourceQuota, Pod Security, Priority) have their own modules; docs/local-cluster.md lists what
 the local cluster leaves out.
 """
 
