@@ -422,6 +422,30 @@ def test_a_quota_that_refuses_a_worker_shows_on_the_job_and_the_job_recovers_whe
     assert status.get("failures", 0) == 0
 
 
+def test_a_parameter_server_its_deployment_cannot_create_shows_on_the_job(env: dict[str, Any]) -> None:
+    """The PS template names a PriorityClass that does not exist yet: the API refuses the PS pods to the
+    ReplicaSet controller, the Deployment says so (ReplicaFailure), and so does the job; once the class is
+    made, the PS runs and the condition goes."""
+    missing = f"ttj-e2e-{env['ns']}"
+    create_job(env, parameterServers={"template": {"spec": {"priorityClassName": missing}}})
+
+    def relayed() -> dict[str, Any] | None:
+        status = job_status(env)
+        condition = next((c for c in status.get("conditions") or [] if c["type"] == "ReplicaFailure"), None)
+        return condition if condition and condition["status"] == "True" else None
+
+    condition = wait_for("the PS pods' refusal on the job", relayed, timeout=60)
+    assert condition["message"].startswith("create Pod for Deployment train-ps-0: ")
+    assert f"no PriorityClass with name {missing} was found" in condition["message"]
+    scheduling = client.SchedulingV1Api(env["api"])
+    scheduling.create_priority_class({"metadata": {"name": missing}, "value": 100})
+    try:
+        status = running(env, replicas=3)
+        assert "ReplicaFailure" not in {c["type"] for c in status.get("conditions") or []}
+    finally:
+        scheduling.delete_priority_class(missing)
+
+
 def test_a_trainer_cannot_touch_another_jobs_lease_or_delete_pods(env: dict[str, Any]) -> None:
     """Each job's pods run as its own ServiceAccount, whose Role names that job's Lease only."""
     from ttj_contract import lease_name, trainer_account_name

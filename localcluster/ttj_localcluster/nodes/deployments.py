@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from ttj import kubeapi
-from ttj.kubeapi import JSON, KubeClient
+from ttj.kubeapi import JSON, KubeClient, KubeError
 from ttj_contract import LABEL_POD_TEMPLATE_HASH
 
 from .kube import Informer, WorkQueue, obj_key, wait_synced
@@ -183,6 +183,7 @@ class DeploymentController:
         active_names = {p["metadata"]["name"] for p in active} - set(deleting)
         count = len(active_names) + len(creating)
         wanted = int((rs.get("spec") or {}).get("replicas", 1))
+        failure: KubeError | None = None  # a create or delete the API refused: the ReplicaFailure condition
         if count < wanted:
             template = (rs.get("spec") or {}).get("template") or {}
             for _ in range(wanted - count):
@@ -206,10 +207,13 @@ class DeploymentController:
                     self._creating.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
                 try:
                     self.client.request("POST", kubeapi.path("Pod", namespace), body=pod)
-                except Exception:
+                except Exception as exc:
                     with self._lock:
                         self._creating.get(key, {}).pop(pod_name, None)
-                    raise
+                    if not isinstance(exc, KubeError):
+                        raise
+                    failure = exc
+                    break
         elif count > wanted:
             # Delete the least useful first: unscheduled, then not ready, then the newest.
             candidates = sorted(
@@ -226,10 +230,13 @@ class DeploymentController:
                     self._deleting.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
                 try:
                     self.client.delete(kubeapi.path("Pod", namespace, pod_name))
-                except Exception:
+                except Exception as exc:
                     with self._lock:
                         self._deleting.get(key, {}).pop(pod_name, None)
-                    raise
+                    if not isinstance(exc, KubeError):
+                        raise
+                    failure = exc
+                    break
         ready = [p for p in active if _pod_ready(p)]
         status = {
             "replicas": len(active),
@@ -239,10 +246,16 @@ class DeploymentController:
             "observedGeneration": rs["metadata"].get("generation", 1),
         }
         current = rs.get("status") or {}
-        if any(current.get(k, 0) != v for k, v in status.items()):
+        conditions = _replica_failure(list(current.get("conditions") or []), failure, count < wanted)
+        if any(current.get(k, 0) != v for k, v in status.items()) or conditions != list(
+            current.get("conditions") or []
+        ):
             self.client.merge_patch(
-                f"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}/status", {"status": status}
+                f"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}/status",
+                {"status": {**status, "conditions": conditions or None}},
             )
+        if failure is not None:
+            raise failure  # retried with the queue's backoff, as the ReplicaSet controller does
         return 1.0 if creating or deleting else None
 
     # deployments -------------------------------------------------------------------------------
@@ -410,6 +423,17 @@ class DeploymentController:
                 "lastTransitionTime": now,
             },
         )
+        # The ReplicaSets' refused creates, as the Deployment controller surfaces them.
+        failures = [
+            c
+            for rs in every
+            for c in (rs.get("status") or {}).get("conditions") or []
+            if c.get("type") == REPLICA_FAILURE and c.get("status") == "True"
+        ]
+        if failures:
+            conditions = replace_condition(conditions, {**failures[0], "lastUpdateTime": now})
+        else:
+            conditions = [c for c in conditions if c.get("type") != REPLICA_FAILURE]
         status: JSON = {
             "observedGeneration": deployment["metadata"].get("generation", 1),
             "replicas": total("replicas"),
@@ -427,3 +451,24 @@ class DeploymentController:
                 f"/apis/apps/v1/namespaces/{meta['namespace']}/deployments/{meta['name']}/status",
                 {"status": {**status, "conditions": conditions}},
             )
+
+
+REPLICA_FAILURE = "ReplicaFailure"
+
+
+def _replica_failure(conditions: list[JSON], failure: KubeError | None, short: bool) -> list[JSON]:
+    """The ReplicaSet's ReplicaFailure condition: set with the API's message when a create or delete was
+    refused, removed once the replicas are managed without one (kube's ReplicaSet controller)."""
+    if failure is not None:
+        reason = "FailedCreate" if short else "FailedDelete"
+        return replace_condition(
+            conditions,
+            {
+                "type": REPLICA_FAILURE,
+                "status": "True",
+                "reason": reason,
+                "message": failure.message,
+                "lastTransitionTime": now_rfc3339(),
+            },
+        )
+    return [c for c in conditions if c.get("type") != REPLICA_FAILURE]

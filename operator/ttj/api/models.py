@@ -320,6 +320,7 @@ class ProgressSpec(_Model):
     stall_timeout_seconds: int = Field(
         default=900,
         ge=0,
+        le=MAX_INT32,
         description="Mark the job Stalled (condition and Warning event, with the chief's last error) and elect "
         "another chief when the global step has not advanced for this many seconds while a chief runs; 0 "
         "turns stall detection off. A stall is not counted as a preemption or a failure.",

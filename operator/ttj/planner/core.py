@@ -43,7 +43,7 @@ from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_r
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.observed import Observed, meta
-from ttj.planner.parameter_servers import ServerLoss, parameter_servers
+from ttj.planner.parameter_servers import ServerLoss, parameter_servers, refused_creates
 from ttj.planner.slots import fill_worker_slots
 from ttj.planner.stall import stall_of, track_progress
 from ttj.planner.static_children import static_children
@@ -284,7 +284,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         unschedulable=slots.unschedulable,
         budget=costing.budget,
         budget_limited=budget_limited,
-        refused=run.refused,
+        refused=(*run.refused, *refused_creates(run.name, spec.parameter_servers.replicas, observed.children)),
         stalled=stall.message,
     )
     derived = derive(situation, previous.conditions, run.now_text, run.generation)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ttj.planner.actions import DeleteChild, EmitEvent, Write
+from ttj.planner.actions import DeleteChild, EmitEvent, Refusal, Write
 from ttj.planner.classify import PodState, classify_pod
 from ttj.planner.observed import Obj, condition, has_role, labels_of, meta, name_of, node_name_of, phase_of
 from ttj_contract import LABEL_POD_TEMPLATE_HASH, LABEL_PS_INDEX, Role, parse_time, ps_name
@@ -177,3 +177,16 @@ def _template_hash_in_name(deployment: str, pod_name: str) -> str:
     prefix = f"{deployment}-"
     rest = pod_name[len(prefix) :].split("-") if pod_name.startswith(prefix) else []
     return rest[0] if len(rest) == 2 else ""
+
+
+def refused_creates(job_name: str, replicas: int, children: Mapping[tuple[str, str], Obj]) -> tuple[Refusal, ...]:
+    """The PS pods the API refused to their Deployments (a ResourceQuota, Pod Security admission): the
+    Deployment says so in its ``ReplicaFailure`` condition, as its ReplicaSet controller found it."""
+    refused = []
+    for index in range(replicas):
+        name = ps_name(job_name, index)
+        failure = condition(children.get(("Deployment", name)) or {}, "ReplicaFailure")
+        if failure is not None and failure.get("status") == "True":
+            why = str(failure.get("message") or failure.get("reason"))
+            refused.append(Refusal("Pod", f"for Deployment {name}", "create", 0, why))
+    return tuple(refused)

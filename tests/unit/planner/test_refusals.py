@@ -32,3 +32,25 @@ def test_many_refusals_are_summed_up() -> None:
     [condition] = [c for c in result.status["conditions"] if c["type"] == "ReplicaFailure"]
     assert "no 0" in condition["message"]
     assert "5 writes refused" in condition["message"]
+
+
+def test_a_parameter_server_its_deployment_could_not_create_is_said_the_same_way() -> None:
+    """The PS pods are the Deployment's to create: a refusal shows in its ReplicaFailure condition, which the
+    job relays (the workers' own creates went through)."""
+    missing = 'pods "mnist-ps-0-6d4f-x2k9q" is forbidden: no PriorityClass with name batch-high was found'
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "mnist-ps-0"},
+        "status": {
+            "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": missing}]
+        },
+    }
+    result = plan(job(), Observed(children={("Deployment", "mnist-ps-0"): deployment}), T0)
+    [condition] = [c for c in result.status["conditions"] if c["type"] == "ReplicaFailure"]
+    assert (condition["status"], condition["reason"]) == ("True", "FailedCreate")
+    assert condition["message"] == f"create Pod for Deployment mnist-ps-0: {missing}"
+    # once the Deployment's pods go through, the condition goes
+    deployment["status"]["conditions"] = []
+    again = plan({**job(), "status": result.status}, Observed(children={("Deployment", "mnist-ps-0"): deployment}), T0)
+    assert all(c["type"] != "ReplicaFailure" for c in again.status["conditions"])
