@@ -9,6 +9,7 @@ the other writers: the kubelet, the trainer.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from dataclasses import dataclass
@@ -16,10 +17,11 @@ from datetime import datetime
 from typing import Any
 
 from ttj.api.crd import crd
+from ttj.controller.handlers import CHILD_RESOURCES, JobReconciler
 from ttj.kubeapi import MERGE_PATCH, RESOURCES, KubeError, path
 from ttj.planner import Observed
 from ttj.planner.observed import Obj, labels_of, name_of
-from ttj_contract import KIND, LABEL_JOB, format_time, lease_name
+from ttj_contract import KIND, LABEL_JOB, LABEL_PS_INDEX, LABEL_ROLE, Role, format_time, lease_name
 from ttj_localcluster.apiserver.errors import ApiError
 from ttj_localcluster.apiserver.resources import ResourceType
 from ttj_localcluster.apiserver.server import ApiServer
@@ -117,6 +119,15 @@ class InProcessApi:
         self.request("POST", path("Pod", NAMESPACE, pod, "binding"), body={"target": {"name": node}})
         self.patch("Pod", pod, {"status": {"phase": "Running", "startTime": format_time(self.now)}}, "status")
 
+    def run_parameter_server(self, job: str, node: str) -> str:
+        """The PS Deployment's pod of ``job``, created and running on ``node`` (no Deployment controller here)."""
+        name = f"{job}-ps-0-abc"
+        labels = {LABEL_JOB: job, LABEL_ROLE: Role.PS, LABEL_PS_INDEX: "0"}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}}
+        self.create({**pod, "spec": {"containers": [{"name": "ps", "image": "ps"}]}})
+        self.run(name, node)
+        return name
+
     def end(self, pod: str, exit_code: int, reason: str) -> None:
         """The pod's container ends (143: SIGTERM, as a preempted node's kubelet ends it)."""
         terminated = {"exitCode": exit_code, "reason": "Error", "finishedAt": format_time(self.now)}
@@ -133,3 +144,22 @@ class InProcessApi:
             metadata = pod["metadata"]
             if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
                 self.request("DELETE", path("Pod", NAMESPACE, metadata["name"]), body={"gracePeriodSeconds": 0})
+
+
+def run_pass(
+    reconciler: JobReconciler, cluster: InProcessApi, job: str, nodes: dict[str, Obj], *, lease_seen: bool = True
+) -> float | None:
+    """One pass of ``reconciler`` over what its watches would show of ``cluster`` (without the Lease when
+    ``lease_seen`` is false: a lagging Lease watch)."""
+    observed = cluster.observe(job, nodes)
+    key = (NAMESPACE, job)
+    pods = {key: [("Pod", name_of(p), p) for p in observed.pods]}
+    leases: dict[Any, Any] = {}
+    if lease_seen and observed.lease is not None:
+        leases = {key: [("Lease", lease_name(job), observed.lease)]}
+    children = [
+        {key: [(kind, name, child) for (kind, name), child in observed.children.items() if kind == wanted]}
+        for wanted in CHILD_RESOURCES
+    ]
+    by_name = {name: [n] for name, n in nodes.items()}
+    return asyncio.run(reconciler.run_pass(cluster.job(job), pods, leases, children, by_name))  # type: ignore[arg-type]

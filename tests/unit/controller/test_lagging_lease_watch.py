@@ -9,17 +9,16 @@ the holderless Lease and elected again, at epoch 2 (the e2e flake under CPU load
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from tests.unit.controller import in_process_api
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
-from ttj.controller.handlers import CHILD_RESOURCES, JobReconciler, OperatorContext
+from ttj.controller.handlers import JobReconciler, OperatorContext
 from ttj.controller.metrics import Metrics
-from ttj.planner import Observed
-from ttj_contract import KIND, LABEL_JOB, LABEL_PS_INDEX, LABEL_ROLE, Role, lease_name
+from ttj_contract import KIND, LABEL_ROLE, Role
 
 NAME = "mnist"
 KEY = (NAMESPACE, NAME)
@@ -28,17 +27,7 @@ NODES = {n["metadata"]["name"]: n for n in [node(f"gpu-{i}") for i in range(3)] 
 
 def run_pass(reconciler: JobReconciler, cluster: InProcessApi, *, lease_seen: bool) -> float | None:
     """One pass over what the watches show: the cluster, with or without the Lease."""
-    observed: Observed = cluster.observe(NAME, NODES)
-    pods = {KEY: [("Pod", p["metadata"]["name"], p) for p in observed.pods]}
-    leases: dict[Any, Any] = {}
-    if lease_seen and observed.lease is not None:
-        leases = {KEY: [("Lease", lease_name(NAME), observed.lease)]}
-    children = [
-        {KEY: [(kind, name, child) for (kind, name), child in observed.children.items() if kind == wanted]}
-        for wanted in CHILD_RESOURCES
-    ]
-    nodes = {name: [n] for name, n in NODES.items()}
-    return asyncio.run(reconciler.run_pass(cluster.job(NAME), pods, leases, children, nodes))  # type: ignore[arg-type]
+    return in_process_api.run_pass(reconciler, cluster, NAME, NODES, lease_seen=lease_seen)
 
 
 def status_writes(cluster: InProcessApi) -> list[dict[str, Any]]:
@@ -55,18 +44,7 @@ def test_an_election_refused_by_an_existing_lease_is_not_recorded() -> None:
     lease = cluster.observe(NAME, NODES).lease
     assert lease is not None
     assert not lease["spec"].get("holderIdentity")
-    cluster.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{NAME}-ps-0-abc",
-                "labels": {LABEL_JOB: NAME, LABEL_ROLE: Role.PS, LABEL_PS_INDEX: "0"},
-            },
-            "spec": {"containers": [{"name": "ps", "image": "ps"}]},
-        }
-    )
-    cluster.run(f"{NAME}-ps-0-abc", "cpu-0")
+    cluster.run_parameter_server(NAME, "cpu-0")
     workers = [p for p in cluster.observe(NAME, NODES).pods if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
     for i, pod in enumerate(workers):
         cluster.run(pod["metadata"]["name"], f"gpu-{i}")

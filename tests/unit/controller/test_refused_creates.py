@@ -6,20 +6,19 @@ pass (the chief election included) still apply, and the job recovers by itself o
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from tests.unit.controller import in_process_api
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
 from ttj.controller.apply import MAX_RETRY_SECONDS
-from ttj.controller.handlers import CHILD_RESOURCES, JobReconciler, OperatorContext
+from ttj.controller.handlers import JobReconciler, OperatorContext
 from ttj.controller.metrics import Metrics
 from ttj.kubeapi import KubeError, path
-from ttj.planner import Observed
-from ttj_contract import KIND, LABEL_JOB, LABEL_PS_INDEX, LABEL_ROLE, Role, lease_name
+from ttj_contract import KIND, LABEL_ROLE, Role
 
 NAME = "mnist"
 KEY = (NAMESPACE, NAME)
@@ -47,17 +46,7 @@ class QuotaApi(InProcessApi):
 
 
 def run_pass(reconciler: JobReconciler, cluster: InProcessApi) -> float | None:
-    observed: Observed = cluster.observe(NAME, NODES)
-    pods = {KEY: [("Pod", p["metadata"]["name"], p) for p in observed.pods]}
-    leases: dict[Any, Any] = {}
-    if observed.lease is not None:
-        leases = {KEY: [("Lease", lease_name(NAME), observed.lease)]}
-    children = [
-        {KEY: [(kind, name, child) for (kind, name), child in observed.children.items() if kind == wanted]}
-        for wanted in CHILD_RESOURCES
-    ]
-    nodes = {name: [n] for name, n in NODES.items()}
-    return asyncio.run(reconciler.run_pass(cluster.job(NAME), pods, leases, children, nodes))  # type: ignore[arg-type]
+    return in_process_api.run_pass(reconciler, cluster, NAME, NODES)
 
 
 def conditions(cluster: InProcessApi) -> dict[str, dict[str, Any]]:
@@ -73,18 +62,7 @@ def test_a_quota_refusal_is_reported_the_election_happens_and_the_job_recovers()
     cluster.create(job(NAME))
     ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
     reconciler = JobReconciler(ctx, KEY)
-    cluster.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{NAME}-ps-0-abc",
-                "labels": {LABEL_JOB: NAME, LABEL_ROLE: Role.PS, LABEL_PS_INDEX: "0"},
-            },
-            "spec": {"containers": [{"name": "ps", "image": "ps"}]},
-        }
-    )
-    cluster.run(f"{NAME}-ps-0-abc", "cpu-0")
+    cluster.run_parameter_server(NAME, "cpu-0")
 
     delay = run_pass(reconciler, cluster)
     workers = [p for p in cluster.objects("Pod") if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
