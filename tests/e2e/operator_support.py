@@ -152,22 +152,23 @@ class OperatorProcess:
             return str(answer.read().decode())
 
 
-def e2e_pools() -> list[Any]:
-    """An on-demand CPU pool for the parameter servers and a spot T4 pool, nodes back 1 s after a loss."""
+def e2e_pools(cpu_nodes: int = 2, gpu_nodes: int = 12, restore_after: float = 1.0) -> list[Any]:
+    """An on-demand CPU pool for the parameter servers and a spot T4 pool whose nodes come back
+    ``restore_after`` seconds after a loss."""
     from ttj_localcluster.nodes.pools import NodePool
 
     return [
-        NodePool(name="cpu-pool", nodes=2, cpu="8", memory="30Gi"),
+        NodePool(name="cpu-pool", nodes=cpu_nodes, cpu="8", memory="30Gi"),
         NodePool(
             name="gpu-pool",
-            nodes=12,
+            nodes=gpu_nodes,
             provisioning="spot",
             accelerator="nvidia-tesla-t4",
             gpus=1,
             cpu="8",
             memory="30Gi",
             machine_type="n1-standard-8",
-            restore_after=1.0,
+            restore_after=restore_after,
         ),
     ]
 

@@ -25,6 +25,7 @@ from tests.e2e.operator_support import (
     ChiefHeartbeat,
     OperatorProcess,
     cluster_with_nodes,
+    e2e_pools,
     install_crd,
     wait_for,
 )
@@ -40,22 +41,7 @@ RESTORE_AFTER = 6.0
 
 def pools() -> list[Any]:
     """A CPU pool for the parameter server and exactly three spot T4 nodes for three workers."""
-    from ttj_localcluster.nodes.pools import NodePool
-
-    return [
-        NodePool(name="cpu-pool", nodes=1, cpu="8", memory="30Gi"),
-        NodePool(
-            name="gpu-pool",
-            nodes=3,
-            provisioning="spot",
-            accelerator="nvidia-tesla-t4",
-            gpus=1,
-            cpu="8",
-            memory="30Gi",
-            machine_type="n1-standard-8",
-            restore_after=RESTORE_AFTER,
-        ),
-    ]
+    return e2e_pools(cpu_nodes=1, gpu_nodes=3, restore_after=RESTORE_AFTER)
 
 
 class Progress(threading.Thread):
