@@ -465,7 +465,7 @@ class Worker:
                 failures += 1
                 self.ready = False
                 self.store.close()
-                backoff = RECONNECT_BACKOFF_SECONDS[min(failures, len(RECONNECT_BACKOFF_SECONDS)) - 1]
+                backoff = reconnect_backoff(failures)
                 event(
                     log,
                     "lost the parameter server; reconnecting",
@@ -495,7 +495,7 @@ class Worker:
             except self.tf.errors.OpError as err:
                 attempts += 1
                 self.store.close()
-                backoff = RECONNECT_BACKOFF_SECONDS[min(attempts, len(RECONNECT_BACKOFF_SECONDS)) - 1]
+                backoff = reconnect_backoff(attempts)
                 self.last_error = f"parameter server: {_brief(err)}"
                 event(
                     log,
@@ -642,6 +642,11 @@ class Worker:
             self._clear_heartbeat()
         event(log, "stopped after SIGTERM", seconds=round(time.monotonic() - self.sigterm_at, 3))
         return 143
+
+
+def reconnect_backoff(attempt: int) -> float:
+    """Seconds to wait before connection attempt ``attempt`` + 1 (``attempt`` ≥ 1 failed so far)."""
+    return RECONNECT_BACKOFF_SECONDS[min(attempt, len(RECONNECT_BACKOFF_SECONDS)) - 1]
 
 
 def run(cfg: TrainerConfig) -> int:

@@ -9,6 +9,7 @@ figures agree once the controller has caught up, which here is at once.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -224,7 +225,7 @@ class QuotaKeeper:
         self.quotas = quotas
         for rtype in core.registry.all_types():
             if rtype.namespaced:
-                core.on_write.setdefault(rtype.storage_key, []).append(self._on_write)
+                core.on_write.setdefault(rtype.storage_key, []).append(functools.partial(self._on_write, rtype))
 
     def _quotas(self, namespace: str) -> list[dict[str, Any]]:
         return list(self.core.store.items(QUOTAS, namespace))
@@ -248,15 +249,27 @@ class QuotaKeeper:
             usage = object_usage(rtype.storage_key, rtype.plural, rtype.group)
         admit(obj, usage, quotas, self._used, rtype.plural)
 
-    def _on_write(self, new: dict[str, Any], old: dict[str, Any] | None) -> None:
+    def _on_write(self, rtype: Any, new: dict[str, Any], old: dict[str, Any] | None) -> None:
         obj = new or old
-        if obj:
-            self.refresh(obj["metadata"].get("namespace", ""))
+        if not obj:
+            return
+        if rtype.storage_key == PODS and new and old and self._same_use(new, old):
+            return  # most pod writes are status reports that change nothing a quota counts
+        self.refresh(obj["metadata"].get("namespace", ""), rtype.storage_key)
 
-    def refresh(self, namespace: str) -> None:
-        """Write each quota's ``status`` (hard and used) where it changed, as the quota controller does."""
+    def _same_use(self, new: dict[str, Any], old: dict[str, Any]) -> bool:
+        now = self.core.admission.clock()
+        counted = counts_as_usage(new, now)
+        return counted == counts_as_usage(old, now) and (not counted or pod_usage(new) == pod_usage(old))
+
+    def refresh(self, namespace: str, written: tuple[str, str] = QUOTAS) -> None:
+        """Write the ``status`` (hard and used) of each quota counting what was ``written`` where it changed,
+        as the quota controller does."""
         for quota in self._quotas(namespace):
             if quota["metadata"].get("deletionTimestamp"):
+                continue
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            if written != QUOTAS and written not in tracked_keys(hard):
                 continue
             status = status_of(quota, self._used(quota))
             if quota.get("status") != status:

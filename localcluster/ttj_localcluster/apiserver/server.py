@@ -106,11 +106,11 @@ class ApiServer:
 
     def _admit_priority(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """The Priority admission plugin: on pod creation, and on PriorityClasses themselves."""
-        classes = self.store.items(priority.PRIORITY_CLASSES)
         if rtype.storage_key == PODS and old is None:
+            classes = self.store.items(priority.PRIORITY_CLASSES)
             priority.admit_pod(obj, lambda name: self.store.get(priority.PRIORITY_CLASSES, "", name), classes)
         elif rtype.storage_key == priority.PRIORITY_CLASSES:
-            priority.admit_class(obj, old, classes)
+            priority.admit_class(obj, old, self.store.items(priority.PRIORITY_CLASSES))
 
     def _admit_access(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """Privilege-escalation prevention on RBAC objects; Pod Security admission on pods."""

@@ -188,5 +188,6 @@ def refused_creates(job_name: str, replicas: int, children: Mapping[tuple[str, s
         failure = condition(children.get(("Deployment", name)) or {}, "ReplicaFailure")
         if failure is not None and failure.get("status") == "True":
             why = str(failure.get("message") or failure.get("reason"))
+            # status 0: the condition keeps the API's message, not its HTTP code
             refused.append(Refusal("Pod", f"for Deployment {name}", "create", 0, why))
     return tuple(refused)
