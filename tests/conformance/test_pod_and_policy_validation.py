@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from tests.api.test_pod_template import TEMPLATE
+from tests.pod_prerequisites import named_objects, pod_spec_of
 from tests.unit.planner.builders import job
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import children
@@ -111,9 +112,9 @@ def ttj_manifests(namespace: str, **spec: Any) -> list[dict[str, Any]]:
 
 def service_accounts(core: client.CoreV1Api, namespace: str, *manifests: dict[str, Any]) -> None:
     """The accounts the pods name, as kube-apiserver's ServiceAccount admission wants them to exist."""
-    pod_specs = [m["spec"].get("template", {}).get("spec") or m["spec"] for m in manifests]
-    for name in {s["serviceAccountName"] for s in pod_specs if s.get("serviceAccountName")}:
-        core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    for obj in named_objects(pod_spec_of(m) for m in manifests):
+        if obj["kind"] == "ServiceAccount":
+            core.create_namespaced_service_account(namespace, obj)
 
 
 @contextlib.contextmanager
@@ -121,12 +122,13 @@ def priority_classes(k8s_api: client.ApiClient, *manifests: dict[str, Any]) -> I
     """The PriorityClasses the pods name, as the Priority admission plugin wants them to exist; removed after
     (they are cluster-wide) unless they were there before."""
     scheduling = client.SchedulingV1Api(k8s_api)
-    pod_specs = [m["spec"].get("template", {}).get("spec") or m["spec"] for m in manifests]
     made = []
-    for name in {s["priorityClassName"] for s in pod_specs if s.get("priorityClassName")}:
+    for obj in named_objects(pod_spec_of(m) for m in manifests):
+        if obj["kind"] != "PriorityClass":
+            continue
         try:
-            scheduling.create_priority_class({"metadata": {"name": name}, "value": 1000})
-            made.append(name)
+            scheduling.create_priority_class(obj)
+            made.append(obj["metadata"]["name"])
         except client.ApiException as exc:
             if exc.status != 409:
                 raise

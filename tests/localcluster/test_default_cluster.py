@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.pod_prerequisites import collection_path, named_objects, template_pod_specs
 from ttj import kubeapi
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.kubeapi import KubeClient
@@ -120,25 +121,12 @@ def running_pods(kube: KubeClient, namespace: str, selector: str) -> list[dict[s
 
 def create_trainer_identity(kube: KubeClient, namespace: str, job: dict[str, Any]) -> None:
     """The job's ServiceAccount (and its Role and binding), as the operator creates them before any pod: the
-    API refuses a pod whose service account does not exist. An account the job's worker template names is the
-    user's to create (examples/full.yaml names one), so it is made here as its user would."""
+    API refuses a pod whose service account does not exist. The account and PriorityClasses the job's
+    templates name are the user's to create (examples/full.yaml names them), so they are made here as its user
+    would."""
+    for obj in named_objects(template_pod_specs(job["spec"])):
+        kube.create(collection_path(obj, namespace), obj)  # None when it exists already
     spec = TransientTrainingJobSpec.model_validate(job["spec"])
-    template = spec.workers.template
-    own = template.spec.service_account_name if template is not None and template.spec is not None else None
-    if own and kube.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{own}") is None:
-        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": own}}
-        kube.request("POST", kubeapi.path("ServiceAccount", namespace), body=account)
-    # So are the PriorityClasses the templates name: the Priority admission plugin refuses a pod naming a
-    # class that does not exist.
-    for role_template in (spec.workers.template, spec.parameter_servers.template):
-        wanted = role_template.spec.priority_class_name if role_template and role_template.spec else None
-        if wanted and kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{wanted}") is None:
-            priority_class = {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": wanted},
-            }
-            kube.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body={**priority_class, "value": 1000})
     for child in trainer_rbac(job, spec):
         kube.request("POST", kubeapi.path(child["kind"], namespace), body=child)
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.internal.conjecture import utils as conjecture
 from hypothesis_jsonschema import from_schema
 
+from tests.pod_prerequisites import named_objects, template_pod_specs
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, node, run_pod, run_ps
 from ttj.api.crd import crd
@@ -133,18 +134,11 @@ API = InProcessApi(T0)
 def create_what_the_user_brings(api: InProcessApi, spec: dict[str, Any]) -> None:
     """The ServiceAccount and PriorityClasses the templates name are the user's to create; without them the
     API server refuses the pods (ServiceAccount and Priority admission), as the job's status then says."""
-    for role in ("workers", "parameterServers"):
-        template = ((spec.get(role) or {}).get("template") or {}).get("spec") or {}
-        wanted = [
-            (("", "serviceaccounts"), NAMESPACE, template.get("serviceAccountName"), {}),
-            (("scheduling.k8s.io", "priorityclasses"), "", template.get("priorityClassName"), {"value": 1000}),
-        ]
-        for (group, plural), namespace, name, extra in wanted:
-            rtype = api.server.registry.get(group, "v1", plural)
-            if not name or rtype is None:
-                continue
-            with contextlib.suppress(ApiError):  # 409: made for an earlier example
-                api.server.core.create(rtype, namespace, {"metadata": {"name": name}, **extra})
+    for obj in named_objects(template_pod_specs(spec)):
+        rtype = api.server.registry.by_kind(obj["apiVersion"], obj["kind"])
+        assert rtype is not None
+        with contextlib.suppress(ApiError):  # 409: made for an earlier example
+            api.server.core.create(rtype, NAMESPACE if rtype.namespaced else "", obj)
 
 
 def api_server_accepts(job: dict[str, Any]) -> bool:
