@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -70,14 +71,19 @@ class CrdManager:
             errors.append(
                 ("spec.versions", 'Invalid value: "array": must have exactly one version marked as storage version')
             )
+        # kube validates one schema shared by every version as spec.validation (it moves it there)
+        shared = len({json.dumps(v.get("schema"), sort_keys=True) for v in versions}) == 1
         for index, version in enumerate(versions):
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
-            where = f"spec.versions[{index}].schema.openAPIV3Schema"
+            where = "spec.validation.openAPIV3Schema" if shared else f"spec.versions[{index}].schema.openAPIV3Schema"
             if not isinstance(schema, dict):
-                errors.append((where, "Required value: schemas are required"))
+                errors.append(
+                    (f"spec.versions[{index}].schema.openAPIV3Schema", "Required value: schemas are required")
+                )
                 continue
             compiled = CrdSchema(schema, where)
-            errors.extend(compiled.definition_errors)
+            if not shared or index == 0:
+                errors.extend(compiled.definition_errors)
             self._schemas[(name, version.get("name", ""))] = compiled
         if old is not None and old["spec"].get("group") != group:
             errors.append(("spec.group", 'Invalid value: "object": field is immutable'))

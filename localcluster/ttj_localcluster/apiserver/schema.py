@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from . import celcost
+
 if TYPE_CHECKING:
     import jsonschema
 
@@ -139,6 +141,9 @@ class CrdSchema:
         _check_structural(schema, where, errors)
         self._rules: dict[int, list[CelRule]] = {}
         self._compile_all(schema, where, errors)
+        if not errors:
+            # kube prices the rules only once the schema itself is valid
+            errors.extend(celcost.budget_errors(schema, where))
         self.definition_errors = errors
         import jsonschema  # on first use: importing it takes longer than starting the whole server
 
