@@ -129,10 +129,29 @@ def _list_of(elem: Decl) -> Decl:
 
 
 _RESERVED = frozenset(
-    (
-        "true false null in as break const continue else for function if import let loop package namespace return "
-        "var void while"
-    ).split()
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
 )
 
 
