@@ -139,10 +139,11 @@ class CrdSchema:
         self.schema = schema
         errors: list[tuple[str, str]] = []
         _check_structural(schema, where, errors)
+        structural = not errors
         self._rules: dict[int, list[CelRule]] = {}
         self._compile_all(schema, where, errors)
-        if not errors:
-            # kube prices the rules only once the schema itself is valid
+        if structural:
+            # kube prices the rules once the schema itself is valid; a rule that does not compile costs 0
             errors.extend(celcost.budget_errors(schema, where))
         self.definition_errors = errors
         import jsonschema  # on first use: importing it takes longer than starting the whole server
