@@ -320,7 +320,7 @@ class KeyToPath(_Model):
         min_length=1,
         max_length=1024,
         pattern=r"^[^/]",
-        description="Relative file path (no '..' element).",
+        description="Relative file path, at most 1024 characters (no '..' element).",
         json_schema_extra=cel((NO_DOT_DOT, "path may not contain '..'")),
     )
 
@@ -336,7 +336,7 @@ class ConfigMapVolume(_Model):
 
     name: str = Field(min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="The ConfigMap.")
     items: Annotated[list[KeyToPath], Field(max_length=64)] | None = Field(
-        default=None, description="The keys to project; all when empty."
+        default=None, description="The keys to project (at most 64); all when empty."
     )
     default_mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode bits (0-0777).")
     optional: bool | None = Field(default=None, description="Whether the ConfigMap may be missing.")
@@ -347,7 +347,7 @@ class SecretVolume(_Model):
 
     secret_name: str = Field(min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="The Secret.")
     items: Annotated[list[KeyToPath], Field(max_length=64)] | None = Field(
-        default=None, description="The keys to project; all when empty."
+        default=None, description="The keys to project (at most 64); all when empty."
     )
     default_mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode bits (0-0777).")
     optional: bool | None = Field(default=None, description="Whether the Secret may be missing.")
@@ -421,7 +421,7 @@ class VolumeMount(_Model):
         min_length=2,
         max_length=1024,
         pattern=r"^/[^:]*$",
-        description="Absolute path in the container (no ':').",
+        description="Absolute path in the container, at most 1024 characters (no ':').",
         json_schema_extra=cel((NO_DOT_DOT, "mountPath may not contain '..'")),
     )
     read_only: bool | None = Field(default=None, description="Mount it read-only.")
@@ -429,7 +429,7 @@ class VolumeMount(_Model):
         default=None,
         max_length=1024,
         pattern=r"^([^/].*)?$",
-        description="A path inside the volume (relative, no '..').",
+        description="A path inside the volume, at most 1024 characters (relative, no '..').",
         json_schema_extra=cel((NO_DOT_DOT, "subPath may not contain '..'")),
     )
 
@@ -583,15 +583,18 @@ class ContainerTemplate(_Model):
     name: Literal["trainer"] = Field(default="trainer", description="Always trainer: the one container of ttj's pods.")
     env: Annotated[list[EnvVar], Field(max_length=128)] | None = Field(
         default=None,
-        description="Environment variables; ttj's own (TF_CONFIG, TTJ_*, POD_NAME, POD_NAMESPACE, POD_IP) are refused.",
+        description=(
+            "Environment variables (at most 128); ttj's own (TF_CONFIG, TTJ_*, POD_NAME, POD_NAMESPACE, POD_IP) "
+            "are refused."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     env_from: Annotated[list[EnvFromSource], Field(max_length=16)] | None = Field(
-        default=None, description="ConfigMaps and Secrets whose keys become environment variables."
+        default=None, description="ConfigMaps and Secrets whose keys become environment variables (at most 16)."
     )
     volume_mounts: Annotated[list[VolumeMount], Field(max_length=32)] | None = Field(
         default=None,
-        description="Mounts of the template's volumes; ttj's own mount points are refused.",
+        description="Mounts of the template's volumes (at most 32); ttj's own mount points are refused.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]},
     )
 
@@ -624,7 +627,7 @@ class RolePodSpec(_Model):
     security_context: PodSecurity | None = Field(default=None, description="UIDs and GIDs of the pods.")
     volumes: Annotated[list[Volume], Field(max_length=32)] | None = Field(
         default=None,
-        description="Volumes of the pods; names ttj uses are refused.",
+        description="Volumes of the pods (at most 32); names ttj uses are refused.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     containers: Annotated[list[ContainerTemplate], Field(max_length=1)] | None = Field(
