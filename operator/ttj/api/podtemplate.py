@@ -613,7 +613,7 @@ class RolePodSpec(_Model):
         default=None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="PriorityClass of the pods."
     )
     image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=16)] | None = Field(
-        default=None, description="Secrets to pull the trainer image with."
+        default=None, description="Secrets to pull the trainer image with (at most 16)."
     )
     node_selector: NodeSelector | None = Field(
         default=None,
@@ -621,7 +621,7 @@ class RolePodSpec(_Model):
         "are refused.",
     )
     tolerations: Annotated[list[Toleration], Field(max_length=32)] | None = Field(
-        default=None, description="Extra tolerations, added to ttj's."
+        default=None, description="Extra tolerations (at most 32), added to ttj's."
     )
     affinity: Affinity | None = Field(default=None, description="Extra affinity, combined with ttj's placement.")
     security_context: PodSecurity | None = Field(default=None, description="UIDs and GIDs of the pods.")
