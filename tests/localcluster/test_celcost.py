@@ -231,7 +231,27 @@ def test_a_crd_near_the_budget_fails_the_margin_check() -> None:
     # 2 + 1048575 items x 6 = 6291452: over half the per-rule budget, still under the budget itself
     spec["properties"]["tags"] = _rule("self.exists(x, x == 'a')", lst(s(5)))
     assert celcost.margin_problems(near) == [
-        "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[tags].x-kubernetes-validations[0]"
+        "spec.validation.openAPIV3Schema.properties[spec].properties[tags].x-kubernetes-validations[0]"
         ".rule: rule \"self.exists(x, x == 'a')\" costs 6291452 (6291452 per evaluation x 1 evaluations), more "
         "than 1/2 of kube's per-rule budget 10000000"
     ]
+
+
+def test_the_verify_command_fails_on_a_total_near_the_budget(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from ttj.api.crd import crd
+
+    near = crd()
+    spec = near["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    # 12 more rules of 12 x 322639 = 3 871 668 each (under half the per-rule budget): 61.0 M with the CRD's own
+    # 14.5 M; (40 + 1) x 0.1 -> 5 times 8 x 0.25 = 10, + self 1, + ! 1
+    cheap_enough = _rule("!self.matches('^[a-z]+$')", s(10))
+    for index in range(12):
+        spec["properties"][f"tags{index}"] = lst(cheap_enough, 322639)
+    path = tmp_path / "near.yaml"
+    path.write_text(yaml.safe_dump(near))
+    assert celcost.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "the rules cost 60961572 in all, more than 1/2 of kube's per-CRD budget 100000000" in err
+    assert celcost.main([str(tmp_path / "near.yaml"), "--margin", "1"]) == 0
