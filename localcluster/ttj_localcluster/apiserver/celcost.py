@@ -770,8 +770,10 @@ class _Coster:
                 current = found
         return current
 
-    def size(self, node: Node | None, path: list[str] | None = None, decl_path: bool = False) -> Range:
-        if node is not None and not decl_path:
+    def size(self, node: Node | None, path: list[str] | None = None) -> Range:
+        """cel-go's size estimate of a node (or, without one, of the schema node at ``path``): what the
+        expression itself tells (constants, literals, results of +, ?:), else the declared or derived bound."""
+        if node is not None:
             computed = self.computed.get(id(node))
             if computed is not None:
                 return computed
