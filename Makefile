@@ -59,9 +59,11 @@ fmt: $(STAMP) ## Format and fix what ruff can
 crds: $(STAMP) ## Regenerate crds/ from the pydantic models
 	$(BIN)/ttj crd -o $(CRD_FILE)
 
-verify: $(STAMP) ## Fail when crds/ differs from what the models generate
+verify: $(STAMP) ## Fail when crds/ differs from what the models generate, or its CEL rules near kube's cost budget
 	@$(BIN)/ttj crd | diff -u $(CRD_FILE) - \
 	  || { echo "crds/ is out of date: run 'make crds' and commit the result" >&2; exit 1; }
+	@$(BIN)/python -m ttj_localcluster.crd_cost $(CRD_FILE) \
+	  || { echo "CEL rules within 2x of kube-apiserver's cost budget: add maxItems/maxProperties/maxLength or simplify the rule (docs/contract.md)" >&2; exit 1; }
 
 demo: $(STAMP) ## Train on the embedded local cluster through injected preemptions
 	$(BIN)/python -m ttj_demo $(DEMO_ARGS)

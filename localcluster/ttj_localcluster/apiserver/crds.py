@@ -10,6 +10,7 @@ from typing import Any
 
 from ttj_contract import format_time
 
+from . import celcost
 from .core import ApiCore
 from .errors import invalid
 from .resources import ResourceType, ScalePaths, StorageKey
@@ -71,14 +72,21 @@ class CrdManager:
                 ("spec.versions", 'Invalid value: "array": must have exactly one version marked as storage version')
             )
         for index, version in enumerate(versions):
+            if not isinstance((version.get("schema") or {}).get("openAPIV3Schema"), dict):
+                errors.append(
+                    (f"spec.versions[{index}].schema.openAPIV3Schema", "Required value: schemas are required")
+                )
+        # a schema every version shares is reported once, where kube reports it (spec.validation)
+        reported = {version_name: where for version_name, where, _ in celcost.version_schemas(crd)}
+        for version in versions:
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
-            where = f"spec.versions[{index}].schema.openAPIV3Schema"
             if not isinstance(schema, dict):
-                errors.append((where, "Required value: schemas are required"))
                 continue
-            compiled = CrdSchema(schema, where)
-            errors.extend(compiled.definition_errors)
-            self._schemas[(name, version.get("name", ""))] = compiled
+            version_name = str(version.get("name", ""))
+            compiled = CrdSchema(schema, reported.get(version_name, "spec.validation.openAPIV3Schema"))
+            if version_name in reported:
+                errors.extend(compiled.definition_errors)
+            self._schemas[(name, version_name)] = compiled
         if old is not None and old["spec"].get("group") != group:
             errors.append(("spec.group", 'Invalid value: "object": field is immutable'))
         if errors:

@@ -91,6 +91,21 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
+_CAUSE_REASONS = {
+    "Forbidden": "FieldValueForbidden",
+    "Required value": "FieldValueRequired",
+    "Unsupported value": "FieldValueNotSupported",
+    "Duplicate value": "FieldValueDuplicate",
+    "Too long": "FieldValueTooLong",
+    "Too many": "FieldValueTooMany",
+}
+
+
+def _cause_reason(message: str) -> str:
+    """kube's cause type for a field error, from the words its message starts with."""
+    return _CAUSE_REASONS.get(message.split(":", 1)[0], "FieldValueInvalid")
+
+
 def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
     """422 Invalid, with one cause per (field, message) pair, worded like the apiserver's field errors."""
     what = f"{kind}.{group}" if group else kind
@@ -103,5 +118,5 @@ def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> 
         name=name,
         group=group,
         kind=kind,
-        causes=[{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
+        causes=[{"reason": _cause_reason(m), "message": m, "field": f} for f, m in causes],
     )

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from . import celcost
+
 if TYPE_CHECKING:
     import jsonschema
 
@@ -137,8 +139,12 @@ class CrdSchema:
         self.schema = schema
         errors: list[tuple[str, str]] = []
         _check_structural(schema, where, errors)
+        structural = not errors
         self._rules: dict[int, list[CelRule]] = {}
         self._compile_all(schema, where, errors)
+        if structural:
+            # kube prices the rules once the schema itself is valid; a rule that does not compile costs 0
+            errors.extend(celcost.budget_errors(schema, where))
         self.definition_errors = errors
         import jsonschema  # on first use: importing it takes longer than starting the whole server
 

@@ -290,7 +290,9 @@ class EnvFromSource(_Model):
     model_config = ConfigDict(
         json_schema_extra=cel(
             (
-                "has(self.configMapRef) != has(self.secretRef)",
+                # not has(...) != has(...): kube prices == and != on values of unknown size (has() gives
+                # one) at 2**64 / 10, over any budget; a conditional costs 1
+                "has(self.configMapRef) ? !has(self.secretRef) : has(self.secretRef)",
                 "envFrom takes exactly one of configMapRef, secretRef",
             )
         )
@@ -318,7 +320,7 @@ class KeyToPath(_Model):
         min_length=1,
         max_length=1024,
         pattern=r"^[^/]",
-        description="Relative file path (no '..' element).",
+        description="Relative file path, at most 1024 characters (no '..' element).",
         json_schema_extra=cel((NO_DOT_DOT, "path may not contain '..'")),
     )
 
@@ -334,7 +336,7 @@ class ConfigMapVolume(_Model):
 
     name: str = Field(min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="The ConfigMap.")
     items: Annotated[list[KeyToPath], Field(max_length=64)] | None = Field(
-        default=None, description="The keys to project; all when empty."
+        default=None, description="The keys to project (at most 64); all when empty."
     )
     default_mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode bits (0-0777).")
     optional: bool | None = Field(default=None, description="Whether the ConfigMap may be missing.")
@@ -345,7 +347,7 @@ class SecretVolume(_Model):
 
     secret_name: str = Field(min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="The Secret.")
     items: Annotated[list[KeyToPath], Field(max_length=64)] | None = Field(
-        default=None, description="The keys to project; all when empty."
+        default=None, description="The keys to project (at most 64); all when empty."
     )
     default_mode: int | None = Field(default=None, ge=0, le=0o777, description="File mode bits (0-0777).")
     optional: bool | None = Field(default=None, description="Whether the Secret may be missing.")
@@ -419,7 +421,7 @@ class VolumeMount(_Model):
         min_length=2,
         max_length=1024,
         pattern=r"^/[^:]*$",
-        description="Absolute path in the container (no ':').",
+        description="Absolute path in the container, at most 1024 characters (no ':').",
         json_schema_extra=cel((NO_DOT_DOT, "mountPath may not contain '..'")),
     )
     read_only: bool | None = Field(default=None, description="Mount it read-only.")
@@ -427,7 +429,7 @@ class VolumeMount(_Model):
         default=None,
         max_length=1024,
         pattern=r"^([^/].*)?$",
-        description="A path inside the volume (relative, no '..').",
+        description="A path inside the volume, at most 1024 characters (relative, no '..').",
         json_schema_extra=cel((NO_DOT_DOT, "subPath may not contain '..'")),
     )
 
@@ -581,15 +583,18 @@ class ContainerTemplate(_Model):
     name: Literal["trainer"] = Field(default="trainer", description="Always trainer: the one container of ttj's pods.")
     env: Annotated[list[EnvVar], Field(max_length=128)] | None = Field(
         default=None,
-        description="Environment variables; ttj's own (TF_CONFIG, TTJ_*, POD_NAME, POD_NAMESPACE, POD_IP) are refused.",
+        description=(
+            "Environment variables (at most 128); ttj's own (TF_CONFIG, TTJ_*, POD_NAME, POD_NAMESPACE, POD_IP) "
+            "are refused."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     env_from: Annotated[list[EnvFromSource], Field(max_length=16)] | None = Field(
-        default=None, description="ConfigMaps and Secrets whose keys become environment variables."
+        default=None, description="ConfigMaps and Secrets whose keys become environment variables (at most 16)."
     )
     volume_mounts: Annotated[list[VolumeMount], Field(max_length=32)] | None = Field(
         default=None,
-        description="Mounts of the template's volumes; ttj's own mount points are refused.",
+        description="Mounts of the template's volumes (at most 32); ttj's own mount points are refused.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]},
     )
 
@@ -608,7 +613,7 @@ class RolePodSpec(_Model):
         default=None, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="PriorityClass of the pods."
     )
     image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=16)] | None = Field(
-        default=None, description="Secrets to pull the trainer image with."
+        default=None, description="Secrets to pull the trainer image with (at most 16)."
     )
     node_selector: NodeSelector | None = Field(
         default=None,
@@ -616,13 +621,13 @@ class RolePodSpec(_Model):
         "are refused.",
     )
     tolerations: Annotated[list[Toleration], Field(max_length=32)] | None = Field(
-        default=None, description="Extra tolerations, added to ttj's."
+        default=None, description="Extra tolerations (at most 32), added to ttj's."
     )
     affinity: Affinity | None = Field(default=None, description="Extra affinity, combined with ttj's placement.")
     security_context: PodSecurity | None = Field(default=None, description="UIDs and GIDs of the pods.")
     volumes: Annotated[list[Volume], Field(max_length=32)] | None = Field(
         default=None,
-        description="Volumes of the pods; names ttj uses are refused.",
+        description="Volumes of the pods (at most 32); names ttj uses are refused.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     containers: Annotated[list[ContainerTemplate], Field(max_length=1)] | None = Field(
