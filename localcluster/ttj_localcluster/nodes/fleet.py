@@ -121,9 +121,18 @@ class NodeFleet:
     def _start(self, kubeconfig_path: str) -> None:
         self.kubeconfig = kubeconfig_path
         client = KubeClient.from_kubeconfig(kubeconfig_path)
+        # The kubelet endpoint of every node (logs) and the preemption control: nodes publish its port. It
+        # serves first, so that the claim on the cluster comes before anything else is set up.
+        control = ControlServer(self)
+        try:
+            control.start()
+            previous = claim_control(client, self.identity, control.url)
+        except BaseException:
+            control.stop()
+            client.close()
+            raise
         pod_kubeconfig = self.networking.setup(kubeconfig_path)
         leases = NodeLeases(client, self.registry, self._stop, self.lease_renew_s)
-        leases.ensure_namespace()
         kubelet = Kubelet(
             client,
             self.registry,
@@ -134,15 +143,12 @@ class NodeFleet:
             state_dir=self.state_dir,
             pod_kubeconfig=pod_kubeconfig,
         )
-        # The kubelet endpoint of every node (logs) and the preemption control: nodes publish its port.
-        control = ControlServer(self)
         lifecycle = NodeLifecycle(client, self.registry, leases, control.port, self.identity.id)
         preemptions = Preemptions(
             client, self.registry, lifecycle, kubelet, timers=self._timers, stop=self._stop, records=self.preemptions
         )
         self._started = _Started(client, leases, lifecycle, kubelet, preemptions, control)
-        control.start()
-        previous = claim_control(client, self.identity, control.url)
+        leases.ensure_namespace()
         if previous is not None:
             gone = delete_fleet_nodes(client, previous.fleet) if previous.fleet else []
             self.announce(
