@@ -1,9 +1,12 @@
-"""The pod garbage collector (kube-controller-manager's PodGC): what one pass decides, and a pod deleted with a
-grace period after its node went away, gone once the collector confirms the node is deleted."""
+"""Pods deleted with a grace period around their node's end are not left ``Terminating``: the pod garbage
+collector (kube-controller-manager's PodGC) removes those deleted after their node went away (what one pass
+decides, and the collector against the API), and the kubelet removes one deleted while its node was shutting
+it down, once its shutdown ends."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +14,10 @@ import pytest
 from ttj.kubeapi import KubeClient
 from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.nodes import cli as nodes_cli
+from ttj_localcluster.nodes.fleet import NodeFleet
 from ttj_localcluster.nodes.podgc import PodGarbageCollector, Sweep, orphans, plan_sweep
 from ttj_localcluster.nodes.pools import NodePool, node_object
+from ttj_localcluster.nodes.scheduler import Scheduler
 
 from .conftest import local_cluster_options, wait_for
 
@@ -167,3 +172,56 @@ def test_a_pod_deleted_with_grace_after_its_node_is_gone_is_force_deleted(api_on
     finally:
         collector.stop()
         api.close()
+
+
+#: Ignores SIGTERM until the file $RELEASE exists, then exits: its shutdown lasts exactly as long as the test wants.
+ENDS_WHEN_RELEASED = (
+    "import os, signal, sys, time\n"
+    "def on_term(*_):\n"
+    "    while not os.path.exists(os.environ['RELEASE']):\n"
+    "        time.sleep(0.05)\n"
+    "    sys.exit(143)\n"
+    "signal.signal(signal.SIGTERM, on_term)\n"
+    "print('running', flush=True)\n"
+    "while True:\n"
+    "    time.sleep(1)\n"
+)
+
+
+def test_a_pod_deleted_while_its_node_shuts_down_is_removed_when_its_shutdown_ends(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    pool = NodePool(name="spot", nodes=1, provisioning="spot", grace=600.0, restore_after=None)
+    fleet = NodeFleet([pool], run_pods=True, state_dir=tmp_path / "state", pod_network=False)
+    path = "/api/v1/namespaces/default/pods/slow"
+    with LocalCluster(addons=[fleet, Scheduler(seed=1)]) as cluster:
+        kube = KubeClient.from_kubeconfig(cluster.kubeconfig_path)
+        try:
+            container = {
+                "name": "main",
+                "image": "python:3.11",
+                "command": ["python", "-c", ENDS_WHEN_RELEASED],
+                "env": [{"name": "RELEASE", "value": str(release)}],
+            }
+            spec = {"containers": [container], "restartPolicy": "Never", "terminationGracePeriodSeconds": 600}
+            kube.create("/api/v1/namespaces/default/pods", {"metadata": {"name": "slow"}, "spec": spec})
+            wait_for(lambda: ((kube.get(path) or {}).get("status") or {}).get("phase") == "Running", what="running")
+            log = fleet.log_file("default", "slow")
+            wait_for(lambda: log is not None and "running" in log.read_text(), what="the process started")
+
+            fleet.preempt_pod("default", "slow")
+
+            def shutting_down() -> bool:
+                conditions = ((kube.get(path) or {}).get("status") or {}).get("conditions") or []
+                return any(c["type"] == "DisruptionTarget" for c in conditions)
+
+            wait_for(shutting_down, what="the kubelet shutting the pod down")
+            kube.delete(path)  # with its grace period, while the node shuts it down
+            deleting = kube.get(path)
+            assert deleting is not None
+            assert deleting["metadata"]["deletionTimestamp"]
+            release.touch()  # its shutdown ends now, after the deletion
+
+            wait_for(lambda: kube.get(path) is None, what="the pod removed by its kubelet")
+        finally:
+            release.touch()
+            kube.close()
