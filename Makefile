@@ -78,11 +78,11 @@ image: ## Build the operator and trainer images (Docker when its daemon answers,
 IMAGE_BASES_TOOLS := podman debootstrap tar
 IMAGE_TEST_TOOLS := $(IMAGE_BASES_TOOLS) buildah unshare mount chroot pyyaml
 
-image-bases: ## Make local stand-ins for the base images (debootstrap, CPU TensorFlow; root + podman; kept)
+image-bases: ## Make local stand-ins for the base images (debootstrap, CPU TensorFlow; root; kept)
 	IMAGE_TOOLS_PYTHON=$(IMAGE_TOOLS_PYTHON) images/host_tools.sh $(IMAGE_BASES_TOOLS)
 	images/bases.sh
 
-image-test: ## Build both images on the local bases and check them in chroot (root, podman, buildah)
+image-test: ## Build both images on the local bases and check them in chroot (root; apt-installs podman & co)
 	IMAGE_TOOLS_PYTHON=$(IMAGE_TOOLS_PYTHON) images/host_tools.sh $(IMAGE_TEST_TOOLS)
 	$(MAKE) --no-print-directory image-bases
 	IMAGE_BASES=local images/build.sh
