@@ -75,10 +75,18 @@ e2e: $(STAMP) ## End-to-end suite against the cluster in KUBECONFIG (skipped whe
 image: ## Build the operator and trainer images (Docker when its daemon answers, else podman)
 	images/build.sh
 
-image-bases: ## Make local stand-ins for the base images (debootstrap, CPU TensorFlow; root + podman; kept)
+# What images/bases.sh, images/build.sh and images/check.py run; images/host_tools.sh installs what is
+# missing as root on Debian/Ubuntu, and elsewhere says in one line what to install.
+IMAGE_BASES_TOOLS := podman debootstrap tar
+IMAGE_TEST_TOOLS := $(IMAGE_BASES_TOOLS) buildah unshare mount chroot pyyaml
+
+image-bases: ## Make local stand-ins for the base images (debootstrap, CPU TensorFlow; root; kept)
+	IMAGE_TOOLS_PYTHON=$(IMAGE_TOOLS_PYTHON) images/host_tools.sh $(IMAGE_BASES_TOOLS)
 	images/bases.sh
 
-image-test: image-bases ## Build both images on the local bases and check them in chroot (root, podman, buildah)
+image-test: ## Build both images on the local bases and check them in chroot (root; apt-installs podman & co)
+	IMAGE_TOOLS_PYTHON=$(IMAGE_TOOLS_PYTHON) images/host_tools.sh $(IMAGE_TEST_TOOLS)
+	$(MAKE) --no-print-directory image-bases
 	IMAGE_BASES=local images/build.sh
 	$(IMAGE_TOOLS_PYTHON) images/check.py --operator $(IMAGE_REPO)/ttj-operator:$(VERSION) --trainer $(IMAGE_REPO)/ttj-trainer:$(VERSION)
 

@@ -91,6 +91,8 @@ def main(args: argparse.Namespace) -> int:
 
 def attach_nodes(args: argparse.Namespace, stop: threading.Event) -> int:
     """``--nodes-only``: the node add-ons, as clients of the API server in the given kubeconfig, until stopped."""
+    from .nodes.ownership import FleetConflict
+
     addons = nodes_cli.build_addons(args)
     started = []
     try:
@@ -101,6 +103,9 @@ def attach_nodes(args: argparse.Namespace, stop: threading.Event) -> int:
         print(f"ttj local-cluster: {names} attached to the API server of {args.kubeconfig}", flush=True)
         while not stop.wait(0.5):
             pass
+    except FleetConflict as exc:
+        print(f"ttj local-cluster: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         print(f"ttj local-cluster: the node add-ons did not start: {exc}", file=sys.stderr)
         return 1

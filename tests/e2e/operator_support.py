@@ -183,6 +183,7 @@ def cluster_with_nodes(pools: Sequence[Any] | None = None) -> Iterator[tuple[str
     from ttj_localcluster.nodes.control import ControlClient
     from ttj_localcluster.nodes.deployments import DeploymentController
     from ttj_localcluster.nodes.fleet import NodeFleet
+    from ttj_localcluster.nodes.podgc import PodGarbageCollector
     from ttj_localcluster.nodes.scheduler import Scheduler
 
     real = os.environ.get("KUBECONFIG")
@@ -195,7 +196,9 @@ def cluster_with_nodes(pools: Sequence[Any] | None = None) -> Iterator[tuple[str
         yield real, control, None
         return
     fleet = NodeFleet(list(pools or e2e_pools()), run_pods=False, pod_network=False)
-    addons = [fleet, Scheduler(seed=1), DeploymentController()]
+    # kube-controller-manager's pace: PodGC deletes pods of deleted nodes only after its 40 s quarantine,
+    # so the operator is tested as it runs on GKE, never helped by a prompt collector.
+    addons = [fleet, Scheduler(seed=1), DeploymentController(), PodGarbageCollector()]
     with LocalCluster(addons=addons, authorization_mode="RBAC") as cluster:
         yield cluster.kubeconfig_path, ControlClient.from_kubeconfig(cluster.kubeconfig_path), cluster.server.access
 

@@ -414,7 +414,12 @@ def test_a_quota_that_refuses_a_worker_shows_on_the_job_and_the_job_recovers_whe
         "limited: requests.nvidia.com/gpu=2" in condition["message"]
     )
     assert len(workers(env)) == 2
-    assert any(e.reason == "FailedCreate" and e.type == "Warning" for e in job_events(env))
+    # The operator posts a pass's Events after writing its status.
+    wait_for(
+        "a FailedCreate Event",
+        lambda: any(e.reason == "FailedCreate" and e.type == "Warning" for e in job_events(env)),
+        timeout=30,
+    )
 
     env["core"].patch_namespaced_resource_quota("team", env["ns"], {"spec": {"hard": {"requests.nvidia.com/gpu": "3"}}})
     status = running(env, replicas=3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import pytest
 
 from ttj.kubeapi import KubeClient
 from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes import cli as nodes_cli
 from ttj_localcluster.nodes.deployments import DeploymentController
 from ttj_localcluster.nodes.fleet import NodeFleet
 from ttj_localcluster.nodes.pools import NodePool
@@ -29,6 +31,14 @@ def wait_for(probe: Callable[[], T | None], timeout: float = 30.0, what: str = "
             return last
         time.sleep(0.05)
     raise AssertionError(f"{what} not reached within {timeout:.0f}s (last: {last!r})")
+
+
+def local_cluster_options(*argv: str) -> argparse.Namespace:
+    """``ttj local-cluster``'s options as the command parses them (the node options; ``--kubeconfig kc``)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kubeconfig", default="kc")
+    nodes_cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
 
 
 @dataclass

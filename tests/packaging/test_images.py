@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -149,3 +150,23 @@ def test_the_operator_is_checked_as_its_deployment_runs_it(tmp_path: Path, monke
     deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {}
     path.write_text(yaml.safe_dump(deployment))
     assert check.operator_pod_runtime().writable is None
+
+
+def test_host_tools_name_what_is_missing_in_one_line(tmp_path: Path) -> None:
+    """``make image-test`` where nothing it runs is installed (an empty PATH; installing turned off): one line
+    naming the Debian packages to install."""
+    script = str(ROOT / "images" / "host_tools.sh")
+
+    def run(*tools: str, path: str) -> tuple[int, str, str]:
+        env = {"PATH": path, "TTJ_IMAGE_TOOLS_INSTALL": "0", "IMAGE_TOOLS_PYTHON": "/bin/false"}
+        done = subprocess.run(["/bin/bash", script, *tools], env=env, capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    packages = "podman buildah debootstrap util-linux mount coreutils python3-yaml"
+    assert run("podman", "buildah", "debootstrap", "unshare", "mount", "chroot", "pyyaml", path=str(tmp_path)) == (
+        1,
+        "",
+        "missing podman buildah debootstrap unshare mount chroot pyyaml: "
+        f"install {packages} (as root on Debian/Ubuntu: apt-get install -y {packages})\n",
+    )
+    assert run("sh", "tar", path="/usr/bin:/bin") == (0, "", "")

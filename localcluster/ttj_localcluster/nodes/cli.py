@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     attach.add_argument(
         "--with-controllers",
         action="store_true",
-        help="with --nodes-only: run the local Deployment/ReplicaSet controllers too (without kube-controller-manager)",
+        help="with --nodes-only: run the local Deployment/ReplicaSet controllers and pod garbage collector too "
+        "(without kube-controller-manager)",
     )
     control = parser.add_argument_group("control of a running local cluster (found through --kubeconfig)")
     control.add_argument(
@@ -85,11 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def pools_from_args(args: argparse.Namespace) -> list[NodePool]:
-    pools: list[NodePool] = []
-    if getattr(args, "pools", None):
-        pools.extend(load_pools_file(args.pools))
-    pools.extend(parse_pool_option(text) for text in getattr(args, "pool", []) or [])
-    return check_pools(pools or default_pools())
+    """The pools the options give, which replace the defaults: a ``--pools`` file with ``pools: []`` and no
+    ``--pool`` means no pools at all."""
+    pools_file, options = getattr(args, "pools", None), getattr(args, "pool", []) or []
+    if not pools_file and not options:
+        return default_pools()
+    pools = load_pools_file(pools_file) if pools_file else []
+    pools.extend(parse_pool_option(text) for text in options)
+    return check_pools(pools)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -109,10 +113,11 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def build_addons(args: argparse.Namespace) -> list[Addon]:
-    """Fleet (nodes, kubelets, pods, control server), scheduler, Deployment/ReplicaSet controllers; with
-    ``--nodes-only`` the fleet, and the others only when asked for."""
+    """Fleet (nodes, kubelets, pods, control server), scheduler, Deployment/ReplicaSet controllers and pod
+    garbage collector; with ``--nodes-only`` the fleet, and the others only when asked for."""
     from .deployments import DeploymentController
     from .fleet import NodeFleet
+    from .podgc import PodGarbageCollector
     from .scheduler import Scheduler
 
     try:
@@ -124,13 +129,14 @@ def build_addons(args: argparse.Namespace) -> list[Addon]:
         run_pods=getattr(args, "run_pods", True),
         state_dir=getattr(args, "state_dir", None),
         pod_network=getattr(args, "pod_network", "namespaces") == "namespaces",
+        announce=lambda message: print(f"ttj local-cluster: {message}", flush=True),
     )
     nodes_only = getattr(args, "nodes_only", False)
     addons: list[Addon] = [fleet]
     if not nodes_only or getattr(args, "with_scheduler", False):
         addons.append(Scheduler(seed=getattr(args, "scheduler_seed", None)))
     if not nodes_only or getattr(args, "with_controllers", False):
-        addons.append(DeploymentController())
+        addons += [DeploymentController(), PodGarbageCollector()]
     return addons
 
 

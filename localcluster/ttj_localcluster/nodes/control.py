@@ -1,9 +1,10 @@
 """Preemption injection over HTTP, for tests, the demo and the ``ttj local-cluster`` control options.
 
-The control server listens on 127.0.0.1 (a free port) and publishes its URL in the ConfigMap
-``kube-system/ttj-local-control`` (key ``url``), so anything holding the kubeconfig can find it:
+The control server listens on 127.0.0.1 (a free port) and the fleet publishes its URL in the ConfigMap
+``kube-system/ttj-local-control`` (key ``url``; see :mod:`.ownership`), so anything holding the kubeconfig
+can find it:
 
-- ``GET  /ttj-local/status``  → pools, live nodes, preemptions so far
+- ``GET  /ttj-local/status``  → the fleet's id, pools, live nodes, preemptions so far
 - ``POST /ttj-local/preempt`` ``{"node": NAME}`` or ``{"pod": "NAMESPACE/NAME"}``, optional ``"wait": true``
   (answer once the node is gone) → ``{"node", "pool", "pods", "done"}``
 - ``POST /ttj-local/lose`` ``{"node": NAME}``: the node's kubelet goes silent (``NodeFleet.lose_node``)
@@ -36,11 +37,11 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ttj.kubeapi import JSON, KubeClient
 
+from .ownership import CONTROL_CONFIGMAP, CONTROL_NAMESPACE, CONTROL_PATH
+
 if TYPE_CHECKING:
     from .fleet import NodeFleet
 
-CONTROL_NAMESPACE = "kube-system"
-CONTROL_CONFIGMAP = "ttj-local-control"
 PREFIX = "/ttj-local"
 LOGS = "/containerLogs"
 
@@ -206,13 +207,12 @@ class ControlServer:
         self._failure: list[BaseException] = []
         self._thread = threading.Thread(target=self._serve, name="ttj-local-control", daemon=True)
 
-    def start(self, kubeconfig_path: str) -> None:
-        """Serve, then publish the URL in the cluster."""
+    def start(self) -> None:
+        """Serve (the fleet then publishes the URL: :func:`.ownership.claim_control`)."""
         self._thread.start()
         self._ready.wait()
         if self._failure:
             raise RuntimeError(f"the node control server did not start: {self._failure[0]}") from self._failure[0]
-        self._publish(kubeconfig_path)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -231,24 +231,6 @@ class ControlServer:
             with contextlib.suppress(Exception):
                 self._loop.run_until_complete(self._runner.cleanup())
             self._loop.close()
-
-    def _publish(self, kubeconfig_path: str) -> None:
-        client = KubeClient.from_kubeconfig(kubeconfig_path)
-        try:
-            client.create(
-                "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROL_NAMESPACE}}
-            )
-            configmap = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": CONTROL_CONFIGMAP, "namespace": CONTROL_NAMESPACE},
-                "data": {"url": self.url},
-            }
-            path = f"/api/v1/namespaces/{CONTROL_NAMESPACE}/configmaps"
-            if client.create(path, configmap) is None:
-                client.merge_patch(f"{path}/{CONTROL_CONFIGMAP}", {"data": {"url": self.url}})
-        finally:
-            client.close()
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -271,9 +253,8 @@ class ControlClient:
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> ControlClient:
         client = KubeClient.from_kubeconfig(kubeconfig)
-        path = f"/api/v1/namespaces/{CONTROL_NAMESPACE}/configmaps/{CONTROL_CONFIGMAP}"
         try:
-            configmap = client.get(path)
+            configmap = client.get(CONTROL_PATH)
             if configmap is None and "ttj.local" in str(client.request("GET", "/version").get("gitVersion")):
                 # A local cluster writes its kubeconfig before its nodes (and this ConfigMap) are up: wait a little.
                 configmap = Retrying(
@@ -281,7 +262,7 @@ class ControlClient:
                     wait=wait_fixed(0.1),
                     retry=retry_if_result(lambda found: found is None),
                     retry_error_callback=lambda _state: None,
-                )(client.get, path)
+                )(client.get, CONTROL_PATH)
         finally:
             client.close()
         url = ((configmap or {}).get("data") or {}).get("url")

@@ -8,7 +8,9 @@ The parts, each with one job:
   the pods bound to them, run as processes or simulated;
 - :mod:`.preemption`: GKE's graceful node shutdown, asked for on demand (Python, the HTTP control, the
   CLI) or by :mod:`.preemption_sources` (lifetimes drawn from the ICAC'19 measurements, scripted times);
-- :mod:`.control`: the HTTP endpoint of the preemption control and of every node's kubelet (logs).
+- :mod:`.control`: the HTTP endpoint of the preemption control and of every node's kubelet (logs);
+- :mod:`.ownership`: the fleet's claim on the cluster (the control ConfigMap, its Nodes' label), and its
+  leaving: a fleet that stops deletes its Nodes and the ConfigMap.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from .heartbeats import LEASE_RENEW_S, NodeLeases
 from .kubelet import Kubelet
 from .lifecycle import NodeLifecycle
 from .network import PodNetwork
+from .ownership import FleetIdentity, claim_control, delete_fleet_nodes, release_control
 from .pod_networking import PodNetworking
 from .podnet import PodNetworkNamespaces
 from .pools import NodePool
@@ -51,7 +54,11 @@ class _Started:
 
 
 class NodeFleet:
-    """The add-on ``ttj_localcluster.nodes.fleet.NodeFleet``: node pools, kubelets, pod runtime and preemptions."""
+    """The add-on ``ttj_localcluster.nodes.fleet.NodeFleet``: node pools, kubelets, pod runtime and preemptions.
+
+    ``announce`` gets what a person starting the fleet should read (a takeover from a dead fleet); by default
+    it is logged as a warning.
+    """
 
     name = "node-fleet"
 
@@ -63,8 +70,11 @@ class NodeFleet:
         state_dir: str | Path | None = None,
         lease_renew_s: float = LEASE_RENEW_S,
         pod_network: bool = True,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         self.pools = {p.name: p for p in pools}
+        self.identity = FleetIdentity.new()
+        self.announce = announce or log.warning
         self.run_pods = run_pods
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="ttj-local-"))
         self.lease_renew_s = lease_renew_s
@@ -100,11 +110,29 @@ class NodeFleet:
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, kubeconfig_path: str) -> None:
+        """Registers every pool's nodes and serves them; raises :class:`~.ownership.FleetConflict` (having
+        registered nothing) when another running fleet owns the cluster."""
+        try:
+            self._start(kubeconfig_path)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, kubeconfig_path: str) -> None:
         self.kubeconfig = kubeconfig_path
         client = KubeClient.from_kubeconfig(kubeconfig_path)
+        # The kubelet endpoint of every node (logs) and the preemption control: nodes publish its port. It
+        # serves first, so that the claim on the cluster comes before anything else is set up.
+        control = ControlServer(self)
+        try:
+            control.start()
+            previous = claim_control(client, self.identity, control.url)
+        except BaseException:
+            control.stop()
+            client.close()
+            raise
         pod_kubeconfig = self.networking.setup(kubeconfig_path)
         leases = NodeLeases(client, self.registry, self._stop, self.lease_renew_s)
-        leases.ensure_namespace()
         kubelet = Kubelet(
             client,
             self.registry,
@@ -115,14 +143,18 @@ class NodeFleet:
             state_dir=self.state_dir,
             pod_kubeconfig=pod_kubeconfig,
         )
-        # The kubelet endpoint of every node (logs) and the preemption control: nodes publish its port.
-        control = ControlServer(self)
-        lifecycle = NodeLifecycle(client, self.registry, leases, control.port)
+        lifecycle = NodeLifecycle(client, self.registry, leases, control.port, self.identity.id)
         preemptions = Preemptions(
             client, self.registry, lifecycle, kubelet, timers=self._timers, stop=self._stop, records=self.preemptions
         )
         self._started = _Started(client, leases, lifecycle, kubelet, preemptions, control)
-        control.start(kubeconfig_path)
+        leases.ensure_namespace()
+        if previous is not None:
+            gone = delete_fleet_nodes(client, previous.fleet) if previous.fleet else []
+            self.announce(
+                f"took over kube-system/ttj-local-control from the node fleet of {previous.owner}, whose control "
+                f"server {previous.url} no longer answers; deleted its {len(gone)} Nodes"
+            )
         lifetimes = LifetimePreemptions(list(self.pools.values()), self._timers, self._stop, self._preempt)
         lifecycle.listeners.append(lifetimes.node_created)
         for pool in self.pools.values():
@@ -132,17 +164,28 @@ class NodeFleet:
         leases.start()
 
     def stop(self) -> None:
-        """Stops every pod process (SIGTERM, then SIGKILL after 5 s) and the fleet's threads."""
+        """Withdraws the control ConfigMap, stops every pod process (SIGTERM, then SIGKILL after 5 s), deletes
+        the fleet's Nodes (as a node pool scaled to zero) and stops the fleet's threads."""
         self._stop.set()
         started = self._started
         if started is not None:
+            self._leave(lambda: release_control(started.client, self.identity), "withdraw the control ConfigMap")
             started.control.stop()
         self._timers.cancel_all()
         if started is not None:
             started.kubelet.stop_pods()
+            self._leave(lambda: delete_fleet_nodes(started.client, self.identity.id), "delete the fleet's Nodes")
             started.client.close()  # ends the watches
             started.kubelet.join(2)
         self.networking.teardown()
+
+    @staticmethod
+    def _leave(action: Callable[[], object], what: str) -> None:
+        """Cleaning up on the way out is not worth a hang: one try, and a warning when the API refuses."""
+        try:
+            action()
+        except Exception as exc:  # an error answer, or the API server is gone (urllib3's errors)
+            log.warning("node fleet: could not %s on stopping: %s", what, exc)
 
     # nodes -------------------------------------------------------------------------------------
     def nodes_of(self, pool: str) -> list[str]:
@@ -194,6 +237,7 @@ class NodeFleet:
 
     def describe(self) -> JSON:
         return {
+            "fleet": self.identity.id,
             "pools": self.registry.describe(),
             "preemptions": [r.to_json() for r in list(self.preemptions)],
             "runPods": self.run_pods,

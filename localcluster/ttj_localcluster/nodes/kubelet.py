@@ -244,6 +244,22 @@ class Kubelet:
                     container.state = sigterm_state(local)
         self.report(local)
         self.networking.forget(local)
+        self._finish_deletion_requested_meanwhile(local)
+
+    def _finish_deletion_requested_meanwhile(self, local: LocalPod) -> None:
+        """A pod deleted while its node shut it down (its sync left it to the shutdown): now that it is terminal,
+        remove it, as the kubelet's status manager removes a terminal pod that has a deletionTimestamp. One
+        deleted after this, once its node is gone, is the pod garbage collector's."""
+        client = self.client
+        path = kubeapi.path("Pod", local.namespace, local.name)
+        try:
+            current = retrying(lambda: client.get(path))
+        except Exception as exc:
+            log.warning("could not read pod %s after its shutdown: %s", local.key, exc)
+            return
+        meta = (current or {}).get("metadata") or {}
+        if meta.get("uid") == local.uid and meta.get("deletionTimestamp"):
+            self._delete_gracefully(local, 0.0)
 
     # status ----------------------------------------------------------------------------------------
     def report(self, local: LocalPod) -> None:

@@ -13,6 +13,7 @@ from ttj.kubeapi import JSON, KubeClient
 
 from .heartbeats import NodeLeases
 from .kube import retrying
+from .ownership import FLEET_LABEL
 from .pools import IMPENDING_TERMINATION_TAINT, NODE_INTERNAL_IP, NodePool, node_object, now_rfc3339, ready_condition
 from .registry import NodeRegistry
 from .scheduler import replace_condition
@@ -26,13 +27,17 @@ NodeListener = Callable[[NodePool, str], None]
 
 
 class NodeLifecycle:
-    """Writes the Node objects of the fleet's VMs; ``kubelet_port`` is where every node's kubelet answers."""
+    """Writes the Node objects of the fleet's VMs; ``kubelet_port`` is where every node's kubelet answers,
+    ``fleet`` the fleet's id (the Nodes' ``ttj.local/fleet`` label)."""
 
-    def __init__(self, client: KubeClient, registry: NodeRegistry, leases: NodeLeases, kubelet_port: int) -> None:
+    def __init__(
+        self, client: KubeClient, registry: NodeRegistry, leases: NodeLeases, kubelet_port: int, fleet: str
+    ) -> None:
         self.client = client
         self.registry = registry
         self.leases = leases
         self.kubelet_port = kubelet_port
+        self.fleet = fleet
         self.listeners: list[NodeListener] = []
 
     def create(self, pool_name: str) -> str:
@@ -40,6 +45,7 @@ class NodeLifecycle:
         pool = self.registry.pool(pool_name)
         name = self.registry.reserve(pool_name)
         node = node_object(pool, name, NODE_INTERNAL_IP)
+        node["metadata"]["labels"][FLEET_LABEL] = self.fleet
         status = node.pop("status")
         status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.kubelet_port}}
         client = self.client
