@@ -285,8 +285,14 @@ def test_chief_preempted_elects_a_new_chief(env: dict[str, Any]) -> None:
             and "lostAt" not in (job_status(env).get("chief") or {})
         ),
     )
-    elected = [e for e in job_events(env) if e.reason == "ChiefElected"]
-    assert any(status["chief"]["pod"] in e.message and "epoch 2" in e.message for e in elected)
+    # Events are posted after the status write that running() saw: wait for them, do not race them.
+    wait_for(
+        "a ChiefElected Event naming the new chief and epoch 2",
+        lambda: any(
+            e.reason == "ChiefElected" and status["chief"]["pod"] in e.message and "epoch 2" in e.message
+            for e in job_events(env)
+        ),
+    )
 
 
 def test_two_workers_at_once_and_a_node_going_not_ready(env: dict[str, Any]) -> None:
@@ -319,7 +325,10 @@ def test_parameter_server_replaced_bumps_the_epoch(env: dict[str, Any]) -> None:
     assert status["parameterServerPods"][0] != ps
     assert status["chiefElections"] == 1  # same chief, new epoch: it restores into the fresh PS
     assert status["preemptions"] == 1
-    assert any(e.reason == "ParameterServerReplaced" for e in job_events(env))
+    wait_for(
+        "a ParameterServerReplaced Event",
+        lambda: any(e.reason == "ParameterServerReplaced" for e in job_events(env)),
+    )
 
 
 def test_a_new_image_rolls_the_parameter_server_but_no_running_worker(env: dict[str, Any]) -> None:
