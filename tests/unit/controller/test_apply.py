@@ -181,6 +181,44 @@ def test_a_deliberate_forced_delete_marks_the_pod_first() -> None:
     ]
 
 
+def invalid(field: str, message: str) -> KubeError:
+    """A 422 as kube-apiserver words it, with its cause."""
+    body = {
+        "kind": "Status",
+        "code": 422,
+        "reason": "Invalid",
+        "message": f'Pod "w" is invalid: {field}: {message}',
+        "details": {"name": "w", "kind": "Pod", "causes": [{"reason": "FieldValueInvalid", "field": field}]},
+    }
+    return KubeError(422, json.dumps(body))
+
+
+def test_a_delete_of_a_name_that_now_holds_a_successor_finds_its_object_gone() -> None:
+    """kube answers the deliberate mark naming the observed uid with 422 (metadata.uid is immutable) when a
+    successor took the name: the object meant is gone, nothing is reported, the successor is not deleted,
+    and the pass goes on."""
+    successor = invalid("metadata.uid", 'Invalid value: "observed": field is immutable')
+    api = ScriptedApi({("PATCH", path("Pod", NS, "w")): [successor]})
+    writes: list[Write] = [
+        DeleteChild("Pod", "w", mark_deliberate=True, uid="observed"),
+        LabelPod("w-0", {"a": "b"}),
+    ]
+    applied = Applier(api).apply(NS, writes)
+    assert applied.refused == []
+    assert [(m, u) for m, u, _, _ in api.requests] == [
+        ("PATCH", path("Pod", NS, "w")),
+        ("PATCH", path("Pod", NS, "w-0")),
+    ]
+    assert api.requests[0][2]["metadata"]["uid"] == "observed"
+
+
+def test_another_invalid_answer_to_the_deliberate_mark_is_reported() -> None:
+    refused = invalid("metadata.annotations", "Invalid value: too long")
+    api = ScriptedApi({("PATCH", path("Pod", NS, "w")): [refused]})
+    applied = Applier(api).apply(NS, [DeleteChild("Pod", "w", mark_deliberate=True, uid="observed")])
+    assert [(r.kind, r.name, r.verb, r.status) for r in applied.refused] == [("Pod", "w", "delete", 422)]
+
+
 def test_a_replacement_records_its_recovery_time() -> None:
     since = datetime.now(UTC)
     applied = Applier(ScriptedApi()).apply(NS, [CreateChild(pod("w-2")), CreateChild(pod("w-3"), recovery_since=since)])
