@@ -118,7 +118,11 @@ QUOTA = (
     [
         refusal(403, QUOTA),
         refusal(403, 'pods "w-1" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'),
-        refusal(422, 'Pod "w-1" is invalid: spec.containers[0].resources.requests[cpu]: Invalid value: "banana"'),
+        refusal(
+            422,
+            'Pod "w-1" is invalid: spec.containers[0].resources.requests: Invalid value: "2": '
+            "must be less than or equal to cpu limit",
+        ),
         refusal(500, "etcdserver: request timed out"),
     ],
     ids=["quota", "pod security", "invalid", "server error"],
