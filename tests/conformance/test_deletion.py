@@ -133,7 +133,7 @@ def test_a_patch_naming_another_uid_is_refused_and_the_right_one_applies(
     assert status["message"] == (
         f'ConfigMap "reborn" is invalid: metadata.uid: Invalid value: "{first.metadata.uid}": field is immutable'
     )
-    assert [c["field"] for c in status["details"]["causes"]] == ["metadata.uid"]
+    assert {c["field"] for c in status["details"]["causes"]} == {"metadata.uid"}
     with pytest.raises(client.ApiException) as info:
         core.replace_namespaced_config_map("reborn", namespace, {"metadata": {"name": "reborn", **stale["metadata"]}})
     assert info.value.status == 409

@@ -63,11 +63,11 @@ def _check_uid(rtype: ResourceType, name: str, wanted: Any, old: dict[str, Any])
 
 def _check_patched_uid(rtype: ResourceType, name: str, patched: dict[str, Any], old: dict[str, Any]) -> None:
     """A patch carries no precondition in kube-apiserver: a patched uid unlike the stored one fails validation
-    (422, ``metadata.uid`` is immutable)."""
+    (422, ``metadata.uid`` is immutable), twice: in the checks common to every kind and in the kind's own."""
     wanted = (patched.get("metadata") or {}).get("uid")
     if wanted and wanted != old["metadata"]["uid"]:
-        message = f"Invalid value: {json.dumps(wanted)}: field is immutable"
-        raise invalid(rtype.kind, rtype.group, name, [("metadata.uid", message)])
+        cause = ("metadata.uid", f"Invalid value: {json.dumps(wanted)}: field is immutable")
+        raise invalid(rtype.kind, rtype.group, name, [cause, cause])
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
