@@ -17,6 +17,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 
 def main() -> None:
@@ -73,17 +74,28 @@ def main() -> None:
         def watch() -> None:
             seen: set[str] = set()
             nonlocal version
+
+            def saw(pod: dict[str, Any]) -> None:
+                name = str((pod.get("metadata") or {}).get("name"))
+                if (pod.get("spec") or {}).get("nodeName") and name not in seen:
+                    seen.add(name)
+                    bound_at.append(time.monotonic())
+                    if len(seen) >= wanted:
+                        done.set()
+
             while not done.is_set():
                 for event in api.watch_events(f"/api/v1/namespaces/{namespace}/pods", version, timeout_seconds=30):
+                    if event.get("type") == "ERROR":  # 410 Gone: list again and watch from there, as a reflector
+                        relisted = api.request("GET", f"/api/v1/namespaces/{namespace}/pods")
+                        for pod in relisted.get("items") or []:
+                            saw(pod)
+                        version = str(relisted["metadata"]["resourceVersion"])
+                        break
                     obj = event.get("object") or {}
                     version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                    name = (obj.get("metadata") or {}).get("name")
-                    if (obj.get("spec") or {}).get("nodeName") and name not in seen:
-                        seen.add(name)
-                        bound_at.append(time.monotonic())
-                        if len(seen) >= wanted:
-                            done.set()
-                            return
+                    saw(obj)
+                    if done.is_set():
+                        return
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()

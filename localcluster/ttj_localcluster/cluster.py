@@ -64,7 +64,7 @@ class LocalCluster:
         port: int = 0,
         addons: Sequence[Addon] = (),
         kubeconfig_path: str | None = None,
-        history_size: int = 50_000,
+        history_size: int | None = None,
         bookmark_interval_seconds: float = 5.0,
         authorization_mode: str = "AlwaysAllow",
         tls: bool | None = None,
@@ -107,6 +107,23 @@ class LocalCluster:
             self._kubeconfig_path = self._own_kubeconfig = path
             self.write_kubeconfig(path)
         return self._kubeconfig_path
+
+    def restart_watch_caches(self) -> None:
+        """What an apiserver restart does to watches: every resource's watch cache starts again from now (a
+        watch resuming from an earlier version is answered 410 Gone and its client must list again), and
+        the watch streams open now end. Callable from any thread while the cluster runs."""
+        done = threading.Event()
+
+        def restart() -> None:
+            self.server.store.restart_watch_caches()
+            done.set()
+
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(restart)
+            done.wait(10)
+        else:
+            restart()
+        self.faults.drop_watches()
 
     def write_kubeconfig(self, path: str) -> str:
         """Write a kubeconfig for this cluster (atomically: readers never see half a file)."""

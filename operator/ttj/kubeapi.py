@@ -95,6 +95,17 @@ class KubeError(Exception):
             return None
         return float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else None
 
+    @property
+    def invalid_fields(self) -> frozenset[str]:
+        """The fields a 422 Invalid names (its ``details.causes``); empty for any other answer."""
+        if self.status != 422:
+            return frozenset()
+        try:
+            causes = json.loads(self.body)["details"]["causes"]
+            return frozenset(str(c["field"]) for c in causes if isinstance(c, dict) and c.get("field"))
+        except (ValueError, KeyError, TypeError):
+            return frozenset()
+
 
 def transient(exc: BaseException) -> bool:
     """Worth retrying: the server is overloaded or failing for now, or the connection broke."""

@@ -3,10 +3,10 @@
 A local cluster (real API server, scheduler, Deployment controller, node fleet; pods simulated, so no
 TensorFlow runs) and two or more ``ttj operator --leader-elect`` processes. While the jobs run, a
 seeded :class:`Chaos` injects API faults on every verb (409, 429 with Retry-After, 500, 503, 504, added
-latency), drops watches, forces ``410 Gone`` re-lists (the server's event history compacted under the
-watchers), SIGKILLs operator replicas at random moments (mostly the leader, often in the middle of a
-pass: every write is slowed by the injected latency) and preempts the nodes of workers, chiefs and
-parameter servers. Then the faults stop, the jobs settle, and are deleted.
+latency), drops watches, forces ``410 Gone`` re-lists (the server's watch caches restarted under the
+watchers, as an apiserver restart does), SIGKILLs operator replicas at random moments (mostly the leader,
+often in the middle of a pass: every write is slowed by the injected latency) and preempts the nodes of
+workers, chiefs and parameter servers. Then the faults stop, the jobs settle, and are deleted.
 
 The :class:`Checker` watches pods, Leases and jobs from its own connections and checks, at every event:
 
@@ -686,21 +686,10 @@ class Chaos:
         self.tally.preempted_pods.add((victim["metadata"]["labels"].get(LABEL_JOB, ""), victim["metadata"]["name"]))
 
     def _force_relist(self, cluster: Any) -> None:
-        """Compact the server's event history under every watcher, then end their streams: each re-watch
-        from its last resourceVersion gets 410 Gone and must list again."""
-        store = cluster.server.store
-        loop = cluster._loop  # the server's loop owns the store
-        done = threading.Event()
-
-        def compact() -> None:
-            store.set_history_size(1)
-            done.set()
-
-        loop.call_soon_threadsafe(compact)
-        done.wait(10)
-        cluster.faults.drop_watches()
-        time.sleep(self.rng.uniform(0.5, 2.0))  # objects deleted now are missed by the coming watches
-        loop.call_soon_threadsafe(store.set_history_size, 50_000)
+        """Restart the server's watch caches, as an apiserver restart does, and end every watch stream: each
+        re-watch from its last resourceVersion gets 410 Gone and must list again (what changed since a
+        watcher's last event is missed by its coming watch)."""
+        cluster.restart_watch_caches()
         self.tally.relists += 1
 
     # -- the end ------------------------------------------------------------------------------------

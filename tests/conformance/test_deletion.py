@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -116,7 +117,9 @@ def test_delete_precondition(core: client.CoreV1Api, namespace: str) -> None:
 def test_a_patch_naming_another_uid_is_refused_and_the_right_one_applies(
     core: client.CoreV1Api, namespace: str
 ) -> None:
-    """A writer that names the object it observed never changes a successor that took the same name."""
+    """A writer that names the object it observed never changes a successor that took the same name: a patch
+    carries no precondition, so its uid fails validation (422, the uid is immutable); an update's uid and a
+    delete's uid precondition fail as preconditions (409)."""
     first = core.create_namespaced_config_map(namespace, {"metadata": {"name": "reborn"}})
     core.delete_namespaced_config_map("reborn", namespace)
     wait_for(lambda: _gone(core.read_namespaced_config_map, "reborn", namespace), what="the configmap to go")
@@ -124,6 +127,15 @@ def test_a_patch_naming_another_uid_is_refused_and_the_right_one_applies(
     stale = {"metadata": {"uid": first.metadata.uid, "annotations": {"example.com/touched": "yes"}}}
     with pytest.raises(client.ApiException) as info:
         core.patch_namespaced_config_map("reborn", namespace, stale)
+    assert info.value.status == 422
+    status = json.loads(info.value.body)
+    assert status["reason"] == "Invalid"
+    assert status["message"] == (
+        f'ConfigMap "reborn" is invalid: metadata.uid: Invalid value: "{first.metadata.uid}": field is immutable'
+    )
+    assert {c["field"] for c in status["details"]["causes"]} == {"metadata.uid"}
+    with pytest.raises(client.ApiException) as info:
+        core.replace_namespaced_config_map("reborn", namespace, {"metadata": {"name": "reborn", **stale["metadata"]}})
     assert info.value.status == 409
     assert "UID in precondition" in info.value.body
     with pytest.raises(client.ApiException) as info:

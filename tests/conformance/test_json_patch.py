@@ -60,11 +60,13 @@ def test_every_operation(k8s_api: client.ApiClient, namespace: str) -> None:
     [
         {"op": "test", "path": "/data/k", "value": "other"},
         {"op": "remove", "path": "/data/missing"},
-        {"op": "replace", "path": "/data/missing", "value": "1"},
         {"op": "add", "path": "/data/missing/deeper", "value": "1"},
         {"op": "add", "path": "/metadata/finalizers/5", "value": "x.io/z"},
         {"op": "remove", "path": "/metadata/finalizers/7"},
+        {"op": "replace", "path": "/metadata/finalizers/3", "value": "x.io/z"},
         {"op": "move", "from": "/data/missing", "path": "/data/there"},
+        {"op": "bogus", "path": "/data/k"},
+        {"op": "move", "path": "/data/there"},
     ],
 )
 def test_an_operation_that_does_not_apply_is_unprocessable(
@@ -74,7 +76,9 @@ def test_an_operation_that_does_not_apply_is_unprocessable(
     with pytest.raises(client.ApiException) as info:
         _patch(k8s_api, namespace, [{"op": "add", "path": "/data/first", "value": "1"}, operation])
     status = json.loads(info.value.body)
+    # kube keeps nothing of the library's reason: the generic words of any 422 it did not word itself
     assert (info.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == "the server rejected our request due to an error in our request"
     after = core.read_namespaced_config_map("target", namespace)
     assert after.metadata.resource_version == before.metadata.resource_version  # nothing of it was applied
 
@@ -84,3 +88,10 @@ def test_a_patch_that_is_not_a_list_of_operations_is_a_bad_request(k8s_api: clie
     with pytest.raises(client.ApiException) as info:
         _patch(k8s_api, namespace, {"op": "add", "path": "/data/x", "value": "1"})
     assert (info.value.status, json.loads(info.value.body)["reason"]) == (400, "BadRequest")
+
+
+@pytest.mark.usefixtures("target")
+def test_replacing_a_member_the_object_lacks_adds_it(k8s_api: client.ApiClient, namespace: str) -> None:
+    """RFC 6902 says such a replace fails; kube's JSON patch library (evanphx/json-patch v4) adds the member."""
+    out = _patch(k8s_api, namespace, [{"op": "replace", "path": "/data/missing", "value": "1"}])
+    assert out["data"] == {"k": "v", "missing": "1"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -154,13 +155,13 @@ def test_ttjs_children_are_accepted(k8s_api: client.ApiClient, namespace: str, s
     client.NetworkingV1Api(k8s_api).create_namespaced_network_policy(namespace, policy)
 
 
+#: A broken field, and where kube-apiserver says so: the field path of a 422 Invalid's cause.
 BAD_PODS = {
-    "quantity": (["containers", 0, "resources"], {"requests": {"cpu": "banana"}}, "resources.requests[cpu]"),
     "negative quantity": (["containers", 0, "resources"], {"requests": {"memory": "-1"}}, "requests[memory]"),
     "request over limit": (
         ["containers", 0, "resources"],
         {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}},
-        "requests[cpu]",
+        "spec.containers[0].resources.requests",
     ),
     "env name": (["containers", 0, "env", 0, "name"], "A=B", "env[0].name"),
     "mount of no volume": (["containers", 0, "volumeMounts", 0, "name"], "nope", "volumeMounts[0].name"),
@@ -172,17 +173,38 @@ BAD_PODS = {
 }
 
 
-@pytest.mark.parametrize(("path", "value", "field"), list(BAD_PODS.values()), ids=list(BAD_PODS))
-def test_a_broken_pod_is_refused(
-    k8s_api: client.ApiClient, namespace: str, path: list[Any], value: Any, field: str
-) -> None:
+def _broken_pod(k8s_api: client.ApiClient, namespace: str, path: list[Any], value: Any) -> dict[str, Any]:
     pod = ttj_manifests(namespace)[0]
     service_accounts(client.CoreV1Api(k8s_api), namespace, pod)
     node = pod["spec"]
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
+    return pod
+
+
+@pytest.mark.parametrize(("path", "value", "field"), list(BAD_PODS.values()), ids=list(BAD_PODS))
+def test_a_broken_pod_is_refused(
+    k8s_api: client.ApiClient, namespace: str, path: list[Any], value: Any, field: str
+) -> None:
+    pod = _broken_pod(k8s_api, namespace, path, value)
     with pytest.raises(client.ApiException) as refused:
         client.CoreV1Api(k8s_api).create_namespaced_pod(namespace, pod)
     assert refused.value.status == 422
-    assert field in str(refused.value.body)
+    status = json.loads(refused.value.body)
+    assert status["reason"] == "Invalid"
+    assert any(cause["field"].endswith(field) for cause in status["details"]["causes"]), status
+
+
+def test_a_quantity_that_does_not_parse_fails_the_decoding(k8s_api: client.ApiClient, namespace: str) -> None:
+    """kube-apiserver decodes the body into its Go type first: a quantity Go cannot parse is a 400, not a 422."""
+    pod = _broken_pod(k8s_api, namespace, ["containers", 0, "resources"], {"requests": {"cpu": "banana"}})
+    with pytest.raises(client.ApiException) as refused:
+        client.CoreV1Api(k8s_api).create_namespaced_pod(namespace, pod)
+    assert refused.value.status == 400
+    status = json.loads(refused.value.body)
+    assert status["reason"] == "BadRequest"
+    assert status["message"] == (
+        'Pod in version "v1" cannot be handled as a Pod: '
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )

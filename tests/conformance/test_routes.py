@@ -26,7 +26,6 @@ def _status_of(k8s_api: client.ApiClient, method: str, path: str, body: Any = No
     [
         "/api/v1/namespaces/{ns}/widgets",  # no such resource
         "/apis/apps/v1/namespaces/{ns}/widgets",
-        "/apis/no.such.group/v1/namespaces/{ns}/widgets",
         "/api/v1/namespaces/{ns}/nodes",  # a cluster-scoped resource inside a namespace
         "/api/v1/configmaps/name",  # a namespaced object without its namespace
         "/api/v1/namespaces/{ns}/configmaps/name/status",  # a subresource the resource does not have
@@ -37,6 +36,32 @@ def _status_of(k8s_api: client.ApiClient, method: str, path: str, body: Any = No
 def test_paths_that_name_nothing_are_not_found(k8s_api: client.ApiClient, namespace: str, path: str) -> None:
     code, status = _status_of(k8s_api, "GET", path.format(ns=namespace))
     assert (code, status["kind"], status["reason"]) == (404, "Status", "NotFound")
+
+
+@pytest.mark.usefixtures("ttj_crd")
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/apis/no.such.group/v1/namespaces/{ns}/widgets",  # a group no one serves
+        "/apis/no.such.group/v1",
+        "/apis/transient.training/v1alpha1/namespaces/{ns}/widgets",  # a CRD's group, no such resource
+        "/apis/transient.training/v9/namespaces/{ns}/transienttrainingjobs",  # a version the CRD does not serve
+        "/apis/transient.training/v1alpha1/transienttrainingjobs/name",  # a namespaced object without its namespace
+    ],
+)
+def test_paths_outside_the_built_in_groups_are_not_found_in_plain_text(
+    k8s_api: client.ApiClient, namespace: str, path: str
+) -> None:
+    """kube-apiserver's built-in groups answer with a Status; any other group's path goes to its CRD handler,
+    which leaves what it does not serve to the end of the handler chain: Go's plain-text 404."""
+    serialized = k8s_api.param_serialize(
+        "GET", path.format(ns=namespace), header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+    )
+    response = k8s_api.call_api(*serialized)
+    response.read()
+    assert response.status == 404
+    assert response.getheader("Content-Type").startswith("text/plain")
+    assert response.data == b"404 page not found\n"
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
 
 from ttj_localcluster.cluster import LocalCluster
+
+from .conftest import wait_for
 
 
 def _events(core: client.CoreV1Api, namespace: str, **kwargs: Any) -> list[tuple[str, str]]:
@@ -172,14 +176,108 @@ def test_local_bookmark_due_while_events_are_queued_delays_neither(
     assert {name for name in added if name.startswith("q-")} == created
 
 
-def test_too_old_resource_version_is_gone(
+def _watch_lines(response: Any) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+    response.release_conn()
+    return lines
+
+
+def _assert_gone(events: list[dict[str, Any]], since: str) -> None:
+    """kube's watch cache answers a version older than its window with one ERROR event: 410 Expired."""
+    assert [e["type"] for e in events] == ["ERROR"], events
+    status = events[0]["object"]
+    assert (status["kind"], status["code"], status["reason"]) == ("Status", 410, "Expired")
+    assert status["message"].startswith(f"too old resource version: {since} ("), status["message"]
+
+
+WATCHED_GROUP = "watch.conformance.ttj.example"
+
+
+@pytest.fixture
+def new_resource(k8s_api: client.ApiClient) -> Iterator[Callable[[], tuple[str, str]]]:
+    """Makes a custom resource no one has asked for yet, (plural, kind): kube-apiserver starts its watch cache
+    at the first request, from a list at that moment. Its CRD is deleted afterwards."""
+    ext = client.ApiextensionsV1Api(k8s_api)
+    made: list[str] = []
+
+    def make() -> tuple[str, str]:
+        suffix = uuid.uuid4().hex[:8]
+        plural, kind = f"gauge{suffix}s", f"Gauge{suffix}"
+        name = f"{plural}.{WATCHED_GROUP}"
+        schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+        ext.create_custom_resource_definition(
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "group": WATCHED_GROUP,
+                    "scope": "Namespaced",
+                    "names": {"plural": plural, "singular": f"gauge{suffix}", "kind": kind},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}],
+                },
+            }
+        )
+        made.append(name)
+
+        def established() -> bool:
+            crd = ext.read_custom_resource_definition(name)
+            return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+        wait_for(established, what="the CRD to be established")
+        return plural, kind
+
+    yield make
+    for name in made:
+        ext.delete_custom_resource_definition(name)
+
+
+def test_a_watch_from_before_the_watch_cache_began_is_gone_and_a_relist_resumes(
+    k8s_api: client.ApiClient,
+    core: client.CoreV1Api,
+    namespace: str,
+    new_resource: Callable[[], tuple[str, str]],
+) -> None:
+    """A version older than a resource's watch cache (here: taken before its CRD existed) is 410 Gone; the
+    client lists again and watches from the list's version."""
+    custom = client.CustomObjectsApi(k8s_api)
+    before = core.list_namespaced_config_map(namespace).metadata.resource_version
+    plural, kind = new_resource()
+    response = custom.list_namespaced_custom_object(
+        WATCHED_GROUP,
+        "v1",
+        namespace,
+        plural,
+        watch=True,
+        resource_version=before,
+        timeout_seconds=5,
+        _preload_content=False,
+    )
+    _assert_gone(_watch_lines(response), before)
+    relisted = custom.list_namespaced_custom_object(WATCHED_GROUP, "v1", namespace, plural)
+    version = relisted["metadata"]["resourceVersion"]
+    body = {"apiVersion": f"{WATCHED_GROUP}/v1", "kind": kind, "metadata": {"name": "after"}}
+    custom.create_namespaced_custom_object(WATCHED_GROUP, "v1", namespace, plural, body)
+    response = custom.list_namespaced_custom_object(
+        WATCHED_GROUP,
+        "v1",
+        namespace,
+        plural,
+        watch=True,
+        resource_version=version,
+        timeout_seconds=2,
+        _preload_content=False,
+    )
+    events = _watch_lines(response)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "after")]
+
+
+def test_local_window_drops_its_oldest_events(
     local_cluster: LocalCluster | None, core: client.CoreV1Api, namespace: str
 ) -> None:
+    """A resource's window holds so many events (kube: 100 to 100 Ki, resized by their age): older is gone."""
     if local_cluster is None:
-        pytest.skip("cannot force a real apiserver's watch cache to forget")
+        pytest.skip("a real apiserver's watch cache keeps 75 s of events, up to 100 Ki per resource")
     start = core.list_namespaced_config_map(namespace).metadata.resource_version
     store = local_cluster.server.store
-    size = store._history_size
     store.set_history_size(5)
     try:
         for i in range(10):
@@ -187,10 +285,23 @@ def test_too_old_resource_version_is_gone(
         response = core.list_namespaced_config_map(
             namespace, watch=True, resource_version=start, timeout_seconds=2, _preload_content=False
         )
-        events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
-        response.release_conn()
+        events = _watch_lines(response)
     finally:
-        store.set_history_size(size)
-    assert events[0]["type"] == "ERROR"
-    assert events[0]["object"]["code"] == 410
-    assert events[0]["object"]["reason"] == "Expired"
+        store.set_history_size(None)
+    _assert_gone(events, start)
+
+
+def test_local_watches_resuming_across_a_restart_of_the_caches_are_gone(
+    local_cluster: LocalCluster | None, core: client.CoreV1Api, namespace: str
+) -> None:
+    """As after an apiserver restart: the caches start from now, so a watch resuming from before is gone."""
+    if local_cluster is None:
+        pytest.skip("a real apiserver is not restarted by the tests")
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "seen"}})
+    last_seen = core.list_namespaced_config_map(namespace).metadata.resource_version
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "missed"}})
+    local_cluster.restart_watch_caches()
+    response = core.list_namespaced_config_map(
+        namespace, watch=True, resource_version=last_seen, timeout_seconds=2, _preload_content=False
+    )
+    _assert_gone(_watch_lines(response), last_seen)

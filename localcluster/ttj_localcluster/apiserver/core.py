@@ -17,7 +17,7 @@ from typing import Any
 
 from ttj_contract import format_time
 
-from . import patching, timefields
+from . import patching, quantityfields, timefields
 from .admission import Admission
 from .errors import STALE, ApiError, already_exists, bad_request, conflict, invalid, not_found
 from .resources import NAMESPACES, PODS, Registry, ResourceType, StorageKey
@@ -51,7 +51,7 @@ def _check_path_segment_name(rtype: ResourceType, name: Any) -> None:
 
 
 def _check_uid(rtype: ResourceType, name: str, wanted: Any, old: dict[str, Any]) -> None:
-    """As kube-apiserver: an update or patch naming another uid than the stored object's is a 409."""
+    """As kube-apiserver: an update naming another uid than the stored object's fails its precondition, 409."""
     if wanted and wanted != old["metadata"]["uid"]:
         raise conflict(
             rtype.plural,
@@ -59,6 +59,15 @@ def _check_uid(rtype: ResourceType, name: str, wanted: Any, old: dict[str, Any])
             name,
             f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {old['metadata']['uid']}",
         )
+
+
+def _check_patched_uid(rtype: ResourceType, name: str, patched: dict[str, Any], old: dict[str, Any]) -> None:
+    """A patch carries no precondition in kube-apiserver: a patched uid unlike the stored one fails validation
+    (422, ``metadata.uid`` is immutable), twice: in the checks common to every kind and in the kind's own."""
+    wanted = (patched.get("metadata") or {}).get("uid")
+    if wanted and wanted != old["metadata"]["uid"]:
+        cause = ("metadata.uid", f"Invalid value: {json.dumps(wanted)}: field is immutable")
+        raise invalid(rtype.kind, rtype.group, name, [cause, cause])
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
@@ -100,10 +109,10 @@ class ApiCore:
     @staticmethod
     def _decode_times(rtype: ResourceType, body: dict[str, Any]) -> None:
         """Time fields of a built-in object as kube writes them back (UTC, its precision); 400 as
-        kube-apiserver's decoder answers one Go cannot parse."""
+        kube-apiserver's decoder answers a time or a quantity Go cannot parse."""
         if rtype.is_custom:
             return
-        error = timefields.decode(rtype.group, rtype.kind, body)
+        error = timefields.decode(rtype.group, rtype.kind, body) or quantityfields.decode(rtype.group, rtype.kind, body)
         if error is None:
             return
         sent_kind = body.get("kind") if isinstance(body.get("kind"), str) and body.get("kind") else rtype.kind
@@ -116,7 +125,9 @@ class ApiCore:
         """The same for a patch's result, where kube answers 422 with the field ``patch``."""
         if rtype.is_custom:
             return
-        error = timefields.decode(rtype.group, rtype.kind, patched)
+        error = timefields.decode(rtype.group, rtype.kind, patched) or quantityfields.decode(
+            rtype.group, rtype.kind, patched
+        )
         if error is not None:
             rendered = json.dumps(json.dumps(patched, separators=(",", ":")))
             raise invalid("", "", "", [("patch", f"Invalid value: {rendered}: {error}")])
@@ -370,7 +381,8 @@ class ApiCore:
         wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, name, STALE)
-        _check_uid(rtype, name, (patched.get("metadata") or {}).get("uid"), old)
+        if not (subresource == "status" and rtype.is_custom):  # a custom resource's status keeps the old metadata
+            _check_patched_uid(rtype, name, patched, old)
         return self.write_update(rtype, old, patched, subresource=subresource, dry_run=dry_run)
 
     # -- delete -----------------------------------------------------------------------------------

@@ -56,13 +56,13 @@ class Discovery:
     async def group(self, request: web.Request) -> web.Response:
         found = self.registry.group(request.match_info["group"])
         if found is None:
-            raise route_not_found()
+            raise route_not_found(request.match_info["group"])
         return json_response(found)
 
     async def resources(self, request: web.Request) -> web.Response:
         group, version = request.match_info.get("group", ""), request.match_info["version"]
         if not self.registry.has_group_version(group, version):
-            raise route_not_found()
+            raise route_not_found(group)
         return json_response(self.registry.resource_list(group, version))
 
     async def openapi_index(self, _request: web.Request) -> web.Response:

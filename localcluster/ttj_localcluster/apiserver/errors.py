@@ -107,9 +107,10 @@ def _cause_reason(message: str) -> str:
 
 
 def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 Invalid, with one cause per (field, message) pair, worded like the apiserver's field errors."""
+    """422 Invalid, with one cause per (field, message) pair, worded like the apiserver's field errors (its
+    message names each distinct error once, as ``ErrorList.ToAggregate`` does; the causes keep them all)."""
     what = f"{kind}.{group}" if group else kind
-    rendered = [f"{field}: {message}" if field else message for field, message in causes]
+    rendered = list(dict.fromkeys(f"{field}: {message}" if field else message for field, message in causes))
     summary = rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"
     return ApiError(
         422,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from . import podlog, reviews, tables
-from .errors import ApiError
+from .errors import ApiError, not_found
 from .protocol import (
     Target,
     delete_options,
@@ -44,17 +44,19 @@ class ResourceHandlers:
         info = request.match_info
         group, version = info.get("group", ""), info["version"]
         if not self.server.registry.has_group_version(group, version):
-            raise route_not_found()
+            raise route_not_found(group)
         rtype = self.server.registry.get(group, version, info["resource"])
         if rtype is None:
-            raise route_not_found()
+            raise route_not_found(group)
         namespace, name = info.get("namespace"), info.get("name")
         if namespace is not None and not rtype.namespaced:
-            raise route_not_found()
+            raise route_not_found(group)
         if rtype.namespaced and name is not None and namespace is None:
-            raise route_not_found()
+            raise route_not_found(group)
         if subresource is not None and subresource not in rtype.subresources:
-            raise route_not_found()
+            if rtype.is_custom:  # the CRD handler names the object it has no such subresource of
+                raise not_found(rtype.plural, rtype.group, name or "")
+            raise route_not_found(group)
         return Target(rtype, namespace, name, subresource)
 
     async def _accept(self, verb: str | None, target: Target) -> str:

@@ -34,33 +34,55 @@ MERGE_KEYS: dict[str, str] = {
 MERGED_PRIMITIVE_LISTS = {"finalizers"}
 
 
-def _does_not_apply(op: dict[str, Any], reason: str) -> ApiError:
-    """What kube-apiserver answers when a well-formed JSON patch operation does not apply to the object."""
-    source = f' from "{op["from"]}"' if "from" in op else ""
-    message = f'the {op["op"]} operation at "{op["path"]}"{source} does not apply: {reason}'
-    return ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {message}")
+#: kube-apiserver's answer to any JSON patch operation that does not apply: a generic 422 that keeps nothing of
+#: the library's reason (``errors.NewGenericServerResponse`` drops the server message).
+_UNPROCESSABLE = "the server rejected our request due to an error in our request"
+_OPERATIONS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+
+
+def _does_not_apply() -> ApiError:
+    return ApiError(422, "Invalid", _UNPROCESSABLE)
+
+
+def _missing_member(doc: Any, path: Any) -> bool:
+    """Whether ``path`` names a member its (existing) parent object does not have."""
+    try:
+        pointer = jsonpatch.JsonPointer(path)
+        parent, key = pointer.to_last(doc)
+    except (jsonpatch.JsonPointerException, TypeError, KeyError, IndexError):
+        return False
+    return isinstance(parent, dict) and key not in parent
+
+
+def _as_kube_reads(op: dict[str, Any], doc: Any) -> dict[str, Any]:
+    """An operation as kube's JSON patch library (evanphx/json-patch v4) applies it, where RFC 6902 differs: a
+    missing ``value`` is null; replacing a member the object does not have adds it; copying from a missing
+    member copies null. Anything else it cannot apply is a 422."""
+    kind = op.get("op")
+    if kind not in _OPERATIONS or not isinstance(op.get("path"), str):
+        raise _does_not_apply()
+    if kind in ("move", "copy") and not isinstance(op.get("from"), str):
+        raise _does_not_apply()
+    if kind in ("add", "replace", "test") and "value" not in op:
+        op = {**op, "value": None}
+    if kind == "replace" and _missing_member(doc, op["path"]):
+        op = {**op, "op": "add"}
+    if kind == "copy" and _missing_member(doc, op["from"]):
+        op = {"op": "add", "path": op["path"], "value": None}
+    return op
 
 
 def json_patch(target: Any, operations: Any) -> Any:
-    """RFC 6902: a malformed patch document is a 400, an operation that does not apply to the object a 422."""
+    """RFC 6902 as kube-apiserver applies it: a body that is not a list of operation objects is a 400, an
+    operation that does not apply to the object a 422, and the whole patch applies or nothing does."""
     if not isinstance(operations, list) or not all(isinstance(op, dict) for op in operations):
         raise bad_request("a JSON patch must be a list of operation objects")
-    try:
-        jsonpatch.JsonPatch(operations)  # checks every operation's form before any is applied
-    except (jsonpatch.InvalidJsonPatch, jsonpatch.JsonPointerException) as exc:
-        raise bad_request(f"invalid JSON patch: {exc}") from None
     doc = copy.deepcopy(target)
-    for op in operations:  # one at a time, to name the one that fails
+    for op in operations:
         try:
-            doc = jsonpatch.JsonPatch([op]).apply(doc, in_place=True)
-        except jsonpatch.InvalidJsonPatch as exc:  # without its value or from member
-            raise bad_request(f"invalid JSON patch: {exc}") from None
-        except jsonpatch.JsonPatchTestFailed:
-            raise _does_not_apply(op, "the value differs") from None
-        except jsonpatch.JsonPatchConflict as exc:
-            raise _does_not_apply(op, str(exc)) from None
-        except jsonpatch.JsonPointerException:  # its message quotes the whole document
-            raise _does_not_apply(op, "the path does not exist") from None
+            doc = jsonpatch.JsonPatch([_as_kube_reads(op, doc)]).apply(doc, in_place=True)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
+            raise _does_not_apply() from None
     return doc
 
 

@@ -33,8 +33,54 @@ class Target:
         return self.namespace if self.rtype.namespaced else None
 
 
-def route_not_found() -> ApiError:
+#: The API groups kube-apiserver 1.25 serves itself (go-restful web services): a path under one of them that
+#: names nothing is answered with a ``Status``. Any other group's paths go to the CRD handler, which hands
+#: what it does not serve to the end of the handler chain: Go's plain-text ``404 page not found``.
+KUBE_GROUPS = frozenset(
+    {
+        "",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "apps",
+        "authentication.k8s.io",
+        "authorization.k8s.io",
+        "autoscaling",
+        "batch",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+    }
+)
+PLAIN_NOT_FOUND = "404 page not found\n"
+
+
+class PlainNotFound(ApiError):
+    """A 404 from the end of kube's handler chain: plain text, not a ``Status``."""
+
+    def __init__(self) -> None:
+        super().__init__(404, "NotFound", PLAIN_NOT_FOUND.strip())
+
+
+def route_not_found(group: str = "") -> ApiError:
+    """What kube answers for a path that names nothing under ``group`` (the core group for ``/api``)."""
+    if group not in KUBE_GROUPS:
+        return PlainNotFound()
     return ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+def group_of_path(path: str) -> str:
+    """The API group a request path is under: ``/apis/GROUP/...``; the core group for anything else."""
+    parts = path.split("/")
+    return parts[2] if len(parts) > 2 and parts[1] == "apis" and parts[2] else ""
 
 
 def method_not_allowed() -> ApiError:
@@ -51,6 +97,10 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def error_response(error: ApiError) -> web.Response:
+    if isinstance(error, PlainNotFound):
+        return web.Response(
+            text=PLAIN_NOT_FOUND, status=404, content_type="text/plain", headers={"X-Content-Type-Options": "nosniff"}
+        )
     headers = {"Retry-After": str(error.retry_after_seconds)} if error.retry_after_seconds is not None else None
     return json_response(error.status(), error.code, headers)
 
@@ -103,6 +153,12 @@ def selectors(request: web.Request, rtype: ResourceType) -> list[Matcher]:
     """The label and field selectors of the query, as predicates an object must all pass."""
     parsed = (
         parse_label_selector(request.query.get("labelSelector")),
-        parse_field_selector(request.query.get("fieldSelector"), rtype.group, rtype.kind),
+        parse_field_selector(
+            request.query.get("fieldSelector"),
+            rtype.group,
+            rtype.kind,
+            custom=rtype.is_custom,
+            namespaced=rtype.namespaced,
+        ),
     )
     return [matcher for matcher in parsed if matcher is not None]

@@ -15,7 +15,7 @@ from .control import Control
 from .discovery import Discovery
 from .errors import ApiError, bad_request
 from .handlers import ResourceHandlers
-from .protocol import error_response, method_not_allowed, route_not_found
+from .protocol import error_response, group_of_path, method_not_allowed, route_not_found
 
 if TYPE_CHECKING:
     from .server import ApiServer
@@ -36,7 +36,7 @@ async def kube_status_errors(request: web.Request, handler: Handler) -> web.Stre
     except json.JSONDecodeError as exc:
         return error_response(bad_request(f"the body of the request is not valid JSON: {exc}"))
     except web.HTTPClientError as exc:  # from the router, or aiohttp's body size limit
-        return error_response(_client_error(exc))
+        return error_response(_client_error(exc, request.path))
     except web.HTTPRedirection:
         raise  # to the normalized path
     except Exception as exc:
@@ -45,9 +45,9 @@ async def kube_status_errors(request: web.Request, handler: Handler) -> web.Stre
         return error_response(ApiError(500, "InternalError", message))
 
 
-def _client_error(exc: web.HTTPClientError) -> ApiError:
+def _client_error(exc: web.HTTPClientError, path: str) -> ApiError:
     if exc.status == 404:
-        return route_not_found()
+        return route_not_found(group_of_path(path))
     if exc.status == 405:
         return method_not_allowed()
     return ApiError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason)

@@ -116,7 +116,8 @@ _META_LABELS: dict[str, FieldLabel] = {
     "metadata.namespace": ("metadata.namespace", ""),
 }
 _INVOLVED = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
-#: Per (group, kind), the labels kube registers besides metadata.name/namespace (every other kind has only those).
+#: Per (group, kind) that registers a field-label conversion in kube 1.25, the labels besides
+#: metadata.name/namespace. Every other built-in kind selects on those two only.
 FIELD_LABELS: dict[tuple[str, str], dict[str, FieldLabel]] = {
     ("", "Pod"): {
         label: (label, default)
@@ -148,15 +149,27 @@ FIELD_LABELS: dict[tuple[str, str], dict[str, FieldLabel]] = {
         "source": ("deprecatedSource.component", ""),
         "type": ("type", ""),
     },
-    ("apps", "ReplicaSet"): {"status.replicas": ("status.replicas", "0")},
 }
 
 
-def parse_field_selector(selector: str | None, group: str = "", kind: str = "") -> Matcher | None:
-    """Field selectors on the labels kube-apiserver supports for the kind; 400 for any other, as kube answers."""
+def _unsupported_label(label: str, group: str, kind: str, custom: bool) -> str:
+    """kube's words for a label it does not select on: a kind with a conversion of its own (and every custom
+    resource) says so briefly; every other kind falls back to apimachinery's default conversion."""
+    if custom or (group, kind) in FIELD_LABELS:
+        return f"field label not supported: {label}"
+    return f'"{label}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+
+
+def parse_field_selector(
+    selector: str | None, group: str = "", kind: str = "", *, custom: bool = False, namespaced: bool = True
+) -> Matcher | None:
+    """Field selectors on the labels kube-apiserver supports for the kind; 400 for any other, as kube answers
+    (a cluster-scoped custom resource does not select on metadata.namespace)."""
     if not selector or not selector.strip():
         return None
     supported = {**_META_LABELS, **FIELD_LABELS.get((group, kind), {})}
+    if custom and not namespaced:
+        del supported["metadata.namespace"]
     requirements: list[tuple[FieldLabel, bool, str]] = []
     for part in _split_requirements(selector):
         m = re.match(r"^\s*([A-Za-z0-9_.\-/]+)\s*(==|=|!=)\s*(.*?)\s*$", part)
@@ -164,7 +177,7 @@ def parse_field_selector(selector: str | None, group: str = "", kind: str = "") 
             raise bad_request(f"invalid field selector: {part!r}")
         label = supported.get(m.group(1))
         if label is None:
-            raise bad_request(f"field label not supported: {m.group(1)}")
+            raise bad_request(_unsupported_label(m.group(1), group, kind, custom))
         requirements.append((label, m.group(2) != "!=", m.group(3)))
 
     def matches(obj: dict[str, Any]) -> bool:

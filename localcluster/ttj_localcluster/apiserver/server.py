@@ -35,7 +35,7 @@ class ApiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        history_size: int = 50_000,
+        history_size: int | None = None,
         bookmark_interval_seconds: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         authorization_mode: str = ALWAYS_ALLOW,

@@ -171,8 +171,11 @@ def parse_quantity(value: Any) -> Decimal | None:
 
 
 def resources(path: str, value: Any) -> Errors:
+    """ValidateResourceRequirements: names, quantities, and each request against its limit (reported on the
+    ``requests`` map, as kube does)."""
     errors: Errors = []
     parsed: dict[str, dict[str, Decimal]] = {}
+    written: dict[str, Any] = (value or {}).get("requests") or {}
     for part in ("limits", "requests"):
         for name, quantity in ((value or {}).get(part) or {}).items():
             where = f"{path}.{part}[{name}]"
@@ -195,20 +198,14 @@ def resources(path: str, value: Any) -> Errors:
             parsed.setdefault(part, {})[name] = number
     for name, request in parsed.get("requests", {}).items():
         limit = parsed.get("limits", {}).get(name)
-        extended = "/" in name and not name.startswith("kubernetes.io/")
-        if limit is not None and request > limit:
-            errors.append(
-                (f"{path}.requests[{name}]", _invalid(str(request), f"must be less than or equal to {name} limit"))
-            )
-        if extended and limit is None:
+        overcommit_allowed = ("/" not in name or "kubernetes.io/" in name) and not name.startswith("hugepages-")
+        shown = str(written[name])
+        if limit is not None and not overcommit_allowed and request != limit:
+            errors.append((f"{path}.requests", _invalid(shown, f"must be equal to {name} limit")))
+        elif limit is not None and request > limit:
+            errors.append((f"{path}.requests", _invalid(shown, f"must be less than or equal to {name} limit")))
+        elif limit is None and not overcommit_allowed:
             errors.append((f"{path}.limits", "Required value: Limit must be set for non overcommitable resources"))
-        elif extended and limit != request:
-            errors.append(
-                (
-                    f"{path}.requests[{name}]",
-                    _invalid(str(request), "must be equal to limit for non overcommitable resources"),
-                )
-            )
     return errors
 
 

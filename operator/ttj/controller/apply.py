@@ -6,7 +6,9 @@ patches of vanished pods are not errors: every write is idempotent, so a pass th
 lagging watch or a restart is safe. A refused :func:`~ttj.planner.interpreter.conditional` write (a Lease
 update whose resourceVersion precondition fails, a Lease create carrying an election that finds the
 Lease already there) and a status write whose precondition fails raise :class:`Conflict`: the pass stops
-there and the job is planned again from a fresh observation.
+there and the job is planned again from a fresh observation. A delete that names the uid it observed, of a
+name that now holds another object, finds its object gone: its patch answers 422 (``metadata.uid`` is
+immutable) and its delete 409, both harmless.
 
 Any other refusal of a write (a ResourceQuota or Pod Security admission answering 403, a 422, a 429, a
 5xx) does not stop the pass: it is recorded as a :class:`~ttj.planner.actions.Refusal`, the remaining
@@ -104,6 +106,13 @@ def _refusal(write: Write, exc: KubeError) -> Refusal:
     return Refusal(kind, name, verb, exc.status, exc.message)
 
 
+def _names_a_successor(write: Write, exc: KubeError) -> bool:
+    """A uid-carrying patch refused because the name now holds another object: kube-apiserver answers 422
+    (``metadata.uid`` is immutable), as a delete's uid precondition answers 409. The object the write meant
+    is gone either way; its successor is observed and planned like any other child."""
+    return isinstance(write, DeleteChild) and write.uid is not None and "metadata.uid" in exc.invalid_fields
+
+
 def _changed_meanwhile(exc: BaseException) -> bool:
     return isinstance(exc, KubeError) and exc.status == 409
 
@@ -122,7 +131,7 @@ class Applier:
             try:
                 self._apply_one(namespace, write, done)
             except KubeError as exc:
-                if exc.status in (404, 409):
+                if exc.status in (404, 409) or _names_a_successor(write, exc):
                     if conditional(write):
                         raise Conflict(f"{type(write).__name__} refused: {exc.message}") from exc
                     continue  # gone already / exists already: the write's intent holds

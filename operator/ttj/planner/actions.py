@@ -55,7 +55,8 @@ class DeleteChild:
     #: Annotate the object as deleted on purpose first, so a later look does not mistake it for a loss.
     mark_deliberate: bool = False
     reason: str = ""
-    #: The uid of the object as observed: the delete is refused (409) if the name now holds another object.
+    #: The uid of the object as observed: if the name now holds another object, the delete is refused (409)
+    #: and its deliberate mark too (422: a patch may not change the uid).
     uid: str | None = None
 
 

@@ -76,7 +76,7 @@ DELIBERATE_PATCH: Obj = {"metadata": {"annotations": {ANNOTATION_DELETED: "true"
 
 
 def deliberate_patch(action: DeleteChild) -> Obj:
-    """:data:`DELIBERATE_PATCH` for the object the delete means: with its uid, a same-named successor answers 409."""
+    """:data:`DELIBERATE_PATCH` for the object the delete means: with its uid, a same-named successor answers 422."""
     if action.uid is None:
         return DELIBERATE_PATCH
     return {"metadata": {**DELIBERATE_PATCH["metadata"], "uid": action.uid}}
@@ -186,7 +186,7 @@ class Interpreter:
             raise Conflict(f"{kind.lower()} changed since it was observed: {name}")
         wanted_uid = (patch.get("metadata") or {}).get("uid")
         if wanted_uid and wanted_uid != meta(current).get("uid"):
-            return None  # another object under that name now: 409, and the write's intent holds
+            return None  # another object under that name now: 422 (uid is immutable); the write's intent holds
         patched = apply_merge_patch(current, patch)
         patched["metadata"]["resourceVersion"] = meta(current).get("resourceVersion")
         if patched == current:

@@ -118,7 +118,11 @@ QUOTA = (
     [
         refusal(403, QUOTA),
         refusal(403, 'pods "w-1" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'),
-        refusal(422, 'Pod "w-1" is invalid: spec.containers[0].resources.requests[cpu]: Invalid value: "banana"'),
+        refusal(
+            422,
+            'Pod "w-1" is invalid: spec.containers[0].resources.requests: Invalid value: "2": '
+            "must be less than or equal to cpu limit",
+        ),
         refusal(500, "etcdserver: request timed out"),
     ],
     ids=["quota", "pod security", "invalid", "server error"],
@@ -179,6 +183,44 @@ def test_a_deliberate_forced_delete_marks_the_pod_first() -> None:
             {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background", "gracePeriodSeconds": 0},
         ),
     ]
+
+
+def invalid(field: str, message: str) -> KubeError:
+    """A 422 as kube-apiserver words it, with its cause."""
+    body = {
+        "kind": "Status",
+        "code": 422,
+        "reason": "Invalid",
+        "message": f'Pod "w" is invalid: {field}: {message}',
+        "details": {"name": "w", "kind": "Pod", "causes": [{"reason": "FieldValueInvalid", "field": field}]},
+    }
+    return KubeError(422, json.dumps(body))
+
+
+def test_a_delete_of_a_name_that_now_holds_a_successor_finds_its_object_gone() -> None:
+    """kube answers the deliberate mark naming the observed uid with 422 (metadata.uid is immutable) when a
+    successor took the name: the object meant is gone, nothing is reported, the successor is not deleted,
+    and the pass goes on."""
+    successor = invalid("metadata.uid", 'Invalid value: "observed": field is immutable')
+    api = ScriptedApi({("PATCH", path("Pod", NS, "w")): [successor]})
+    writes: list[Write] = [
+        DeleteChild("Pod", "w", mark_deliberate=True, uid="observed"),
+        LabelPod("w-0", {"a": "b"}),
+    ]
+    applied = Applier(api).apply(NS, writes)
+    assert applied.refused == []
+    assert [(m, u) for m, u, _, _ in api.requests] == [
+        ("PATCH", path("Pod", NS, "w")),
+        ("PATCH", path("Pod", NS, "w-0")),
+    ]
+    assert api.requests[0][2]["metadata"]["uid"] == "observed"
+
+
+def test_another_invalid_answer_to_the_deliberate_mark_is_reported() -> None:
+    refused = invalid("metadata.annotations", "Invalid value: too long")
+    api = ScriptedApi({("PATCH", path("Pod", NS, "w")): [refused]})
+    applied = Applier(api).apply(NS, [DeleteChild("Pod", "w", mark_deliberate=True, uid="observed")])
+    assert [(r.kind, r.name, r.verb, r.status) for r in applied.refused] == [("Pod", "w", "delete", 422)]
 
 
 def test_a_replacement_records_its_recovery_time() -> None:

@@ -28,6 +28,7 @@ from ttj.planner import (
     LabelPod,
     Observed,
     Plan,
+    Refusal,
     RemoveFinalizer,
     ReplaceChild,
     UpdateLease,
@@ -96,6 +97,8 @@ class Scenario:
         self.nodes = {f"gpu-{i}": node(f"gpu-{i}") for i in range(3)} | {"cpu-0": node("cpu-0", "on-demand")}
         self.writes: list[Write] = []
         self.conflicts = 0
+        #: the writes the server refused in the last pass (recorded for the status and Events)
+        self.refusals: list[Refusal] = []
 
     def observe(self) -> Observed:
         return self.cluster.observe(NAME, self.nodes)
@@ -112,8 +115,9 @@ class Scenario:
                 memory.apply(write, self.cluster.now)
         except Conflict:
             refused_in_memory = True
+        self.refusals = []
         try:
-            Applier(self.cluster).apply(NAMESPACE, writes)
+            self.refusals = Applier(self.cluster).apply(NAMESPACE, writes).refused
         except Conflict:
             refused_on_server = True
         assert refused_in_memory == refused_on_server, writes
@@ -369,6 +373,10 @@ CASES: dict[str, Case] = {
             DeleteChild("Deployment", ps_name(NAME, 9)),
         ],
     ),
+    "a delete on purpose of a name that now holds a successor": Case(
+        lambda s: [DeleteChild("Pod", _worker(s), mark_deliberate=True, uid="the-uid-of-a-predecessor")],
+        then=lambda p: _pod(p)["deletion"] == (None, None) and _pod(p)["annotations"] == {},
+    ),
     "a create of a name that exists": Case(
         lambda s: [CreateChild(_ps_deployment(s, ps_name(NAME, 0)))],
         then=lambda p: p["children"][f"Deployment/{ps_name(NAME, 0)}"][2]["spec"]["containers"][0]["image"] != "other",
@@ -383,4 +391,5 @@ def test_each_write(case: str) -> None:
     s.cluster.now = T0 + 5 * S
     writes = CASES[case].writes(s)
     assert s.apply_both(writes) == CASES[case].refused
+    assert s.refusals == []  # each answer is one the writes expect, never a failure to report
     assert CASES[case].then(picture(s.observe()))
