@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from ttj.api.podtemplate import (
@@ -90,6 +90,41 @@ class ConditionType(StrEnum):
     #: A write the API refused (a ResourceQuota, Pod Security admission, an invalid pod), as a ReplicaSet says it.
     REPLICA_FAILURE = "ReplicaFailure"
     STALLED = "Stalled"
+
+
+class Reason(StrEnum):
+    """Why a condition has its status (its ``reason``); the values are public (docs/contract.md)."""
+
+    CHILDREN_CREATED = "ChildrenCreated"
+    TRAINING = "Training"
+    WAITING_FOR_WORKERS = "WaitingForWorkers"
+    WORKERS_UNSCHEDULABLE = "WorkersUnschedulable"
+    BELOW_MIN_REPLICAS = "BelowMinReplicas"
+    WAITING_FOR_CHIEF = "WaitingForChief"
+    WAITING_FOR_PARAMETER_SERVERS = "WaitingForParameterServers"
+    PARAMETER_SERVER_LOST = "ParameterServerLost"
+    CHIEF_LOST = "ChiefLost"
+    WORKERS_LOST = "WorkersLost"
+    STARTING = "Starting"
+    AT_DESIRED_WORKERS = "AtDesiredWorkers"
+    ELECTED = "Elected"
+    NO_RUNNING_WORKERS = "NoRunningWorkers"
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    SCALE_OUT_LIMITED = "ScaleOutLimited"
+    WITHIN_BUDGET = "WithinBudget"
+    INVALID_SPEC = "InvalidSpec"
+    TRAINING_COMPLETE = "TrainingComplete"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    FAILED_CREATE = "FailedCreate"
+    FAILED_UPDATE = "FailedUpdate"
+    FAILED_DELETE = "FailedDelete"
+    PROGRESS_STALLED = "ProgressStalled"
+    PROGRESSING = "Progressing"
+    DATA_UNAVAILABLE = "DataUnavailable"
+    CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
+    CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
+    TRAINER_MISCONFIGURED = "TrainerMisconfigured"
 
 
 ModelName = Literal["resnet32", "small-cnn"]
@@ -456,9 +491,14 @@ class TransientTrainingJobSpec(_Model):
 class Condition(_Model):
     """A Kubernetes-style condition."""
 
-    type: str = Field(description="Condition type, e.g. Running, ChiefElected, Succeeded.")
+    # Typed here, a plain string in the CRD: the status schema does not list the values (docs/contract.md does).
+    type: Annotated[ConditionType, WithJsonSchema({"type": "string"})] = Field(
+        description="Condition type, e.g. Running, ChiefElected, Succeeded."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str | None = Field(default=None, description="One-word CamelCase reason for the last transition.")
+    reason: Annotated[Reason, WithJsonSchema({"type": "string"})] | None = Field(
+        default=None, description="One-word CamelCase reason for the last transition."
+    )
     message: str | None = Field(default=None, description="Human-readable detail of the last transition.")
     last_transition_time: str | None = Field(
         default=None, description="When the status last changed (RFC 3339).", json_schema_extra={"format": "date-time"}

@@ -24,10 +24,9 @@ from datetime import datetime
 from ttj.api.models import CostStatus, PreemptionCost, ProgressStatus, SavingsStatus
 from ttj.planner.actions import EmitEvent
 from ttj.planner.classify import PodState, PodVerdict
+from ttj.planner.lost import ServerLoss
 from ttj.planner.observed import Obj, condition, has_role, meta, name_of, slot_of
-from ttj.planner.parameter_servers import ServerLoss
-from ttj.planner.slots import incarnation_of
-from ttj_contract import Role, format_time, format_usd, parse_time
+from ttj_contract import Role, format_time, format_usd, parse_time, worker_incarnation
 
 #: Records kept in status.preemptionCosts; older closed ones live on only in status.savings' totals.
 KEPT_RECORDS = 20
@@ -141,12 +140,12 @@ def _replacement(
     for name, pod in pods.items():
         if not has_role(pod, Role.WORKER) or slot_of(pod) != record.slot:
             continue
-        if incarnation_of(name) <= incarnation_of(record.pod) or name == record.pod:
+        if worker_incarnation(name) <= worker_incarnation(record.pod) or name == record.pod:
             continue
         verdict = verdicts.get(name)
         moment = ready_at(pod)
         if verdict is not None and verdict.state == PodState.RUNNING and moment is not None:
-            found.append((incarnation_of(name), pod, moment))
+            found.append((worker_incarnation(name), pod, moment))
     if not found:
         return None
     _, pod, moment = min(found, key=lambda item: item[0])

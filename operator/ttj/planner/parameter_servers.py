@@ -16,17 +16,9 @@ from datetime import datetime, timedelta
 
 from ttj.planner.actions import DeleteChild, EmitEvent, Refusal, Write
 from ttj.planner.classify import PodState, classify_pod
+from ttj.planner.lost import ServerLoss
 from ttj.planner.observed import Obj, condition, has_role, labels_of, meta, name_of, node_name_of, phase_of
 from ttj_contract import LABEL_POD_TEMPLATE_HASH, LABEL_PS_INDEX, Role, parse_time, ps_name
-
-
-@dataclass(frozen=True)
-class ServerLoss:
-    """A parameter server whose model state was lost: ``old`` replaced by the running ``new``."""
-
-    index: int
-    old: str
-    new: str
 
 
 @dataclass(frozen=True)

@@ -9,20 +9,18 @@ recorded name again is safe: while that pod exists the create answers 409."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import Reason, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.cost.pools import PlacementCheck
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, DeleteChild, Write
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.observed import Obj, name_of, slot_of, uid_of
-
-_INCARNATION = re.compile(r"-(\d+)$")
+from ttj_contract import worker_incarnation
 
 
 @dataclass(frozen=True)
@@ -45,11 +43,6 @@ class _Occupancy:
     last_loss: dict[int, datetime]
     #: The highest incarnation observed in each slot.
     incarnations: dict[int, int]
-
-
-def incarnation_of(pod_name: str) -> int:
-    match = _INCARNATION.search(pod_name)
-    return int(match.group(1)) if match else 0
 
 
 def fill_worker_slots(
@@ -103,7 +96,9 @@ def fill_worker_slots(
         for pod in filled.values():
             if verdicts[name_of(pod)].alive:
                 writes.append(
-                    DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="BudgetExceeded", uid=uid_of(pod))
+                    DeleteChild(
+                        "Pod", name_of(pod), mark_deliberate=True, reason=Reason.BUDGET_EXCEEDED, uid=uid_of(pod)
+                    )
                 )
         filled, desired = {}, 0
 
@@ -139,7 +134,7 @@ def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict], refil
         if slot is None:
             continue
         verdict = verdicts[name_of(pod)]
-        incarnations[slot] = max(incarnations.get(slot, 0), incarnation_of(name_of(pod)))
+        incarnations[slot] = max(incarnations.get(slot, 0), worker_incarnation(name_of(pod)))
         if verdict.alive or (verdict.state == PodState.SUCCEEDED and not refill_finished):
             occupants.setdefault(slot, []).append(pod)
         elif verdict.lost and verdict.since is not None:
@@ -150,7 +145,7 @@ def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict], refil
 def _keep_order(pod: Obj, verdicts: Mapping[str, PodVerdict], holder: str | None) -> tuple[bool, bool, int]:
     """Of two pods in one slot keep the chief, else the running one, else the newest."""
     name = name_of(pod)
-    return (name != holder, verdicts[name].state != PodState.RUNNING, -incarnation_of(name))
+    return (name != holder, verdicts[name].state != PodState.RUNNING, -worker_incarnation(name))
 
 
 def _unschedulable(alive: list[PodVerdict]) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase
+from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase, Reason
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.conditions import (
     CONDITION_RULES,
@@ -16,7 +16,6 @@ from ttj.planner.conditions import (
     Finished,
     InProgress,
     InvalidSpec,
-    Reason,
     Wanted,
     derive,
     phase_of,
