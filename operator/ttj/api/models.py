@@ -8,6 +8,7 @@ and model validators here, so the operator refuses them too when a cluster let t
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -22,7 +23,7 @@ from ttj.api.podtemplate import (
     ResourceRequirements,
     Toleration,
 )
-from ttj_contract import Provisioning
+from ttj_contract import API_VERSION, KIND, Provisioning
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
 DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
@@ -813,8 +814,8 @@ class TransientTrainingJob(_Model):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal["transient.training/v1alpha1"] = "transient.training/v1alpha1"
-    kind: Literal["TransientTrainingJob"] = "TransientTrainingJob"
+    api_version: str = Field(default=API_VERSION, pattern=f"^{re.escape(API_VERSION)}$")
+    kind: str = Field(default=KIND, pattern=f"^{KIND}$")
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TransientTrainingJobSpec
     status: TransientTrainingJobStatus | None = None

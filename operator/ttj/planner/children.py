@@ -37,6 +37,7 @@ from ttj_contract import (
     LABEL_SLOT,
     METRICS_PORT,
     PREEMPTIBLE_LABEL,
+    PROVISIONING_LABELS,
     SPOT_LABEL,
     TF_PORT,
     Env,
@@ -232,12 +233,10 @@ def bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarna
     workers = spec.workers
     node_selector: dict[str, str] = {}
     tolerations: list[Obj] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-    if workers.provisioning == Provisioning.SPOT:
-        node_selector[SPOT_LABEL] = "true"
-        tolerations.append({"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
-    elif workers.provisioning == Provisioning.PREEMPTIBLE:
-        node_selector[PREEMPTIBLE_LABEL] = "true"
-        tolerations.append({"key": PREEMPTIBLE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
+    transient = PROVISIONING_LABELS.get(Provisioning(workers.provisioning))
+    if transient is not None:
+        node_selector[transient] = "true"
+        tolerations.append({"key": transient, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     if workers.gpus_per_worker > 0:
         node_selector[ACCELERATOR_LABEL] = workers.accelerator_type
     volumes, mounts = _checkpoint_volume(spec)
