@@ -749,6 +749,12 @@ class SavingsStatus(_Model):
     )
     losses: int = Field(default=0, ge=0, description="Losses counted here (recovered or not).")
     recovered: int = Field(default=0, ge=0, description="Losses whose replacement is ready.")
+    dropped_open: int = Field(
+        default=0,
+        ge=0,
+        description="Losses whose record left preemptionCosts (more than 20 open at once) before their replacement "
+        "was ready: counted in losses and stepsLost, never recovered, their cost not in the totals.",
+    )
 
 
 class TransientTrainingJobStatus(_Model):
@@ -802,7 +808,8 @@ class TransientTrainingJobStatus(_Model):
     )
     preemption_costs: list[PreemptionCost] | None = Field(
         default=None,
-        description="What each recent loss cost, newest last (the latest 20; savings keeps the totals).",
+        description="What each recent loss cost, newest last: at most 20, the closed ones leaving first "
+        "(savings keeps the totals).",
     )
     savings: SavingsStatus | None = Field(
         default=None, description="Savings against on-demand prices, net of what preemptions cost."

@@ -28,7 +28,8 @@ from ttj.planner.lost import ServerLoss
 from ttj.planner.observed import Obj, condition, has_role, meta, name_of, slot_of
 from ttj_contract import Role, format_time, format_usd, parse_time, worker_incarnation
 
-#: Records kept in status.preemptionCosts; older closed ones live on only in status.savings' totals.
+#: Records kept in status.preemptionCosts (a status object lives in etcd, at most 1.5 MB); older ones live on
+#: only in status.savings' totals.
 KEPT_RECORDS = 20
 
 
@@ -125,7 +126,8 @@ def account_losses(
         closed.append(done)
         events.append(EmitEvent("Normal", "PreemptionCost", describe(done)))
 
-    return LossAccounting(_keep(updated) or None, _totals(savings, opened, closed, cost), tuple(events))
+    kept, dropped_open = _keep(updated)
+    return LossAccounting(kept or None, _totals(savings, opened, closed, cost, dropped_open), tuple(events))
 
 
 def _replacement(
@@ -183,6 +185,7 @@ def _totals(
     opened: Sequence[PreemptionCost],
     closed: Sequence[PreemptionCost],
     cost: CostStatus | None,
+    dropped_open: int = 0,
 ) -> SavingsStatus | None:
     previous = before or SavingsStatus()
     loss_usd = previous.preemption_loss_usd + sum(r.usd or 0.0 for r in closed)
@@ -191,6 +194,7 @@ def _totals(
         update={
             "losses": previous.losses + len(opened),
             "recovered": previous.recovered + len(closed),
+            "dropped_open": previous.dropped_open + dropped_open,
             "steps_lost": previous.steps_lost + sum(r.steps_lost for r in opened),
             "slot_empty_seconds": previous.slot_empty_seconds + sum(r.slot_empty_seconds or 0.0 for r in closed),
             "preemption_loss_usd": loss_usd,
@@ -211,18 +215,18 @@ def _totals(
     )
 
 
-def _keep(records: list[PreemptionCost]) -> list[PreemptionCost]:
-    """The newest :data:`KEPT_RECORDS`, dropping closed records before open ones (an open one must close)."""
-    if len(records) <= KEPT_RECORDS:
-        return records
+def _keep(records: list[PreemptionCost]) -> tuple[list[PreemptionCost], int]:
+    """The newest :data:`KEPT_RECORDS`, and how many open records were dropped. Closed records go first, oldest
+    first (an open one may still close); were more than :data:`KEPT_RECORDS` open (replacements that never
+    came), the oldest open ones go too, so that the status stays small whatever happens."""
     surplus = len(records) - KEPT_RECORDS
-    dropped: set[int] = set()
-    for index, record in enumerate(records):
-        if len(dropped) == surplus:
-            break
-        if record.recovered_at is not None:
-            dropped.add(index)
-    return [r for i, r in enumerate(records) if i not in dropped]
+    if surplus <= 0:
+        return records, 0
+    closed = [i for i, record in enumerate(records) if record.recovered_at is not None]
+    still_open = [i for i, record in enumerate(records) if record.recovered_at is None]
+    dropped_open = still_open[: max(0, surplus - len(closed))]
+    dropped = {*closed[:surplus], *dropped_open}
+    return [r for i, r in enumerate(records) if i not in dropped], len(dropped_open)
 
 
 def describe(record: PreemptionCost) -> str:
