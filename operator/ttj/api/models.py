@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
+from ttj.api.objects import JobStatusBody
 from ttj.api.podtemplate import (
     DNS_1123_SUBDOMAIN,
     LABEL_VALUE,
@@ -826,3 +827,8 @@ class TransientTrainingJob(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TransientTrainingJobSpec
     status: TransientTrainingJobStatus | None = None
+
+
+def status_body(status: TransientTrainingJobStatus) -> JobStatusBody:
+    """``status`` as the JSON the status subresource holds."""
+    return cast(JobStatusBody, status.model_dump(by_alias=True, exclude_none=True, mode="json"))

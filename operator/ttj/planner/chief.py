@@ -23,13 +23,22 @@ from ttj.planner.lease import (
     chief_labels,
     lease_epoch_of,
     lease_expiry,
-    lease_spec_of,
     lease_write,
     renew_stamp,
     renewal_observed_at,
     renewed_since_election,
 )
-from ttj.planner.observed import Obj, meta, name_of, node_name_of, phase_of, slot_of
+from ttj.planner.observed import (
+    Obj,
+    container_statuses,
+    lease_spec,
+    meta,
+    name_of,
+    node_name_of,
+    phase_of,
+    pod_spec,
+    slot_of,
+)
 from ttj_contract import format_micro_time, format_time, parse_time
 
 
@@ -165,7 +174,7 @@ def keep_chief(given: ChiefInputs) -> ChiefPlan:
 def _holding(given: ChiefInputs, observed_at: datetime) -> _Holding:
     """The operator's chief, unless the Lease holds an election the operator made and did not record."""
     lease, holder = given.lease, given.holder
-    in_lease: str | None = lease_spec_of(lease).get("holderIdentity") if lease is not None else holder
+    in_lease: str | None = lease_spec(lease).get("holderIdentity") if lease is not None else holder
     standing = _standing(given, holder, given.recorded, observed_at)
     if (
         in_lease
@@ -275,7 +284,7 @@ def _own_unrecorded_election(
 
 
 def _adopted(holder: str, recorded: ChiefStatus, lease: Obj | None, loss: _Loss | None, now: datetime) -> ChiefStatus:
-    acquired = parse_time(lease_spec_of(lease).get("acquireTime"))
+    acquired = parse_time(lease_spec(lease).get("acquireTime"))
     lost_at = recorded.lost_at or (format_time(loss.since) if loss is not None else None)
     return ChiefStatus(
         pod=holder, epoch=lease_epoch_of(lease), elected_at=format_time(acquired or now), lost_at=lost_at
@@ -321,13 +330,10 @@ def _draining_until(pod: Obj | None, verdict: PodVerdict | None) -> datetime | N
     """When the grace period of a holder that is stopping gracefully ends; None unless it is doing so now."""
     if pod is None or verdict is None or verdict.state != PodState.PREEMPTED or verdict.force_delete:
         return None
-    if phase_of(pod) != "Running" or any(
-        "terminated" in (status.get("state") or {})
-        for status in (pod.get("status") or {}).get("containerStatuses") or []
-    ):
+    if phase_of(pod) != "Running" or any("terminated" in status.get("state", {}) for status in container_statuses(pod)):
         return None
     deleting = parse_time(meta(pod).get("deletionTimestamp"))
-    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    grace = pod_spec(pod).get("terminationGracePeriodSeconds")
     started = verdict.since
     if deleting is not None:
         return deleting  # the API sets it to the deletion time plus the grace period

@@ -15,7 +15,7 @@ from typing import Any
 
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.api.podtemplate import PodTemplate
-from ttj.planner.observed import Obj
+from ttj.planner.observed import Obj, meta
 from ttj.planner.podtemplates import merged_under, worker_template
 from ttj_contract import (
     ACCELERATOR_LABEL,
@@ -68,7 +68,7 @@ SCRATCH_VOLUMES = {"ttj-tmp": "/tmp", "ttj-home": "/home/trainer"}
 
 
 def _owner(job: Obj) -> list[Obj]:
-    metadata = job.get("metadata") or {}
+    metadata = meta(job)
     return [
         {
             "apiVersion": API_VERSION,
@@ -82,7 +82,7 @@ def _owner(job: Obj) -> list[Obj]:
 
 
 def _metadata(job: Obj, name: str, labels: dict[str, str] | None = None) -> Obj:
-    metadata = job.get("metadata") or {}
+    metadata = meta(job)
     return {
         "name": name,
         "namespace": metadata.get("namespace"),

@@ -29,7 +29,9 @@ from ttj.api.models import (
     TransientTrainingJobSpec,
     TransientTrainingJobStatus,
     WorkerCounts,
+    status_body,
 )
+from ttj.api.objects import JobStatusBody
 from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
@@ -64,7 +66,7 @@ class Plan:
     #: Events about the job, posted after the status write.
     events: list[EmitEvent] = field(default_factory=list)
     #: The full new status, camelCase JSON as written to the status subresource.
-    status: dict[str, Any] = field(default_factory=dict)
+    status: JobStatusBody = field(default_factory=JobStatusBody)
     #: Histogram samples measured from cluster state (e.g. chief handover).
     observations: list[Observation] = field(default_factory=list)
     delete_job: bool = False
@@ -488,9 +490,7 @@ def _plan(
     return Plan(
         writes=list(writes),
         events=list(events),
-        status=status.model_copy(update={"observed_generation": run.generation}).model_dump(
-            by_alias=True, exclude_none=True, mode="json"
-        ),
+        status=status_body(status.model_copy(update={"observed_generation": run.generation})),
         observations=list(observations),
         delete_job=delete_job,
         requeue_after=_requeue_after(run.now, run.config.resync_seconds, wake),

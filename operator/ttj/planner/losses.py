@@ -25,7 +25,17 @@ from ttj.api.models import CostStatus, PreemptionCost, ProgressStatus, SavingsSt
 from ttj.planner.actions import EmitEvent
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.lost import ServerLoss
-from ttj.planner.observed import Obj, condition, has_role, meta, name_of, slot_of
+from ttj.planner.observed import (
+    Obj,
+    condition,
+    container_statuses,
+    has_role,
+    meta,
+    name_of,
+    phase_of,
+    pod_status,
+    slot_of,
+)
 from ttj_contract import Role, format_time, format_usd, parse_time, worker_incarnation
 
 #: Records kept in status.preemptionCosts (a status object lives in etcd, at most 1.5 MB); older ones live on
@@ -47,12 +57,12 @@ def ready_at(pod: Obj) -> datetime | None:
         moment = parse_time(ready.get("lastTransitionTime"))
         if moment is not None:
             return moment
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        started = parse_time(((status.get("state") or {}).get("running") or {}).get("startedAt"))
+    for status in container_statuses(pod):
+        started = parse_time(status.get("state", {}).get("running", {}).get("startedAt"))
         if started is not None:
             return started
-    if (pod.get("status") or {}).get("phase") == "Running":
-        return parse_time((pod.get("status") or {}).get("startTime"))
+    if phase_of(pod) == "Running":
+        return parse_time(pod_status(pod).get("startTime"))
     return None
 
 
@@ -86,7 +96,7 @@ def account_losses(
                 pod=name,
                 role="chief" if name == chief else "worker",
                 slot=slot_of(pod),
-                started_at=(pod.get("status") or {}).get("startTime"),
+                started_at=pod_status(pod).get("startTime"),
                 lost_at=format_time((verdict.since if verdict is not None else None) or now),
                 global_step=step,
                 steps_lost=0,
@@ -157,7 +167,7 @@ def _replacement(
 def _close(record: PreemptionCost, replacement: tuple[Obj, datetime], cost: CostStatus | None) -> PreemptionCost:
     pod, ready = replacement
     lost = parse_time(record.lost_at) or ready
-    charged_from = parse_time((pod.get("status") or {}).get("startTime")) or ready
+    charged_from = parse_time(pod_status(pod).get("startTime")) or ready
     startup = max(0.0, (ready - charged_from).total_seconds())
     entry = next((e for e in (cost.pods if cost is not None else None) or [] if e.name == name_of(pod)), None)
     update: dict[str, object] = {
