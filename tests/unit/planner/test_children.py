@@ -24,6 +24,61 @@ def tf_config(task: str) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": task, "index": 0}}, separators=(",", ":"))
 
 
+#: Every child is owned by the job (garbage-collected with it).
+OWNED_BY_THE_JOB = [
+    {
+        "apiVersion": "transient.training/v1alpha1",
+        "kind": "TransientTrainingJob",
+        "name": "mnist",
+        "uid": "job-uid",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+]
+
+
+def trainer_container(task: str, resources: dict[str, Any]) -> dict[str, Any]:
+    """The trainer container of the job's first pod of ``task`` (every pod of the job has one)."""
+    return {
+        "name": "trainer",
+        "image": "ghcr.io/transient-training/ttj-trainer:0.1.0",
+        "command": ["python", "-m", "ttj_trainer"],
+        "env": [
+            {
+                "name": "TF_CONFIG",
+                "value": tf_config(task),
+            },
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "TTJ_JOB_NAME", "value": "mnist"},
+            {"name": "TTJ_MODEL", "value": "small-cnn"},
+            {"name": "TTJ_DATASET", "value": "synthetic"},
+            {"name": "TTJ_TRAIN_STEPS", "value": "1000"},
+            {"name": "TTJ_BATCH_SIZE", "value": "128"},
+            {"name": "TTJ_LEARNING_RATE", "value": "0.1"},
+            {"name": "TTJ_LEARNING_RATE_SCALING", "value": "activeWorkers"},
+            {"name": "TTJ_CHECKPOINT_URI", "value": "/ckpt"},
+            {"name": "TTJ_CHECKPOINT_INTERVAL_STEPS", "value": "500"},
+            {"name": "TTJ_CHECKPOINT_INTERVAL_SECONDS", "value": "300"},
+            {"name": "TTJ_DESIRED_WORKERS", "value": "3"},
+        ],
+        "ports": [{"name": "tf", "containerPort": 2222}, {"name": "metrics", "containerPort": 9090}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+        },
+        "resources": resources,
+        "volumeMounts": [
+            {"name": "ttj-tmp", "mountPath": "/tmp"},
+            {"name": "ttj-home", "mountPath": "/home/trainer"},
+        ],
+    }
+
+
 WORKER: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "Pod",
@@ -35,16 +90,7 @@ WORKER: dict[str, Any] = {
             "transient.training/role": "worker",
             "transient.training/slot": "0",
         },
-        "ownerReferences": [
-            {
-                "apiVersion": "transient.training/v1alpha1",
-                "kind": "TransientTrainingJob",
-                "name": "mnist",
-                "uid": "job-uid",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": OWNED_BY_THE_JOB,
         "finalizers": ["transient.training/accounting"],
     },
     "spec": {
@@ -65,44 +111,9 @@ WORKER: dict[str, Any] = {
             {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
         ],
         "containers": [
-            {
-                "name": "trainer",
-                "image": "ghcr.io/transient-training/ttj-trainer:0.1.0",
-                "command": ["python", "-m", "ttj_trainer"],
-                "env": [
-                    {
-                        "name": "TF_CONFIG",
-                        "value": tf_config("worker"),
-                    },
-                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                    {"name": "TTJ_JOB_NAME", "value": "mnist"},
-                    {"name": "TTJ_MODEL", "value": "small-cnn"},
-                    {"name": "TTJ_DATASET", "value": "synthetic"},
-                    {"name": "TTJ_TRAIN_STEPS", "value": "1000"},
-                    {"name": "TTJ_BATCH_SIZE", "value": "128"},
-                    {"name": "TTJ_LEARNING_RATE", "value": "0.1"},
-                    {"name": "TTJ_LEARNING_RATE_SCALING", "value": "activeWorkers"},
-                    {"name": "TTJ_CHECKPOINT_URI", "value": "/ckpt"},
-                    {"name": "TTJ_CHECKPOINT_INTERVAL_STEPS", "value": "500"},
-                    {"name": "TTJ_CHECKPOINT_INTERVAL_SECONDS", "value": "300"},
-                    {"name": "TTJ_DESIRED_WORKERS", "value": "3"},
-                ],
-                "ports": [{"name": "tf", "containerPort": 2222}, {"name": "metrics", "containerPort": 9090}],
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "capabilities": {"drop": ["ALL"]},
-                    "readOnlyRootFilesystem": True,
-                    "runAsNonRoot": True,
-                },
-                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}},
-                "volumeMounts": [
-                    {"name": "ttj-tmp", "mountPath": "/tmp"},
-                    {"name": "ttj-home", "mountPath": "/home/trainer"},
-                ],
-            }
+            trainer_container(
+                "worker", {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+            )
         ],
         "volumes": [{"name": "ttj-tmp", "emptyDir": {}}, {"name": "ttj-home", "emptyDir": {}}],
     },
@@ -119,16 +130,7 @@ PS_DEPLOYMENT: dict[str, Any] = {
             "transient.training/role": "ps",
             "transient.training/ps-index": "0",
         },
-        "ownerReferences": [
-            {
-                "apiVersion": "transient.training/v1alpha1",
-                "kind": "TransientTrainingJob",
-                "name": "mnist",
-                "uid": "job-uid",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": OWNED_BY_THE_JOB,
         "annotations": {"transient.training/ps-template": "fb81f112bfed15e8"},
     },
     "spec": {
@@ -178,46 +180,7 @@ PS_DEPLOYMENT: dict[str, Any] = {
                         }
                     }
                 },
-                "containers": [
-                    {
-                        "name": "trainer",
-                        "image": "ghcr.io/transient-training/ttj-trainer:0.1.0",
-                        "command": ["python", "-m", "ttj_trainer"],
-                        "env": [
-                            {
-                                "name": "TF_CONFIG",
-                                "value": tf_config("ps"),
-                            },
-                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                            {"name": "TTJ_JOB_NAME", "value": "mnist"},
-                            {"name": "TTJ_MODEL", "value": "small-cnn"},
-                            {"name": "TTJ_DATASET", "value": "synthetic"},
-                            {"name": "TTJ_TRAIN_STEPS", "value": "1000"},
-                            {"name": "TTJ_BATCH_SIZE", "value": "128"},
-                            {"name": "TTJ_LEARNING_RATE", "value": "0.1"},
-                            {"name": "TTJ_LEARNING_RATE_SCALING", "value": "activeWorkers"},
-                            {"name": "TTJ_CHECKPOINT_URI", "value": "/ckpt"},
-                            {"name": "TTJ_CHECKPOINT_INTERVAL_STEPS", "value": "500"},
-                            {"name": "TTJ_CHECKPOINT_INTERVAL_SECONDS", "value": "300"},
-                            {"name": "TTJ_DESIRED_WORKERS", "value": "3"},
-                        ],
-                        "ports": [{"name": "tf", "containerPort": 2222}, {"name": "metrics", "containerPort": 9090}],
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                            "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True,
-                        },
-                        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
-                        "volumeMounts": [
-                            {"name": "ttj-tmp", "mountPath": "/tmp"},
-                            {"name": "ttj-home", "mountPath": "/home/trainer"},
-                        ],
-                    }
-                ],
+                "containers": [trainer_container("ps", {"requests": {"cpu": "250m", "memory": "512Mi"}})],
                 "volumes": [{"name": "ttj-tmp", "emptyDir": {}}, {"name": "ttj-home", "emptyDir": {}}],
             },
         },
@@ -231,16 +194,7 @@ SERVICE: dict[str, Any] = {
         "name": "mnist",
         "namespace": "ns",
         "labels": {"transient.training/job-name": "mnist"},
-        "ownerReferences": [
-            {
-                "apiVersion": "transient.training/v1alpha1",
-                "kind": "TransientTrainingJob",
-                "name": "mnist",
-                "uid": "job-uid",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": OWNED_BY_THE_JOB,
     },
     "spec": {
         "clusterIP": "None",
@@ -257,16 +211,7 @@ NETWORK_POLICY: dict[str, Any] = {
         "name": "mnist",
         "namespace": "ns",
         "labels": {"transient.training/job-name": "mnist"},
-        "ownerReferences": [
-            {
-                "apiVersion": "transient.training/v1alpha1",
-                "kind": "TransientTrainingJob",
-                "name": "mnist",
-                "uid": "job-uid",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": OWNED_BY_THE_JOB,
     },
     "spec": {
         "podSelector": {"matchLabels": {"transient.training/job-name": "mnist"}},
@@ -291,59 +236,28 @@ LEASE: dict[str, Any] = {
         "name": "mnist-chief",
         "namespace": "ns",
         "labels": {"transient.training/job-name": "mnist"},
-        "ownerReferences": [
-            {
-                "apiVersion": "transient.training/v1alpha1",
-                "kind": "TransientTrainingJob",
-                "name": "mnist",
-                "uid": "job-uid",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": OWNED_BY_THE_JOB,
         "annotations": {"transient.training/active-workers": "2", "transient.training/desired-workers": "3"},
     },
     "spec": {"leaseDurationSeconds": 30, "leaseTransitions": 0},
 }
 
+TRAINER_METADATA = {
+    "name": "mnist-trainer",
+    "namespace": "ns",
+    "labels": {"transient.training/job-name": "mnist"},
+    "ownerReferences": OWNED_BY_THE_JOB,
+}
 TRAINER_RBAC: list[dict[str, Any]] = [
     {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {
-            "name": "mnist-trainer",
-            "namespace": "ns",
-            "labels": {"transient.training/job-name": "mnist"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "transient.training/v1alpha1",
-                    "kind": "TransientTrainingJob",
-                    "name": "mnist",
-                    "uid": "job-uid",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
+        "metadata": TRAINER_METADATA,
     },
     {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": {
-            "name": "mnist-trainer",
-            "namespace": "ns",
-            "labels": {"transient.training/job-name": "mnist"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "transient.training/v1alpha1",
-                    "kind": "TransientTrainingJob",
-                    "name": "mnist",
-                    "uid": "job-uid",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
+        "metadata": TRAINER_METADATA,
         "rules": [
             {
                 "apiGroups": ["coordination.k8s.io"],
@@ -356,21 +270,7 @@ TRAINER_RBAC: list[dict[str, Any]] = [
     {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {
-            "name": "mnist-trainer",
-            "namespace": "ns",
-            "labels": {"transient.training/job-name": "mnist"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "transient.training/v1alpha1",
-                    "kind": "TransientTrainingJob",
-                    "name": "mnist",
-                    "uid": "job-uid",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
+        "metadata": TRAINER_METADATA,
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "mnist-trainer"},
         "subjects": [{"kind": "ServiceAccount", "name": "mnist-trainer", "namespace": "ns"}],
     },
