@@ -18,6 +18,7 @@ class RawMeta(TypedDict, total=False):
     resourceVersion: str
     creationTimestamp: str
     deletionTimestamp: str
+    deletionGracePeriodSeconds: int
     labels: dict[str, str]
     annotations: dict[str, str]
     finalizers: list[str]

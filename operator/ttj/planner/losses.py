@@ -85,6 +85,49 @@ def account_losses(
     written status names as chief, ``progress`` and ``cost`` this pass's.
     """
     by_name = {name_of(p): p for p in pods}
+    opened = _opened(
+        lost_workers,
+        lost_servers,
+        chief=chief,
+        by_name=by_name,
+        verdicts=verdicts,
+        progress=progress,
+        cost=cost,
+        now=now,
+    )
+
+    events: list[EmitEvent] = []
+    closed: list[PreemptionCost] = []
+    updated: list[PreemptionCost] = []
+    for record in [*records, *opened]:
+        if record.recovered_at is not None:
+            updated.append(record)
+            continue
+        replacement = _replacement(record, by_name, verdicts)
+        done = _close(record, replacement, cost) if replacement is not None else None
+        if done is None:
+            updated.append(record)
+            continue
+        updated.append(done)
+        closed.append(done)
+        events.append(EmitEvent("Normal", "PreemptionCost", describe(done)))
+
+    kept, dropped_open = _keep(updated)
+    return LossAccounting(kept or None, _totals(savings, opened, closed, cost, dropped_open), tuple(events))
+
+
+def _opened(
+    lost_workers: Iterable[str],
+    lost_servers: Iterable[ServerLoss],
+    *,
+    chief: str | None,
+    by_name: Mapping[str, Obj],
+    verdicts: Mapping[str, PodVerdict],
+    progress: ProgressStatus | None,
+    cost: CostStatus | None,
+    now: datetime,
+) -> list[PreemptionCost]:
+    """A record for each loss counted in this pass, with the step and the job's cost at the loss."""
     step = progress.global_step if progress is not None else 0
     job_usd = cost.usd if cost is not None else 0.0
     opened: list[PreemptionCost] = []
@@ -119,25 +162,7 @@ def account_losses(
                 replacement=server.new,
             )
         )
-
-    events: list[EmitEvent] = []
-    closed: list[PreemptionCost] = []
-    updated: list[PreemptionCost] = []
-    for record in [*records, *opened]:
-        if record.recovered_at is not None:
-            updated.append(record)
-            continue
-        replacement = _replacement(record, by_name, verdicts)
-        done = _close(record, replacement, cost) if replacement is not None else None
-        if done is None:
-            updated.append(record)
-            continue
-        updated.append(done)
-        closed.append(done)
-        events.append(EmitEvent("Normal", "PreemptionCost", describe(done)))
-
-    kept, dropped_open = _keep(updated)
-    return LossAccounting(kept or None, _totals(savings, opened, closed, cost, dropped_open), tuple(events))
+    return opened
 
 
 def _replacement(
