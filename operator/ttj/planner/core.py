@@ -23,8 +23,10 @@ from pydantic import ValidationError
 from ttj.api.models import (
     ChiefStatus,
     CleanPodPolicy,
+    ConditionType,
     Phase,
     ProgressStatus,
+    Reason,
     TransientTrainingJob,
     TransientTrainingJobSpec,
     TransientTrainingJobStatus,
@@ -115,7 +117,7 @@ def plan(
     if isinstance(job, TransientTrainingJob):
         job = job.model_dump(by_alias=True, exclude_none=True, mode="json")
     try:
-        previous = TransientTrainingJobStatus.model_validate(job.get("status") or {})
+        previous = TransientTrainingJobStatus.model_validate(_known_conditions(job.get("status") or {}))
     except ValidationError:
         previous = TransientTrainingJobStatus()
     name = str(meta(job).get("name", ""))
@@ -132,6 +134,23 @@ def plan(
     if previous.phase is not None and previous.phase in TERMINAL:
         return _finished(run, spec, previous.phase)
     return _running(run, spec)
+
+
+def _known_conditions(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` without conditions of a type or reason this operator does not know (another version's, or
+    another writer's): each pass drops every condition it does not want anyway, and the rest of the status
+    (counters, the chief, the records) must not be lost to one of them failing validation."""
+    if "conditions" not in status:
+        return status
+    known_types, known_reasons = set(ConditionType), set(Reason)
+    kept = [
+        c
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+        and c.get("type") in known_types
+        and (c.get("reason") is None or c.get("reason") in known_reasons)
+    ]
+    return {**status, "conditions": kept}
 
 
 def _invalid(run: _Pass, problems: list[str]) -> Plan:
