@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -86,6 +87,15 @@ def worker_hostname(job: str, slot: int) -> str:
 def worker_pod_name(job: str, slot: int, incarnation: int) -> str:
     """``incarnation`` counts the pods a slot has had, so a replacement never waits for its predecessor."""
     return f"{job}-worker-{slot}-{incarnation}"
+
+
+_TRAILING_NUMBER = re.compile(r"-(\d+)$")
+
+
+def worker_incarnation(pod_name: str) -> int:
+    """The incarnation a worker pod's name carries (:func:`worker_pod_name`); 0 for a name without one."""
+    match = _TRAILING_NUMBER.search(pod_name)
+    return int(match.group(1)) if match else 0
 
 
 def lease_name(job: str) -> str:

@@ -7,6 +7,7 @@ the local cluster's API server all use this one.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -23,7 +24,7 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def merge_patch_between(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def merge_patch_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The patch that makes ``old`` into ``new``: removed keys become null, nested objects recurse, lists and
     scalars are replaced whole."""
     patch: dict[str, Any] = {}

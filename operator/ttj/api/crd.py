@@ -105,8 +105,8 @@ def open_api_schema() -> dict[str, Any]:
         "description": models.TransientTrainingJob.__doc__,
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string", "description": "API version: transient.training/v1alpha1."},
-            "kind": {"type": "string", "description": "TransientTrainingJob."},
+            "apiVersion": {"type": "string", "description": f"API version: {contract.API_VERSION}."},
+            "kind": {"type": "string", "description": f"{contract.KIND}."},
             "metadata": {"type": "object"},
             "spec": spec,
             "status": status,

@@ -8,12 +8,14 @@ and model validators here, so the operator refuses them too when a cluster let t
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
+from ttj.api.objects import JobStatusBody
 from ttj.api.podtemplate import (
     DNS_1123_SUBDOMAIN,
     LABEL_VALUE,
@@ -22,7 +24,7 @@ from ttj.api.podtemplate import (
     ResourceRequirements,
     Toleration,
 )
-from ttj_contract import Provisioning
+from ttj_contract import API_VERSION, KIND, Provisioning
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
 DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
@@ -90,6 +92,41 @@ class ConditionType(StrEnum):
     #: A write the API refused (a ResourceQuota, Pod Security admission, an invalid pod), as a ReplicaSet says it.
     REPLICA_FAILURE = "ReplicaFailure"
     STALLED = "Stalled"
+
+
+class Reason(StrEnum):
+    """Why a condition has its status (its ``reason``); the values are public (docs/contract.md)."""
+
+    CHILDREN_CREATED = "ChildrenCreated"
+    TRAINING = "Training"
+    WAITING_FOR_WORKERS = "WaitingForWorkers"
+    WORKERS_UNSCHEDULABLE = "WorkersUnschedulable"
+    BELOW_MIN_REPLICAS = "BelowMinReplicas"
+    WAITING_FOR_CHIEF = "WaitingForChief"
+    WAITING_FOR_PARAMETER_SERVERS = "WaitingForParameterServers"
+    PARAMETER_SERVER_LOST = "ParameterServerLost"
+    CHIEF_LOST = "ChiefLost"
+    WORKERS_LOST = "WorkersLost"
+    STARTING = "Starting"
+    AT_DESIRED_WORKERS = "AtDesiredWorkers"
+    ELECTED = "Elected"
+    NO_RUNNING_WORKERS = "NoRunningWorkers"
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    SCALE_OUT_LIMITED = "ScaleOutLimited"
+    WITHIN_BUDGET = "WithinBudget"
+    INVALID_SPEC = "InvalidSpec"
+    TRAINING_COMPLETE = "TrainingComplete"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    FAILED_CREATE = "FailedCreate"
+    FAILED_UPDATE = "FailedUpdate"
+    FAILED_DELETE = "FailedDelete"
+    PROGRESS_STALLED = "ProgressStalled"
+    PROGRESSING = "Progressing"
+    DATA_UNAVAILABLE = "DataUnavailable"
+    CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
+    CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
+    TRAINER_MISCONFIGURED = "TrainerMisconfigured"
 
 
 ModelName = Literal["resnet32", "small-cnn"]
@@ -456,9 +493,14 @@ class TransientTrainingJobSpec(_Model):
 class Condition(_Model):
     """A Kubernetes-style condition."""
 
-    type: str = Field(description="Condition type, e.g. Running, ChiefElected, Succeeded.")
+    # Typed here, a plain string in the CRD: the status schema does not list the values (docs/contract.md does).
+    type: Annotated[ConditionType, WithJsonSchema({"type": "string"})] = Field(
+        description="Condition type, e.g. Running, ChiefElected, Succeeded."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str | None = Field(default=None, description="One-word CamelCase reason for the last transition.")
+    reason: Annotated[Reason, WithJsonSchema({"type": "string"})] | None = Field(
+        default=None, description="One-word CamelCase reason for the last transition."
+    )
     message: str | None = Field(default=None, description="Human-readable detail of the last transition.")
     last_transition_time: str | None = Field(
         default=None, description="When the status last changed (RFC 3339).", json_schema_extra={"format": "date-time"}
@@ -708,6 +750,12 @@ class SavingsStatus(_Model):
     )
     losses: int = Field(default=0, ge=0, description="Losses counted here (recovered or not).")
     recovered: int = Field(default=0, ge=0, description="Losses whose replacement is ready.")
+    dropped_open: int = Field(
+        default=0,
+        ge=0,
+        description="Losses whose record left preemptionCosts (more than 20 open at once) before their replacement "
+        "was ready: counted in losses and stepsLost, never recovered, their cost not in the totals.",
+    )
 
 
 class TransientTrainingJobStatus(_Model):
@@ -761,7 +809,8 @@ class TransientTrainingJobStatus(_Model):
     )
     preemption_costs: list[PreemptionCost] | None = Field(
         default=None,
-        description="What each recent loss cost, newest last (the latest 20; savings keeps the totals).",
+        description="What each recent loss cost, newest last: at most 20, the closed ones leaving first "
+        "(savings keeps the totals).",
     )
     savings: SavingsStatus | None = Field(
         default=None, description="Savings against on-demand prices, net of what preemptions cost."
@@ -773,8 +822,13 @@ class TransientTrainingJob(_Model):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal["transient.training/v1alpha1"] = "transient.training/v1alpha1"
-    kind: Literal["TransientTrainingJob"] = "TransientTrainingJob"
+    api_version: str = Field(default=API_VERSION, pattern=f"^{re.escape(API_VERSION)}$")
+    kind: str = Field(default=KIND, pattern=f"^{KIND}$")
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TransientTrainingJobSpec
     status: TransientTrainingJobStatus | None = None
+
+
+def status_body(status: TransientTrainingJobStatus) -> JobStatusBody:
+    """``status`` as the JSON the status subresource holds."""
+    return cast(JobStatusBody, status.model_dump(by_alias=True, exclude_none=True, mode="json"))

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from ttj_contract import CONTAINER_NAME
+
 #: A Kubernetes quantity as a string (no sign: requests, limits and sizes are never negative).
 QUANTITY_PATTERN = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+]?[0-9]{1,2}))?$"
 #: The largest quantity the API server accepts (its int64 scaled value, in units).
@@ -577,10 +579,20 @@ class LocalObjectReference(_Model):
     name: str = Field(min_length=1, max_length=253, pattern=DNS_1123_SUBDOMAIN, description="Its name.")
 
 
+def _is_trainer(name: str) -> str:
+    if name != CONTAINER_NAME:
+        raise ValueError(f"must be {CONTAINER_NAME!r}, the trainer container's name")
+    return name
+
+
 class ContainerTemplate(_Model):
     """Additions to the trainer container (image, command, ports and resources are ttj's)."""
 
-    name: Literal["trainer"] = Field(default="trainer", description="Always trainer: the one container of ttj's pods.")
+    name: Annotated[str, AfterValidator(_is_trainer)] = Field(
+        default=CONTAINER_NAME,
+        description=f"Always {CONTAINER_NAME}: the one container of ttj's pods.",
+        json_schema_extra={"enum": [CONTAINER_NAME]},
+    )
     env: Annotated[list[EnvVar], Field(max_length=128)] | None = Field(
         default=None,
         description=(

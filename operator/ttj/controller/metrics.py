@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -116,7 +117,12 @@ class Metrics:
         )
 
     def status_written(
-        self, namespace: str, job: str, old: dict[str, Any], new: dict[str, Any], spec: dict[str, Any] | None = None
+        self,
+        namespace: str,
+        job: str,
+        old: Mapping[str, Any],
+        new: Mapping[str, Any],
+        spec: dict[str, Any] | None = None,
     ) -> None:
         """Count what the new status adds to the old one's counters, and set the gauges."""
         for field, attribute in COUNTERS.items():

@@ -10,8 +10,7 @@ at a new epoch (which fences the usurper's), and a Warning Event names both.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,14 +23,48 @@ from ttj.planner.lease import (
     chief_labels,
     lease_epoch_of,
     lease_expiry,
-    lease_spec_of,
     lease_write,
     renew_stamp,
     renewal_observed_at,
     renewed_since_election,
 )
-from ttj.planner.observed import Obj, meta, name_of, node_name_of, phase_of, slot_of
+from ttj.planner.observed import (
+    Obj,
+    container_statuses,
+    lease_spec,
+    meta,
+    name_of,
+    node_name_of,
+    phase_of,
+    pod_spec,
+    slot_of,
+)
 from ttj_contract import format_micro_time, format_time, parse_time
+
+
+@dataclass(frozen=True)
+class ChiefInputs:
+    """What the chief stage reads: the job's workers and their verdicts, the Lease, the status's chief."""
+
+    job: Obj
+    workers: tuple[Obj, ...]
+    verdicts: Mapping[str, PodVerdict]
+    nodes: Mapping[str, Obj]
+    lease: Obj | None
+    #: The operator's chief (:func:`operators_chief`; the status's when the Lease is gone).
+    holder: str | None
+    #: The chief the last written status names.
+    recorded: ChiefStatus | None
+    #: A parameter server was replaced: the epoch moves, so the chief restores the latest checkpoint.
+    ps_replaced: bool
+    active: int
+    desired: int
+    now: datetime
+    config: PlannerConfig
+    #: Why training has stalled (a running holder is then replaced too); empty when it has not.
+    stalled: str = ""
+    #: No final checkpoint of the holder's epoch was reported: a holder that exited 0 is lost.
+    ended_without_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,148 +94,172 @@ class _Loss:
     why: str
 
 
-def keep_chief(
-    job: Obj,
-    workers: Iterable[Obj],
-    verdicts: Mapping[str, PodVerdict],
-    nodes: Mapping[str, Obj],
-    *,
-    lease: Obj | None,
-    holder: str | None,
-    recorded: ChiefStatus | None,
-    ps_replaced: bool,
-    active: int,
-    desired: int,
-    now: datetime,
-    config: PlannerConfig,
-    stalled: str = "",
-    ended_without_model: bool = False,
-) -> ChiefPlan:
-    """``holder`` is the operator's chief (:func:`operators_chief`; the status's when the Lease is gone),
-    ``recorded`` the chief the last written status names; a replaced parameter server (``ps_replaced``)
-    moves the epoch, so the chief restores the latest checkpoint. A holder in the Lease other than
-    ``holder`` is refused and ``holder`` restored at a new epoch. A running holder is replaced too when
-    training has ``stalled`` (the why, empty when it has not), and a holder that exited 0 when it
-    ``ended_without_model`` (no final checkpoint of its epoch reported)."""
-    workers = list(workers)
-    epoch = max(lease_epoch_of(lease), (recorded or ChiefStatus()).epoch)
-    chief, elections = recorded, 0
-    events: list[EmitEvent] = []
-    in_lease: str | None = lease_spec_of(lease).get("holderIdentity") if lease is not None else holder
-    observed_at = renewal_observed_at(lease, recorded, now)
-    standing = functools.partial(
-        _standing,
-        workers=workers,
-        verdicts=verdicts,
-        nodes=nodes,
-        lease=lease,
-        config=config,
-        now=now,
-        observed_at=observed_at,
-        stalled=stalled,
-        ended_without_model=ended_without_model,
+@dataclass(frozen=True)
+class _Standing:
+    """Whether the chief is lost (and since when), when its lease goes stale, and who could take over."""
+
+    loss: _Loss | None
+    wake: datetime | None
+    candidates: list[Candidate]
+
+
+@dataclass(frozen=True)
+class _Holding:
+    """Who holds the chief's role before this pass decides: the operator's chief, or an election of its own
+    that only the Lease recorded (adopted)."""
+
+    #: The holder the Lease names (the operator's chief when there is no Lease).
+    in_lease: str | None
+    holder: str | None
+    chief: ChiefStatus | None
+    #: 1 when an election found only in the Lease is adopted.
+    elections: int
+    standing: _Standing
+    events: tuple[EmitEvent, ...]
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """The chief after this pass: kept, elected, lost with none to take over, or moved to a new epoch."""
+
+    chief: ChiefStatus | None
+    holder: str | None
+    elected: bool
+    events: tuple[EmitEvent, ...] = ()
+    observations: tuple[Observation, ...] = ()
+
+
+def keep_chief(given: ChiefInputs) -> ChiefPlan:
+    """Keep the chief or elect one. A holder in the Lease other than ``given.holder`` is refused and
+    ``given.holder`` restored at a new epoch; a replaced parameter server moves the epoch; a running holder is
+    replaced when training has stalled, and a holder that exited 0 when it ended without a final checkpoint."""
+    epoch = max(lease_epoch_of(given.lease), (given.recorded or ChiefStatus()).epoch)
+    observed_at = renewal_observed_at(given.lease, given.recorded, given.now)
+    holding = _holding(given, observed_at)
+    usurped = holding.in_lease != holding.holder
+    refusal = _refusal(holding, given.lease) if usurped else None
+    decision = _decide(given, holding, epoch, observed_at, usurped=usurped)
+    new_epoch = epoch + 1 if (decision.elected or given.ps_replaced or usurped) and decision.holder else epoch
+    lease_change = lease_write(
+        given.job,
+        given.lease,
+        given.config,
+        given.now,
+        holder_before=holding.in_lease,
+        holder=decision.holder,
+        epoch=new_epoch,
+        elected=decision.elected,
+        active=given.active,
+        desired=given.desired,
     )
-    loss, wake, candidates = standing(holder, chief=chief)
+    writes = [*([lease_change] if lease_change is not None else []), *chief_labels(given.workers, decision.holder)]
+    verdict = given.verdicts.get(decision.holder) if decision.holder else None
+    loss = holding.standing.loss
+    healthy = (
+        verdict is not None
+        and verdict.state == PodState.RUNNING
+        and (decision.holder != holding.holder or loss is None)
+    )
+    return ChiefPlan(
+        _stamped(decision, given.lease, given.now, observed_at),
+        holding.elections + int(decision.elected),
+        healthy,
+        tuple(writes),
+        (*holding.events, *((refusal,) if refusal is not None else ()), *decision.events),
+        decision.observations,
+        holding.standing.wake,
+    )
+
+
+def _holding(given: ChiefInputs, observed_at: datetime) -> _Holding:
+    """The operator's chief, unless the Lease holds an election the operator made and did not record."""
+    lease, holder = given.lease, given.holder
+    in_lease: str | None = lease_spec(lease).get("holderIdentity") if lease is not None else holder
+    standing = _standing(given, holder, given.recorded, observed_at)
     if (
         in_lease
         and in_lease != holder
         and _own_unrecorded_election(
-            in_lease, holder, loss=loss, candidates=candidates, lease=lease, recorded=recorded, now=now
+            in_lease,
+            holder,
+            loss=standing.loss,
+            candidates=standing.candidates,
+            lease=lease,
+            recorded=given.recorded,
+            now=given.now,
         )
     ):
         # The operator elected in_lease and stopped before its status said so: that election stands.
-        chief, elections, holder = _adopted(in_lease, recorded or ChiefStatus(), lease, loss, now), 1, in_lease
-        events.append(EmitEvent("Normal", "ChiefElected", f"{in_lease} is chief at epoch {chief.epoch}"))
-        loss, wake, candidates = standing(holder, chief=chief)
-    usurped = in_lease != holder
-    if usurped:
-        events.append(
-            EmitEvent(
-                "Warning",
-                "ChiefChangeRefused",
-                f"the Lease names {in_lease or 'no chief'} at epoch {lease_epoch_of(lease)}, a change the operator "
-                "did not make; only the operator elects: "
-                + (f"{holder} stays chief at a new epoch" if holder else "it elects the chief itself"),
-            )
-        )
-    known = chief or ChiefStatus()
+        adopted = _adopted(in_lease, given.recorded or ChiefStatus(), lease, standing.loss, given.now)
+        event = EmitEvent("Normal", "ChiefElected", f"{in_lease} is chief at epoch {adopted.epoch}")
+        return _Holding(in_lease, in_lease, adopted, 1, _standing(given, in_lease, adopted, observed_at), (event,))
+    return _Holding(in_lease, holder, given.recorded, 0, standing, ())
 
-    new_holder, elected = holder, False
-    observations: tuple[Observation, ...] = ()
-    choice = choose_chief(candidates, now) if not holder or loss is not None else None
+
+def _refusal(holding: _Holding, lease: Obj | None) -> EmitEvent:
+    holder = holding.holder
+    return EmitEvent(
+        "Warning",
+        "ChiefChangeRefused",
+        f"the Lease names {holding.in_lease or 'no chief'} at epoch {lease_epoch_of(lease)}, a change the operator "
+        "did not make; only the operator elects: "
+        + (f"{holder} stays chief at a new epoch" if holder else "it elects the chief itself"),
+    )
+
+
+def _decide(given: ChiefInputs, holding: _Holding, epoch: int, observed_at: datetime, *, usurped: bool) -> _Decision:
+    holder, known, loss = holding.holder, holding.chief or ChiefStatus(), holding.standing.loss
+    choice = choose_chief(holding.standing.candidates, given.now) if not holder or loss is not None else None
     if choice is not None:
-        new_holder, elected = name_of(choice.pod), True
-        elections += 1
+        elected = name_of(choice.pod)
         lost_at = format_time(loss.since) if loss is not None else None
-        chief = ChiefStatus(pod=new_holder, epoch=epoch + 1, elected_at=format_time(now), lost_at=lost_at)
-        events.append(_elected(choice, epoch + 1, loss))
-    elif loss is not None:
+        chief = ChiefStatus(pod=elected, epoch=epoch + 1, elected_at=format_time(given.now), lost_at=lost_at)
+        return _Decision(chief, elected, True, events=(_elected(choice, epoch + 1, loss),))
+    if loss is not None:
         # No running worker to take over yet: remember when the chief was lost, elect later.
         lost_at = format_time(loss.since)
         chief = ChiefStatus(pod=known.pod or holder, epoch=epoch, elected_at=known.elected_at, lost_at=lost_at)
-    elif ps_replaced or (usurped and holder):
+        return _Decision(chief, holder, False)
+    if given.ps_replaced or (usurped and holder):
         chief = ChiefStatus(pod=holder, epoch=epoch + 1, elected_at=known.elected_at, lost_at=known.lost_at)
-    elif holder:
-        elected_at = known.elected_at or format_time(now)
+        return _Decision(chief, holder, False)
+    if holder:
+        elected_at = known.elected_at or format_time(given.now)
         kept = ChiefStatus(pod=holder, epoch=epoch, elected_at=elected_at, lost_at=known.lost_at)
-        chief, observations = _handover_done(kept, lease, observed_at)
-    new_epoch = epoch + 1 if (elected or ps_replaced or usurped) and new_holder else epoch
+        chief, observations = _handover_done(kept, given.lease, observed_at)
+        return _Decision(chief, holder, False, observations=observations)
+    return _Decision(holding.chief, holder, False)
 
-    lease_change = lease_write(
-        job,
-        lease,
-        config,
-        now,
-        holder_before=in_lease,
-        holder=new_holder,
-        epoch=new_epoch,
-        elected=elected,
-        active=active,
-        desired=desired,
+
+def _stamped(decision: _Decision, lease: Obj | None, now: datetime, observed_at: datetime) -> ChiefStatus | None:
+    """What the operator saw of the holder's heartbeat, and when (an election writes renewTime itself)."""
+    if decision.chief is None:
+        return None
+    seen = format_time(now) if decision.elected else format_time(observed_at)
+    stamp = format_micro_time(now) if decision.elected else renew_stamp(lease)
+    return decision.chief.model_copy(update={"renew_time": stamp, "renew_observed_at": seen})
+
+
+def _standing(given: ChiefInputs, holder: str | None, chief: ChiefStatus | None, observed_at: datetime) -> _Standing:
+    verdicts, now = given.verdicts, given.now
+    holder_pod = next((p for p in given.workers if name_of(p) == holder), None) if holder else None
+    loss, wake = _holder_loss(
+        holder, verdicts, given.lease, given.config, now=now, observed_at=observed_at, pod=holder_pod
     )
-    if chief is not None:
-        # What the operator saw of the holder's heartbeat, and when (an election writes renewTime itself).
-        seen = format_time(now) if elected else format_time(observed_at)
-        stamp = format_micro_time(now) if elected else renew_stamp(lease)
-        chief = chief.model_copy(update={"renew_time": stamp, "renew_observed_at": seen})
-    writes: list[Write] = [lease_change] if lease_change is not None else []
-    writes += chief_labels(workers, new_holder)
-    verdict = verdicts.get(new_holder) if new_holder else None
-    healthy = verdict is not None and verdict.state == PodState.RUNNING and (new_holder != holder or loss is None)
-    return ChiefPlan(chief, elections, healthy, tuple(writes), tuple(events), observations, wake)
-
-
-def _standing(
-    holder: str | None,
-    *,
-    workers: list[Obj],
-    verdicts: Mapping[str, PodVerdict],
-    nodes: Mapping[str, Obj],
-    lease: Obj | None,
-    config: PlannerConfig,
-    now: datetime,
-    observed_at: datetime,
-    stalled: str,
-    ended_without_model: bool,
-    chief: ChiefStatus | None,
-) -> tuple[_Loss | None, datetime | None, list[Candidate]]:
-    """Whether the chief is lost (and since when), when its lease goes stale, and who could take over."""
-    holder_pod = next((p for p in workers if name_of(p) == holder), None) if holder else None
-    loss, wake = _holder_loss(holder, verdicts, lease, config, now=now, observed_at=observed_at, pod=holder_pod)
-    if loss is None and holder and stalled:
-        loss = _Loss(now, f"chief {holder}: {stalled}")
+    if loss is None and holder and given.stalled:
+        loss = _Loss(now, f"chief {holder}: {given.stalled}")
     holder_verdict = verdicts.get(holder) if holder else None
-    if holder_verdict is not None and holder_verdict.state == PodState.SUCCEEDED and ended_without_model:
+    if holder_verdict is not None and holder_verdict.state == PodState.SUCCEEDED and given.ended_without_model:
         loss = _Loss(holder_verdict.since or now, f"chief {holder} exited without a final checkpoint")
     lost_at = (chief or ChiefStatus()).lost_at
     if loss is not None and lost_at:
         loss = _Loss(min(loss.since, parse_time(lost_at) or loss.since), loss.why)
     candidates = [
-        Candidate(pod, nodes.get(node_name_of(pod) or ""), slot_of(pod) or 0)
-        for name, pod in sorted({name_of(p): p for p in workers}.items())
+        Candidate(pod, given.nodes.get(node_name_of(pod) or ""), slot_of(pod) or 0)
+        for name, pod in sorted({name_of(p): p for p in given.workers}.items())
         if verdicts[name].state == PodState.RUNNING and not (loss is not None and name == holder)
     ]
-    return loss, wake, candidates
+    return _Standing(loss, wake, candidates)
 
 
 def _own_unrecorded_election(
@@ -227,7 +284,7 @@ def _own_unrecorded_election(
 
 
 def _adopted(holder: str, recorded: ChiefStatus, lease: Obj | None, loss: _Loss | None, now: datetime) -> ChiefStatus:
-    acquired = parse_time(lease_spec_of(lease).get("acquireTime"))
+    acquired = parse_time(lease_spec(lease).get("acquireTime"))
     lost_at = recorded.lost_at or (format_time(loss.since) if loss is not None else None)
     return ChiefStatus(
         pod=holder, epoch=lease_epoch_of(lease), elected_at=format_time(acquired or now), lost_at=lost_at
@@ -273,13 +330,10 @@ def _draining_until(pod: Obj | None, verdict: PodVerdict | None) -> datetime | N
     """When the grace period of a holder that is stopping gracefully ends; None unless it is doing so now."""
     if pod is None or verdict is None or verdict.state != PodState.PREEMPTED or verdict.force_delete:
         return None
-    if phase_of(pod) != "Running" or any(
-        "terminated" in (status.get("state") or {})
-        for status in (pod.get("status") or {}).get("containerStatuses") or []
-    ):
+    if phase_of(pod) != "Running" or any("terminated" in status.get("state", {}) for status in container_statuses(pod)):
         return None
     deleting = parse_time(meta(pod).get("deletionTimestamp"))
-    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    grace = pod_spec(pod).get("terminationGracePeriodSeconds")
     started = verdict.since
     if deleting is not None:
         return deleting  # the API sets it to the deletion time plus the grace period

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.api.podtemplate import PodTemplate
-from ttj.planner.observed import Obj
+from ttj.planner.observed import Obj, meta
+from ttj.planner.podtemplates import merged_under, worker_template
 from ttj_contract import (
     ACCELERATOR_LABEL,
     ANNOTATION_ACTIVE_WORKERS,
@@ -29,7 +29,6 @@ from ttj_contract import (
     DATA_VOLUME,
     FINALIZER,
     GPU_RESOURCE,
-    GROUP,
     KIND,
     LABEL_JOB,
     LABEL_METRICS_SCRAPER,
@@ -38,6 +37,7 @@ from ttj_contract import (
     LABEL_SLOT,
     METRICS_PORT,
     PREEMPTIBLE_LABEL,
+    PROVISIONING_LABELS,
     SPOT_LABEL,
     TF_PORT,
     Env,
@@ -65,32 +65,10 @@ TRAINER_UID = 10001
 #: Python write temporary files to /tmp; Keras' dataset cache and other caches (~/.keras, ~/.cache) live
 #: under the trainer image's HOME.
 SCRATCH_VOLUMES = {"ttj-tmp": "/tmp", "ttj-home": "/home/trainer"}
-#: Node labels that place ttj's pods (spot, preemptible, GPU type): a template may not set them.
-PLACEMENT_LABELS = (SPOT_LABEL, PREEMPTIBLE_LABEL, ACCELERATOR_LABEL)
-DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
-def name_problems(job: str, spec: TransientTrainingJobSpec) -> list[str]:
-    """Why a job name cannot carry its derived child names (DNS-1035 labels of at most 63 characters)."""
-    problems = []
-    if not DNS_1035_LABEL.match(job):
-        problems.append(
-            f"metadata.name {job!r} must be a DNS-1035 label (lower-case letters, digits and '-', starting "
-            "with a letter and ending with a letter or digit): it names the job's Service"
-        )
-    longest = max(
-        [worker_hostname(job, spec.workers.slots - 1), ps_name(job, spec.parameter_servers.replicas - 1)], key=len
-    )
-    if len(longest) > 63:
-        problems.append(
-            f"metadata.name {job!r} is too long: the derived hostname {longest!r} has {len(longest)} characters, "
-            f"over the limit of 63; shorten the name by {len(longest) - 63}"
-        )
-    return problems
 
 
 def _owner(job: Obj) -> list[Obj]:
-    metadata = job.get("metadata") or {}
+    metadata = meta(job)
     return [
         {
             "apiVersion": API_VERSION,
@@ -104,7 +82,7 @@ def _owner(job: Obj) -> list[Obj]:
 
 
 def _metadata(job: Obj, name: str, labels: dict[str, str] | None = None) -> Obj:
-    metadata = job.get("metadata") or {}
+    metadata = meta(job)
     return {
         "name": name,
         "namespace": metadata.get("namespace"),
@@ -243,28 +221,24 @@ def _data_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[Obj]]:
 
 
 def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
-    """Worker pod ``incarnation`` of ``slot``: ttj's pod with ``workers.template`` merged under it."""
-    pod = _bare_worker_pod(job, spec, slot, incarnation)
-    return _with_template(pod, spec.workers.template)
+    """Worker pod ``incarnation`` of ``slot``: ttj's pod with the workers' template (``workers.template`` with
+    ``workers.nodeSelector`` and ``tolerations``) merged under it."""
+    return merged_under(bare_worker_pod(job, spec, slot, incarnation), worker_template(spec.workers))
 
 
-def _bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
+def bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
     """What ttj owns of a worker pod."""
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
     workers = spec.workers
     node_selector: dict[str, str] = {}
     tolerations: list[Obj] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-    if workers.provisioning == Provisioning.SPOT:
-        node_selector[SPOT_LABEL] = "true"
-        tolerations.append({"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
-    elif workers.provisioning == Provisioning.PREEMPTIBLE:
-        node_selector[PREEMPTIBLE_LABEL] = "true"
-        tolerations.append({"key": PREEMPTIBLE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
+    transient = PROVISIONING_LABELS.get(Provisioning(workers.provisioning))
+    if transient is not None:
+        node_selector[transient] = "true"
+        tolerations.append({"key": transient, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     if workers.gpus_per_worker > 0:
         node_selector[ACCELERATOR_LABEL] = workers.accelerator_type
-    node_selector.update({k: v for k, v in (workers.node_selector or {}).items() if k not in node_selector})
-    tolerations += [t.model_dump(by_alias=True, exclude_none=True) for t in workers.tolerations or []]
     volumes, mounts = _checkpoint_volume(spec)
     scratch, scratch_mounts = _scratch_volumes()
     data_volumes, data_mounts = _data_volume(spec)
@@ -295,143 +269,6 @@ def _bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarn
     )
     metadata["finalizers"] = [FINALIZER]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
-
-
-def _with_template(pod: Obj, template: PodTemplate | None) -> Obj:
-    """``pod`` (or a Deployment's pod template) with ``template`` merged under what ttj set: ttj's labels,
-    env, volumes, mounts and placement stay as they are (:func:`ownership_problems` refuses templates that
-    would change them); lists are extended, the template's affinity is combined with ttj's."""
-    if template is None:
-        return pod
-    extra = template.model_dump(by_alias=True, exclude_none=True)
-    metadata, pod_spec = pod["metadata"], pod["spec"]
-    for field in ("labels", "annotations"):
-        added = (extra.get("metadata") or {}).get(field)
-        if added:
-            metadata[field] = {**added, **(metadata.get(field) or {})}
-    wanted = extra.get("spec") or {}
-    for field in ("serviceAccountName", "priorityClassName", "imagePullSecrets"):
-        if field in wanted:
-            pod_spec[field] = wanted[field]
-    if "nodeSelector" in wanted:
-        pod_spec["nodeSelector"] = {**wanted["nodeSelector"], **(pod_spec.get("nodeSelector") or {})}
-    for field in ("tolerations", "volumes"):
-        if field in wanted:
-            pod_spec[field] = [*(pod_spec.get(field) or []), *wanted[field]]
-    if "affinity" in wanted:
-        pod_spec["affinity"] = _combined_affinity(pod_spec.get("affinity") or {}, wanted["affinity"])
-    container = pod_spec["containers"][0]
-    added_container = (wanted.get("containers") or [{}])[0]
-    for field in ("env", "volumeMounts"):
-        if field in added_container:
-            container[field] = [*(container.get(field) or []), *added_container[field]]
-    if "envFrom" in added_container:
-        container["envFrom"] = added_container["envFrom"]  # env (ttj's included) wins over envFrom
-    return pod
-
-
-def _combined_affinity(own: Obj, added: Obj) -> Obj:
-    """Both must hold: ttj's required node terms are added to each of the template's (terms are ORed, the
-    expressions of one term ANDed); preferences and pod (anti-)affinity are the template's."""
-    combined = {**added, **{k: v for k, v in own.items() if k != "nodeAffinity"}}
-    own_nodes, added_nodes = own.get("nodeAffinity") or {}, added.get("nodeAffinity") or {}
-    if not own_nodes and not added_nodes:
-        return combined
-    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
-    own_terms = (own_nodes.get(required_key) or {}).get("nodeSelectorTerms") or []
-    added_terms = (added_nodes.get(required_key) or {}).get("nodeSelectorTerms") or []
-    nodes: Obj = dict(added_nodes)
-    if own_terms and added_terms:
-        terms = [
-            {"matchExpressions": [*a.get("matchExpressions", []), *o.get("matchExpressions", [])]}
-            for a in added_terms
-            for o in own_terms
-        ]
-        nodes[required_key] = {"nodeSelectorTerms": terms}
-    elif own_terms:
-        nodes[required_key] = {"nodeSelectorTerms": own_terms}
-    combined["nodeAffinity"] = nodes
-    return combined
-
-
-def ownership_problems(job: Obj, spec: TransientTrainingJobSpec) -> list[str]:
-    """Why the pod templates (and workers.nodeSelector) would override what ttj owns: each role's template is
-    compared with the pod ttj makes without it."""
-    problems = [
-        f"workers.nodeSelector may not set {key}: ttj places workers by provisioning and acceleratorType"
-        for key in sorted(set(spec.workers.node_selector or {}) & set(PLACEMENT_LABELS))
-    ]
-    bare_worker = _bare_worker_pod(job, spec, 0, 1)
-    paths = [m["mountPath"].rstrip("/") or "/" for m in bare_worker["spec"]["containers"][0].get("volumeMounts") or []]
-    if len(set(paths)) != len(paths):
-        problems.append(
-            f"checkpoint.uri {spec.checkpoint.uri!r} (with volumeClaimName) is a directory ttj mounts itself: "
-            f"{', '.join(sorted(SCRATCH_VOLUMES.values()))}"
-        )
-    bare_ps = ps_deployment(job, spec, 0, with_template=False)
-    roles = [
-        ("workers", spec.workers.template, bare_worker),
-        ("parameterServers", spec.parameter_servers.template, {**bare_ps["spec"]["template"], "kind": "Pod"}),
-    ]
-    for role, template, bare in roles:
-        if template is not None:
-            problems += [f"{role}.template: {p}" for p in _template_overrides(template, bare)]
-    return problems
-
-
-def _template_overrides(template: PodTemplate, bare: Obj) -> list[str]:
-    problems = []
-    metadata = template.metadata
-    for field, added in (
-        ("labels", metadata.labels if metadata else None),
-        ("annotations", metadata.annotations if metadata else None),
-    ):
-        owned = set(bare["metadata"].get(field) or {})
-        for key in sorted(added or {}):
-            if key in owned or _in_ttj_domain(key):
-                problems.append(f"metadata.{field} may not set {key}: ttj's own")
-    pod_spec = template.spec
-    if pod_spec is None:
-        return problems
-    container = template.container
-    bare_container = bare["spec"]["containers"][0]
-    owned_env = {e["name"] for e in bare_container.get("env") or []}
-    problems += [
-        f"spec.containers[0].env may not set {e.name}: ttj sets it" for e in container.env or [] if e.name in owned_env
-    ]
-    owned_volumes = {v["name"] for v in bare["spec"].get("volumes") or []}
-    problems += [
-        f"spec.volumes may not name a volume {v.name}: ttj's own"
-        for v in pod_spec.volumes or []
-        if v.name in owned_volumes
-    ]
-    owned_paths = {m["mountPath"].rstrip("/") for m in bare_container.get("volumeMounts") or []}
-    problems += [
-        f"spec.containers[0].volumeMounts may not mount at {m.mount_path}: ttj mounts its own volume there"
-        for m in container.volume_mounts or []
-        if m.mount_path.rstrip("/") in owned_paths
-    ]
-    placement = set(PLACEMENT_LABELS) | set(bare["spec"].get("nodeSelector") or {})
-    problems += [
-        f"spec.nodeSelector may not set {key}: ttj places the pods by provisioning and acceleratorType"
-        for key in sorted(set(pod_spec.node_selector or {}) & placement)
-    ]
-    node_affinity = pod_spec.affinity.node_affinity if pod_spec.affinity else None
-    if node_affinity is not None:
-        required = node_affinity.required_during_scheduling_ignored_during_execution
-        terms = [*(required.node_selector_terms if required else [])]
-        terms += [p.preference for p in node_affinity.preferred_during_scheduling_ignored_during_execution or []]
-        keys = {e.key for term in terms for e in term.match_expressions}
-        problems += [
-            f"spec.affinity.nodeAffinity may not use {key}: ttj places the pods by provisioning and acceleratorType"
-            for key in sorted(keys & placement)
-        ]
-    return problems
-
-
-def _in_ttj_domain(key: str) -> bool:
-    prefix = key.split("/", 1)[0] if "/" in key else ""
-    return prefix == GROUP or prefix.endswith(f".{GROUP}")
 
 
 def _on_demand_affinity() -> Obj:
@@ -488,7 +325,7 @@ def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int, *, with_
     }
     pod = {"metadata": {"labels": dict(labels)}, "spec": template_spec}
     if with_template:
-        pod = _with_template(pod, template)
+        pod = merged_under(pod, template)
     metadata = _metadata(job, ps_name(name, index), {LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: str(index)})
     metadata["annotations"] = {ANNOTATION_PS_TEMPLATE: ps_template_fingerprint(spec)}
     return {

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from ttj.planner.observed import Obj, condition, meta
+from ttj.planner.observed import Obj, annotations_of, condition, container_statuses, meta, node_name_of, pod_status
 from ttj_contract import ANNOTATION_DELETED, parse_time
 
 #: Pod status reasons written when the node, not the code, ended the pod.
@@ -56,7 +56,7 @@ class PodVerdict:
 
 def _node_lost_since(pod: Obj, nodes: dict[str, Obj], now: datetime, grace: timedelta) -> datetime | None:
     """When the pod's node was lost (gone, or NotReady for longer than ``grace``), else None."""
-    node_name = (pod.get("spec") or {}).get("nodeName")
+    node_name = node_name_of(pod)
     if not node_name:
         return None
     node = nodes.get(node_name)
@@ -81,20 +81,20 @@ def _node_lost_since(pod: Obj, nodes: dict[str, Obj], now: datetime, grace: time
 
 
 def _terminated(pod: Obj) -> Obj | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        state = status.get("state") or {}
-        if "terminated" in state:
-            return dict(state["terminated"])
+    for status in container_statuses(pod):
+        terminated = status.get("state", {}).get("terminated")
+        if terminated is not None:
+            return dict(terminated)
     return None
 
 
 def classify_pod(pod: Obj, nodes: dict[str, Obj], now: datetime, node_grace: timedelta) -> PodVerdict:
     """What became of ``pod`` (a worker), judged from cluster state alone."""
     metadata = meta(pod)
-    status = pod.get("status") or {}
+    status = pod_status(pod)
     phase = status.get("phase", "Pending")
     deleting = parse_time(metadata.get("deletionTimestamp"))
-    if deleting is not None and (metadata.get("annotations") or {}).get(ANNOTATION_DELETED):
+    if deleting is not None and annotations_of(pod).get(ANNOTATION_DELETED):
         return PodVerdict(PodState.RELEASED, since=deleting)
     if phase == "Succeeded":
         return PodVerdict(PodState.SUCCEEDED)
@@ -132,7 +132,7 @@ def classify_pod(pod: Obj, nodes: dict[str, Obj], now: datetime, node_grace: tim
     if deleting is not None:
         return preempted("pod deleted" + (" on a lost node" if node_lost else ""))
     if node_lost is not None:
-        return preempted(f"node {(pod.get('spec') or {}).get('nodeName')} lost")
+        return preempted(f"node {node_name_of(pod)} lost")
     if disrupted:
         return preempted((disruption or {}).get("message") or "disruption")
     if phase == "Running":

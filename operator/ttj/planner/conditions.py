@@ -10,49 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Literal
 
-from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase
+from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase, Reason
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.actions import EmitEvent, Refusal
 
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
-
-
-class Reason(StrEnum):
-    """Why a condition has its status (its ``reason``)."""
-
-    CHILDREN_CREATED = "ChildrenCreated"
-    TRAINING = "Training"
-    WAITING_FOR_WORKERS = "WaitingForWorkers"
-    WORKERS_UNSCHEDULABLE = "WorkersUnschedulable"
-    BELOW_MIN_REPLICAS = "BelowMinReplicas"
-    WAITING_FOR_CHIEF = "WaitingForChief"
-    WAITING_FOR_PARAMETER_SERVERS = "WaitingForParameterServers"
-    PARAMETER_SERVER_LOST = "ParameterServerLost"
-    CHIEF_LOST = "ChiefLost"
-    WORKERS_LOST = "WorkersLost"
-    STARTING = "Starting"
-    AT_DESIRED_WORKERS = "AtDesiredWorkers"
-    ELECTED = "Elected"
-    NO_RUNNING_WORKERS = "NoRunningWorkers"
-    BUDGET_EXCEEDED = "BudgetExceeded"
-    SCALE_OUT_LIMITED = "ScaleOutLimited"
-    WITHIN_BUDGET = "WithinBudget"
-    INVALID_SPEC = "InvalidSpec"
-    TRAINING_COMPLETE = "TrainingComplete"
-    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
-    FAILED_CREATE = "FailedCreate"
-    FAILED_UPDATE = "FailedUpdate"
-    FAILED_DELETE = "FailedDelete"
-    PROGRESS_STALLED = "ProgressStalled"
-    PROGRESSING = "Progressing"
-    DATA_UNAVAILABLE = "DataUnavailable"
-    CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
-    CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
-    TRAINER_MISCONFIGURED = "TrainerMisconfigured"
 
 
 # -- the situations ------------------------------------------------------------------------------

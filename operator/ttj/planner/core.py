@@ -13,7 +13,6 @@ the phase and conditions (:mod:`ttj.planner.conditions`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,29 +23,35 @@ from pydantic import ValidationError
 from ttj.api.models import (
     ChiefStatus,
     CleanPodPolicy,
+    ConditionType,
     Phase,
+    ProgressStatus,
+    Reason,
     TransientTrainingJob,
     TransientTrainingJobSpec,
     TransientTrainingJobStatus,
     WorkerCounts,
+    status_body,
 )
+from ttj.api.objects import JobStatusBody
 from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
-from ttj.planner.checkpoint_interval import adaptive_checkpoint_interval
-from ttj.planner.chief import keep_chief, operators_chief
-from ttj.planner.children import name_problems, ownership_problems
-from ttj.planner.classify import PodState
+from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
+from ttj.planner.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
+from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
-from ttj.planner.costing import cost_and_budget
+from ttj.planner.costing import Costing, cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
-from ttj.planner.observed import Observed, meta
-from ttj.planner.parameter_servers import ServerLoss, parameter_servers, refused_creates
-from ttj.planner.slots import fill_worker_slots
-from ttj.planner.stall import stall_of, track_progress
-from ttj.planner.static_children import static_children
+from ttj.planner.lost import ServerLoss
+from ttj.planner.observed import Observed, meta, name_of
+from ttj.planner.ownership import name_problems, ownership_problems
+from ttj.planner.parameter_servers import ParameterServers, parameter_servers, refused_creates
+from ttj.planner.slots import WorkerSlots, fill_worker_slots
+from ttj.planner.stall import Stall, stall_of, track_progress
+from ttj.planner.static_children import StaticChildren, static_children
 from ttj_contract import format_time, parse_time, worker_selector
 
 __all__ = ["CostFunction", "Plan", "PlannerConfig", "plan"]
@@ -63,7 +68,7 @@ class Plan:
     #: Events about the job, posted after the status write.
     events: list[EmitEvent] = field(default_factory=list)
     #: The full new status, camelCase JSON as written to the status subresource.
-    status: dict[str, Any] = field(default_factory=dict)
+    status: JobStatusBody = field(default_factory=JobStatusBody)
     #: Histogram samples measured from cluster state (e.g. chief handover).
     observations: list[Observation] = field(default_factory=list)
     delete_job: bool = False
@@ -112,7 +117,7 @@ def plan(
     if isinstance(job, TransientTrainingJob):
         job = job.model_dump(by_alias=True, exclude_none=True, mode="json")
     try:
-        previous = TransientTrainingJobStatus.model_validate(job.get("status") or {})
+        previous = TransientTrainingJobStatus.model_validate(_known_conditions(job.get("status") or {}))
     except ValidationError:
         previous = TransientTrainingJobStatus()
     name = str(meta(job).get("name", ""))
@@ -129,6 +134,23 @@ def plan(
     if previous.phase is not None and previous.phase in TERMINAL:
         return _finished(run, spec, previous.phase)
     return _running(run, spec)
+
+
+def _known_conditions(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` without conditions of a type or reason this operator does not know (another version's, or
+    another writer's): each pass drops every condition it does not want anyway, and the rest of the status
+    (counters, the chief, the records) must not be lost to one of them failing validation."""
+    if "conditions" not in status:
+        return status
+    known_types, known_reasons = set(ConditionType), set(Reason)
+    kept = [
+        c
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+        and c.get("type") in known_types
+        and (c.get("reason") is None or c.get("reason") in known_reasons)
+    ]
+    return {**status, "conditions": kept}
 
 
 def _invalid(run: _Pass, problems: list[str]) -> Plan:
@@ -166,135 +188,61 @@ def _finished(run: _Pass, spec: TransientTrainingJobSpec, phase: Phase) -> Plan:
     return _plan(run, status, writes=cleanup.writes, delete_job=cleanup.delete_job, wake=[cleanup.wake])
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What a running pass reads before it decides: the children it keeps, the workers assessed, the chief the
+    status records, training progress, the chief's epoch, and the cost."""
+
+    start_time: str
+    statics: StaticChildren
+    assessed: Assessment
+    holder: str | None
+    progress: ProgressStatus | None
+    epoch: int
+    has_model: bool
+    costing: Costing
+
+    @property
+    def holder_verdict(self) -> PodVerdict | None:
+        return self.assessed.verdicts.get(self.holder) if self.holder else None
+
+    def holder_is(self, state: PodState) -> bool:
+        return self.holder_verdict is not None and self.holder_verdict.state == state
+
+
 def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
-    previous, observed, now = run.previous, run.observed, run.now
-    start_time = previous.start_time or run.now_text
-    started_at = parse_time(start_time)
-    budget_limited = spec.budget is not None and spec.budget.max_cost_usd is not None
-
-    statics = static_children(run.job, spec, observed.children)
-    assessed = assess_workers(
-        observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
-    )
-    holder = operators_chief(previous.chief)  # never a holder someone else wrote into the Lease
-    progress = track_progress(reported_progress(observed.lease, previous.progress), previous.progress, now)
-    epoch = lease_epoch_of(observed.lease) if observed.lease is not None else (previous.chief or ChiefStatus()).epoch
-    has_model = final_checkpoint_reported(spec, progress, epoch, renewed=renewed_since_election(observed.lease))
-    costing = cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config)
-    counted = previous.model_copy(
-        update={
-            "start_time": start_time,
-            "preemptions": previous.preemptions + assessed.preemptions,
-            "failures": previous.failures + assessed.failures,
-            "replacements": previous.replacements + assessed.replacements,
-            "accounted_pods": list(assessed.accounted) or None,
-            "progress": progress,
-            "cost": costing.cost,
-        }
-    )
-    writes: list[Write] = [*statics.writes, *assessed.releases]
-    events: list[EmitEvent] = [*statics.events, *assessed.events]
-
-    end = ending(
-        spec,
-        holder=holder,
-        epoch=epoch,
-        renewed=renewed_since_election(observed.lease),
-        verdicts=assessed.verdicts,
-        failures=counted.failures,
-        last_failure=assessed.last_failure,
-        progress=progress,
-        started_at=started_at,
-        now=now,
-        budget=costing.budget,
-    )
+    reading = _read(run, spec)
+    workers_counted = _counted(run, reading)
+    end = _end(run, spec, reading, failures=workers_counted.failures)
     if end is not None:
-        return _ends_now(run, spec, counted, Ended(end, budget_limited), assessed, writes=writes, events=events)
-
-    servers = parameter_servers(
-        run.name,
-        spec.parameter_servers.replicas,
-        observed.pods,
-        previous.parameter_server_pods or [],
-        nodes=observed.nodes,
-        now=now,
-        node_grace=timedelta(seconds=run.config.node_grace_seconds),
-    )
-    holder_verdict = assessed.verdicts.get(holder) if holder else None
-    chief_ended_without_model = (
-        holder_verdict is not None and holder_verdict.state == PodState.SUCCEEDED and not has_model
-    )
-    slots = fill_worker_slots(
-        run.job,
-        spec,
-        assessed.workers,
-        assessed.verdicts,
-        holder=holder,
-        budget=costing.budget,
-        placement=observed.placement,
-        recorded=previous.slot_incarnations or (),
-        refill_finished=chief_ended_without_model,
-    )
+        return _ends_now(
+            run,
+            spec,
+            workers_counted,
+            end,
+            reading.assessed,
+            writes=_read_writes(reading),
+            events=_read_events(reading),
+        )
+    servers = _servers(run, spec)
+    counted = _counted(run, reading, server_preemptions=servers.preemptions)
+    slots = _slots(run, spec, reading)
     stall = stall_of(
-        spec,
-        progress,
-        previous.chief,
-        chief_running=holder_verdict is not None and holder_verdict.state == PodState.RUNNING,
-        now=now,
+        spec, reading.progress, run.previous.chief, chief_running=reading.holder_is(PodState.RUNNING), now=run.now
     )
-    chief = keep_chief(
-        run.job,
-        assessed.workers,
-        assessed.verdicts,
-        observed.nodes,
-        lease=observed.lease,
-        holder=holder,
-        recorded=previous.chief,
-        ps_replaced=servers.replaced,
-        active=slots.active,
-        desired=spec.workers.replicas,
-        now=now,
-        config=run.config,
-        stalled=stall.message if stall.replace_chief else "",
-        ended_without_model=not has_model,
+    chief = _chief(run, spec, reading, servers=servers, slots=slots, stall=stall)
+    interval = _interval(run, spec, reading, chief, slots)
+    elections = run.previous.chief_elections + chief.elections
+    situation = _situation(
+        run, spec, reading, counted, servers=servers, slots=slots, chief=chief, stall=stall, elections=elections
     )
-    elections = previous.chief_elections + chief.elections
-    chief_pod = chief.chief.pod if chief.chief is not None else None
-    interval = adaptive_checkpoint_interval(
-        spec,
-        job_name=run.name,
-        holder_pod=next((p for p in assessed.workers if meta(p).get("name") == chief_pod), None),
-        nodes=observed.nodes,
-        lease=observed.lease,
-        previous=previous.checkpoint_interval,
-        now=now,
-        active_workers=slots.active,
-    )
-    # the interval annotation goes after the chief's own Lease write (which may carry a resourceVersion precondition)
-    chief = dataclasses.replace(chief, writes=(*chief.writes, *interval.writes))
-    situation = InProgress(
-        started=elections > 0,
-        lost=servers.lost or counted.preemptions + servers.preemptions + counted.failures > 0 or elections > 1,
-        chief=chief.chief,
-        chief_healthy=chief.healthy,
-        parameter_servers_ready=servers.ready,
-        active=slots.active,
-        desired=spec.workers.replicas,
-        min_replicas=spec.workers.min_replicas,
-        unschedulable=slots.unschedulable,
-        budget=costing.budget,
-        budget_limited=budget_limited,
-        refused=(*run.refused, *refused_creates(run.name, spec.parameter_servers.replicas, observed.children)),
-        stalled=stall.message,
-    )
-    derived = derive(situation, previous.conditions, run.now_text, run.generation)
-    losses = _losses(run, counted, assessed, servers.server_losses)
+    derived = derive(situation, run.previous.conditions, run.now_text, run.generation)
+    losses = _losses(run, counted, reading.assessed, servers.server_losses)
     status = counted.model_copy(
         update={
             "preemption_costs": losses.costs,
             "savings": losses.savings,
             "phase": derived.phase,
-            "preemptions": counted.preemptions + servers.preemptions,
             "parameter_server_pods": list(servers.pods),
             "chief": chief.chief,
             "chief_elections": elections,
@@ -304,13 +252,191 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             "checkpoint_interval": interval.status,
         }
     )
+    # the interval annotation goes after the chief's own Lease write (which may carry a resourceVersion precondition)
     return _plan(
         run,
         status,
-        writes=[*writes, *servers.writes, *slots.writes, *chief.writes],
-        events=[*events, *servers.events, *chief.events, *derived.events, *losses.events],
+        writes=[*_read_writes(reading), *servers.writes, *slots.writes, *chief.writes, *interval.writes],
+        events=[*_read_events(reading), *servers.events, *chief.events, *derived.events, *losses.events],
         observations=chief.observations,
-        wake=[*assessed.wake, *servers.wake, chief.wake, stall.wake, deadline_of(spec, started_at)],
+        wake=[
+            *reading.assessed.wake,
+            *servers.wake,
+            chief.wake,
+            stall.wake,
+            deadline_of(spec, parse_time(reading.start_time)),
+        ],
+    )
+
+
+def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
+    previous, observed, now = run.previous, run.observed, run.now
+    assessed = assess_workers(
+        observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
+    )
+    progress = track_progress(reported_progress(observed.lease, previous.progress), previous.progress, now)
+    epoch = lease_epoch_of(observed.lease) if observed.lease is not None else (previous.chief or ChiefStatus()).epoch
+    return _Reading(
+        start_time=previous.start_time or run.now_text,
+        statics=static_children(run.job, spec, observed.children),
+        assessed=assessed,
+        holder=operators_chief(previous.chief),  # never a holder someone else wrote into the Lease
+        progress=progress,
+        epoch=epoch,
+        has_model=final_checkpoint_reported(spec, progress, epoch, renewed=renewed_since_election(observed.lease)),
+        costing=cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config),
+    )
+
+
+def _read_writes(reading: _Reading) -> list[Write]:
+    return [*reading.statics.writes, *reading.assessed.releases]
+
+
+def _read_events(reading: _Reading) -> list[EmitEvent]:
+    return [*reading.statics.events, *reading.assessed.events]
+
+
+def _counted(run: _Pass, reading: _Reading, *, server_preemptions: int = 0) -> TransientTrainingJobStatus:
+    """The status with this pass's losses counted (workers', and the parameter servers' when the pass gets to
+    them): the one place the counters grow."""
+    previous, assessed = run.previous, reading.assessed
+    return previous.model_copy(
+        update={
+            "start_time": reading.start_time,
+            "preemptions": previous.preemptions + assessed.preemptions + server_preemptions,
+            "failures": previous.failures + assessed.failures,
+            "replacements": previous.replacements + assessed.replacements,
+            "accounted_pods": list(assessed.accounted) or None,
+            "progress": reading.progress,
+            "cost": reading.costing.cost,
+        }
+    )
+
+
+def _end(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, failures: int) -> Ended | None:
+    """Whether the job succeeds or fails in this pass."""
+    lease = run.observed.lease
+    end = ending(
+        spec,
+        holder=reading.holder,
+        epoch=reading.epoch,
+        renewed=renewed_since_election(lease),
+        verdicts=reading.assessed.verdicts,
+        failures=failures,
+        last_failure=reading.assessed.last_failure,
+        progress=reading.progress,
+        started_at=parse_time(reading.start_time),
+        now=run.now,
+        budget=reading.costing.budget,
+    )
+    return Ended(end, _budget_limited(spec)) if end is not None else None
+
+
+def _budget_limited(spec: TransientTrainingJobSpec) -> bool:
+    return spec.budget is not None and spec.budget.max_cost_usd is not None
+
+
+def _servers(run: _Pass, spec: TransientTrainingJobSpec) -> ParameterServers:
+    observed = run.observed
+    return parameter_servers(
+        run.name,
+        spec.parameter_servers.replicas,
+        observed.pods,
+        run.previous.parameter_server_pods or [],
+        nodes=observed.nodes,
+        now=run.now,
+        node_grace=timedelta(seconds=run.config.node_grace_seconds),
+    )
+
+
+def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> WorkerSlots:
+    return fill_worker_slots(
+        run.job,
+        spec,
+        reading.assessed.workers,
+        reading.assessed.verdicts,
+        holder=reading.holder,
+        budget=reading.costing.budget,
+        placement=run.observed.placement,
+        recorded=run.previous.slot_incarnations or (),
+        # a chief that ended without the model leaves its slot to be filled again
+        refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
+    )
+
+
+def _chief(
+    run: _Pass,
+    spec: TransientTrainingJobSpec,
+    reading: _Reading,
+    *,
+    servers: ParameterServers,
+    slots: WorkerSlots,
+    stall: Stall,
+) -> ChiefPlan:
+    observed = run.observed
+    return keep_chief(
+        ChiefInputs(
+            job=run.job,
+            workers=tuple(reading.assessed.workers),
+            verdicts=reading.assessed.verdicts,
+            nodes=observed.nodes,
+            lease=observed.lease,
+            holder=reading.holder,
+            recorded=run.previous.chief,
+            ps_replaced=servers.replaced,
+            active=slots.active,
+            desired=spec.workers.replicas,
+            now=run.now,
+            config=run.config,
+            stalled=stall.message if stall.replace_chief else "",
+            ended_without_model=not reading.has_model,
+        )
+    )
+
+
+def _interval(
+    run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, chief: ChiefPlan, slots: WorkerSlots
+) -> IntervalPlan:
+    chief_pod = chief.chief.pod if chief.chief is not None else None
+    observed = run.observed
+    return adaptive_checkpoint_interval(
+        spec,
+        job_name=run.name,
+        holder_pod=next((p for p in reading.assessed.workers if name_of(p) == chief_pod), None),
+        nodes=observed.nodes,
+        lease=observed.lease,
+        previous=run.previous.checkpoint_interval,
+        now=run.now,
+        active_workers=slots.active,
+    )
+
+
+def _situation(
+    run: _Pass,
+    spec: TransientTrainingJobSpec,
+    reading: _Reading,
+    counted: TransientTrainingJobStatus,
+    *,
+    servers: ParameterServers,
+    slots: WorkerSlots,
+    chief: ChiefPlan,
+    stall: Stall,
+    elections: int,
+) -> InProgress:
+    return InProgress(
+        started=elections > 0,
+        lost=servers.lost or counted.preemptions + counted.failures > 0 or elections > 1,
+        chief=chief.chief,
+        chief_healthy=chief.healthy,
+        parameter_servers_ready=servers.ready,
+        active=slots.active,
+        desired=spec.workers.replicas,
+        min_replicas=spec.workers.min_replicas,
+        unschedulable=slots.unschedulable,
+        budget=reading.costing.budget,
+        budget_limited=_budget_limited(spec),
+        refused=(*run.refused, *refused_creates(run.name, spec.parameter_servers.replicas, run.observed.children)),
+        stalled=stall.message,
     )
 
 
@@ -383,9 +509,7 @@ def _plan(
     return Plan(
         writes=list(writes),
         events=list(events),
-        status=status.model_copy(update={"observed_generation": run.generation}).model_dump(
-            by_alias=True, exclude_none=True, mode="json"
-        ),
+        status=status_body(status.model_copy(update={"observed_generation": run.generation})),
         observations=list(observations),
         delete_job=delete_job,
         requeue_after=_requeue_after(run.now, run.config.resync_seconds, wake),

@@ -14,19 +14,30 @@ from ttj.cost.prices import PriceTable
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
-from ttj.planner.observed import Obj, Observed, labels_of, meta, name_of, node_name_of
+from ttj.planner.observed import (
+    Obj,
+    Observed,
+    container_statuses,
+    labels_of,
+    meta,
+    name_of,
+    node_name_of,
+    node_status,
+    phase_of,
+    pod_status,
+)
 from ttj_contract import GPU_RESOURCE, LABEL_ROLE, Role, parse_time
 
 
 def _ended_at(pod: Obj, verdict: PodVerdict | None) -> datetime | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        finished = parse_time(((status.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+    for status in container_statuses(pod):
+        finished = parse_time(status.get("state", {}).get("terminated", {}).get("finishedAt"))
         if finished is not None:
             return finished
     if verdict is not None and (verdict.lost or verdict.since is not None):
         return verdict.since
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return parse_time(meta(pod).get("deletionTimestamp")) or parse_time((pod.get("status") or {}).get("startTime"))
+    if phase_of(pod) in ("Succeeded", "Failed"):
+        return parse_time(meta(pod).get("deletionTimestamp")) or parse_time(pod_status(pod).get("startTime"))
     return None
 
 
@@ -40,13 +51,13 @@ def observations(
         if label not in (Role.PS, Role.WORKER):
             continue
         role: CostRole = "ps" if label == Role.PS else "worker"
-        status = pod.get("status") or {}
+        status = pod_status(pod)
         started = parse_time(status.get("startTime")) if status.get("phase") != "Pending" else None
         node_name = node_name_of(pod)
         node = observed.nodes.get(node_name) if node_name else None
         shape = None
         if node is not None:
-            capacity = ((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE)
+            capacity = (node_status(node).get("capacity") or {}).get(GPU_RESOURCE)
             gpus = int(str(capacity)) if str(capacity or "").isdigit() else None
             shape = NodeShape.from_labels(labels_of(node), gpus)
         out.append(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ttj.planner.observed import Obj, labels_of, meta, name_of
+from ttj.planner.observed import Obj, labels_of, meta, name_of, pod_status
 from ttj_contract import Provisioning, parse_time, provisioning_of
 
 #: Preemption hazard per hour by VM age, from the ICAC'19 lifetime data (hazard in 2-hour buckets).
@@ -59,7 +59,7 @@ def choose_chief(candidates: Sequence[Candidate], now: datetime) -> Candidate | 
         return None
 
     def key(c: Candidate) -> tuple[float, float, int, str]:
-        started = parse_time((c.pod.get("status") or {}).get("startTime")) or now
+        started = parse_time(pod_status(c.pod).get("startTime")) or now
         return (round(preemption_risk(c.node, now), 6), -(now - started).total_seconds(), c.slot, name_of(c.pod))
 
     return min(candidates, key=key)

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ttj.api.models import CleanPodPolicy, Phase, ProgressStatus, TransientTrainingJobSpec
+from ttj.api.models import CleanPodPolicy, Phase, ProgressStatus, Reason, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.actions import DeleteChild, RemoveFinalizer, Write
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.conditions import Ending, Reason
+from ttj.planner.conditions import Ending
 from ttj.planner.observed import Observed, finalizers_of, has_role, meta, name_of, phase_of, uid_of
 from ttj_contract import FINALIZER, Role, TrainerExit
 

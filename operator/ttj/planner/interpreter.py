@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from ttj.mergepatch import apply_merge_patch
 from ttj.planner.actions import CreateChild, DeleteChild, LabelPod, RemoveFinalizer, ReplaceChild, UpdateLease, Write
-from ttj.planner.observed import Obj, Observed, meta, name_of
+from ttj.planner.observed import Obj, Observed, lease_spec, meta, name_of, phase_of, pod_spec
 from ttj_contract import ANNOTATION_DELETED, FINALIZER, format_time
 
 #: A pod's grace period when its spec names none (Kubernetes' default).
@@ -46,7 +46,7 @@ def conditional(write: Write) -> bool:
     if isinstance(write, UpdateLease):
         return write.resource_version is not None
     if isinstance(write, CreateChild):
-        return write.kind == "Lease" and bool((write.manifest.get("spec") or {}).get("holderIdentity"))
+        return write.kind == "Lease" and bool(lease_spec(write.manifest).get("holderIdentity"))
     return False
 
 
@@ -181,10 +181,10 @@ class Interpreter:
         current = self.get(kind, name)
         if current is None:
             return None
-        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        wanted = meta(patch).get("resourceVersion")
         if wanted and wanted != meta(current).get("resourceVersion"):
             raise Conflict(f"{kind.lower()} changed since it was observed: {name}")
-        wanted_uid = (patch.get("metadata") or {}).get("uid")
+        wanted_uid = meta(patch).get("uid")
         if wanted_uid and wanted_uid != meta(current).get("uid"):
             return None  # another object under that name now: 422 (uid is immutable); the write's intent holds
         patched = apply_merge_patch(current, patch)
@@ -236,8 +236,8 @@ class Interpreter:
 
 def _grace_seconds(pod: Obj, force: bool) -> int:
     """As the API decides: nothing to wait for when forced, unbound or finished; else the pod's own grace."""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    if force or not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+    spec = pod_spec(pod)
+    if force or not spec.get("nodeName") or phase_of(pod) in ("Succeeded", "Failed"):
         return 0
     return int(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
 

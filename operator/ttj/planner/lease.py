@@ -12,7 +12,7 @@ from ttj.api.models import ChiefStatus, ProgressStatus
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, LabelPod, UpdateLease, Write
 from ttj.planner.config import PlannerConfig
-from ttj.planner.observed import Obj, annotations_of, labels_of, meta, name_of
+from ttj.planner.observed import Obj, annotations_of, labels_of, lease_spec, meta, name_of
 from ttj_contract import (
     ANNOTATION_ACTIVE_WORKERS,
     ANNOTATION_DESIRED_WORKERS,
@@ -25,12 +25,8 @@ from ttj_contract import (
 )
 
 
-def lease_spec_of(lease: Obj | None) -> Obj:
-    return (lease or {}).get("spec") or {}
-
-
 def lease_epoch_of(lease: Obj | None) -> int:
-    return int(lease_spec_of(lease).get("leaseTransitions") or 0)
+    return int(lease_spec(lease).get("leaseTransitions") or 0)
 
 
 def lease_holder(lease: Obj | None, recorded: ChiefStatus | None) -> str | None:
@@ -40,7 +36,7 @@ def lease_holder(lease: Obj | None, recorded: ChiefStatus | None) -> str | None:
         # deleted it. Recreate it as the status says rather than elect again (which would bump the epoch
         # for nothing).
         return recorded.pod
-    holder: str | None = lease_spec_of(lease).get("holderIdentity")
+    holder: str | None = lease_spec(lease).get("holderIdentity")
     return holder
 
 
@@ -65,14 +61,14 @@ def reported_progress(lease: Obj | None, previous: ProgressStatus | None) -> Pro
 
 def renew_stamp(lease: Obj | None) -> str | None:
     """The Lease's renewTime as written (acquireTime before any renewal): compared, never read as a clock."""
-    spec = lease_spec_of(lease)
+    spec = lease_spec(lease)
     stamp: str | None = spec.get("renewTime") or spec.get("acquireTime")
     return stamp
 
 
 def renewed_since_election(lease: Obj | None) -> bool:
     """The holder renewed after the operator named it (which writes acquireTime and renewTime alike)."""
-    spec = lease_spec_of(lease)
+    spec = lease_spec(lease)
     return bool(spec.get("renewTime")) and spec.get("renewTime") != spec.get("acquireTime")
 
 
@@ -90,7 +86,7 @@ def lease_expiry(lease: Obj | None, config: PlannerConfig, observed_at: datetime
     chief that has not renewed since its election, after the longer TensorFlow start-up allowance."""
     if renew_stamp(lease) is None:
         return None
-    spec = lease_spec_of(lease)
+    spec = lease_spec(lease)
     duration = timedelta(seconds=int(spec.get("leaseDurationSeconds") or config.lease_duration_seconds))
     if renewed_since_election(lease):
         return observed_at + duration
@@ -121,7 +117,7 @@ def lease_write(
             spec.update(holderIdentity=holder, acquireTime=stamp, renewTime=stamp)
         return CreateChild({**manifest, "spec": spec})
     moved = holder != holder_before or epoch != lease_epoch_of(lease)
-    duration_changed = lease_spec_of(lease).get("leaseDurationSeconds") != duration
+    duration_changed = lease_spec(lease).get("leaseDurationSeconds") != duration
     published = {ANNOTATION_ACTIVE_WORKERS: str(active), ANNOTATION_DESIRED_WORKERS: str(desired)}
     annotations = {k: v for k, v in published.items() if annotations_of(lease).get(k) != v}
     if not moved and not duration_changed and not annotations:

@@ -24,12 +24,22 @@ from datetime import datetime
 from ttj.api.models import CostStatus, PreemptionCost, ProgressStatus, SavingsStatus
 from ttj.planner.actions import EmitEvent
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.observed import Obj, condition, has_role, meta, name_of, slot_of
-from ttj.planner.parameter_servers import ServerLoss
-from ttj.planner.slots import incarnation_of
-from ttj_contract import Role, format_time, format_usd, parse_time
+from ttj.planner.lost import ServerLoss
+from ttj.planner.observed import (
+    Obj,
+    condition,
+    container_statuses,
+    has_role,
+    meta,
+    name_of,
+    phase_of,
+    pod_status,
+    slot_of,
+)
+from ttj_contract import Role, format_time, format_usd, parse_time, worker_incarnation
 
-#: Records kept in status.preemptionCosts; older closed ones live on only in status.savings' totals.
+#: Records kept in status.preemptionCosts (a status object lives in etcd, at most 1.5 MB); older ones live on
+#: only in status.savings' totals.
 KEPT_RECORDS = 20
 
 
@@ -47,12 +57,12 @@ def ready_at(pod: Obj) -> datetime | None:
         moment = parse_time(ready.get("lastTransitionTime"))
         if moment is not None:
             return moment
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        started = parse_time(((status.get("state") or {}).get("running") or {}).get("startedAt"))
+    for status in container_statuses(pod):
+        started = parse_time(status.get("state", {}).get("running", {}).get("startedAt"))
         if started is not None:
             return started
-    if (pod.get("status") or {}).get("phase") == "Running":
-        return parse_time((pod.get("status") or {}).get("startTime"))
+    if phase_of(pod) == "Running":
+        return parse_time(pod_status(pod).get("startTime"))
     return None
 
 
@@ -75,6 +85,49 @@ def account_losses(
     written status names as chief, ``progress`` and ``cost`` this pass's.
     """
     by_name = {name_of(p): p for p in pods}
+    opened = _opened(
+        lost_workers,
+        lost_servers,
+        chief=chief,
+        by_name=by_name,
+        verdicts=verdicts,
+        progress=progress,
+        cost=cost,
+        now=now,
+    )
+
+    events: list[EmitEvent] = []
+    closed: list[PreemptionCost] = []
+    updated: list[PreemptionCost] = []
+    for record in [*records, *opened]:
+        if record.recovered_at is not None:
+            updated.append(record)
+            continue
+        replacement = _replacement(record, by_name, verdicts)
+        done = _close(record, replacement, cost) if replacement is not None else None
+        if done is None:
+            updated.append(record)
+            continue
+        updated.append(done)
+        closed.append(done)
+        events.append(EmitEvent("Normal", "PreemptionCost", describe(done)))
+
+    kept, dropped_open = _keep(updated)
+    return LossAccounting(kept or None, _totals(savings, opened, closed, cost, dropped_open), tuple(events))
+
+
+def _opened(
+    lost_workers: Iterable[str],
+    lost_servers: Iterable[ServerLoss],
+    *,
+    chief: str | None,
+    by_name: Mapping[str, Obj],
+    verdicts: Mapping[str, PodVerdict],
+    progress: ProgressStatus | None,
+    cost: CostStatus | None,
+    now: datetime,
+) -> list[PreemptionCost]:
+    """A record for each loss counted in this pass, with the step and the job's cost at the loss."""
     step = progress.global_step if progress is not None else 0
     job_usd = cost.usd if cost is not None else 0.0
     opened: list[PreemptionCost] = []
@@ -86,7 +139,7 @@ def account_losses(
                 pod=name,
                 role="chief" if name == chief else "worker",
                 slot=slot_of(pod),
-                started_at=(pod.get("status") or {}).get("startTime"),
+                started_at=pod_status(pod).get("startTime"),
                 lost_at=format_time((verdict.since if verdict is not None else None) or now),
                 global_step=step,
                 steps_lost=0,
@@ -109,24 +162,7 @@ def account_losses(
                 replacement=server.new,
             )
         )
-
-    events: list[EmitEvent] = []
-    closed: list[PreemptionCost] = []
-    updated: list[PreemptionCost] = []
-    for record in [*records, *opened]:
-        if record.recovered_at is not None:
-            updated.append(record)
-            continue
-        replacement = _replacement(record, by_name, verdicts)
-        done = _close(record, replacement, cost) if replacement is not None else None
-        if done is None:
-            updated.append(record)
-            continue
-        updated.append(done)
-        closed.append(done)
-        events.append(EmitEvent("Normal", "PreemptionCost", describe(done)))
-
-    return LossAccounting(_keep(updated) or None, _totals(savings, opened, closed, cost), tuple(events))
+    return opened
 
 
 def _replacement(
@@ -141,12 +177,12 @@ def _replacement(
     for name, pod in pods.items():
         if not has_role(pod, Role.WORKER) or slot_of(pod) != record.slot:
             continue
-        if incarnation_of(name) <= incarnation_of(record.pod) or name == record.pod:
+        if worker_incarnation(name) <= worker_incarnation(record.pod) or name == record.pod:
             continue
         verdict = verdicts.get(name)
         moment = ready_at(pod)
         if verdict is not None and verdict.state == PodState.RUNNING and moment is not None:
-            found.append((incarnation_of(name), pod, moment))
+            found.append((worker_incarnation(name), pod, moment))
     if not found:
         return None
     _, pod, moment = min(found, key=lambda item: item[0])
@@ -156,7 +192,7 @@ def _replacement(
 def _close(record: PreemptionCost, replacement: tuple[Obj, datetime], cost: CostStatus | None) -> PreemptionCost:
     pod, ready = replacement
     lost = parse_time(record.lost_at) or ready
-    charged_from = parse_time((pod.get("status") or {}).get("startTime")) or ready
+    charged_from = parse_time(pod_status(pod).get("startTime")) or ready
     startup = max(0.0, (ready - charged_from).total_seconds())
     entry = next((e for e in (cost.pods if cost is not None else None) or [] if e.name == name_of(pod)), None)
     update: dict[str, object] = {
@@ -184,6 +220,7 @@ def _totals(
     opened: Sequence[PreemptionCost],
     closed: Sequence[PreemptionCost],
     cost: CostStatus | None,
+    dropped_open: int = 0,
 ) -> SavingsStatus | None:
     previous = before or SavingsStatus()
     loss_usd = previous.preemption_loss_usd + sum(r.usd or 0.0 for r in closed)
@@ -192,6 +229,7 @@ def _totals(
         update={
             "losses": previous.losses + len(opened),
             "recovered": previous.recovered + len(closed),
+            "dropped_open": previous.dropped_open + dropped_open,
             "steps_lost": previous.steps_lost + sum(r.steps_lost for r in opened),
             "slot_empty_seconds": previous.slot_empty_seconds + sum(r.slot_empty_seconds or 0.0 for r in closed),
             "preemption_loss_usd": loss_usd,
@@ -212,18 +250,18 @@ def _totals(
     )
 
 
-def _keep(records: list[PreemptionCost]) -> list[PreemptionCost]:
-    """The newest :data:`KEPT_RECORDS`, dropping closed records before open ones (an open one must close)."""
-    if len(records) <= KEPT_RECORDS:
-        return records
+def _keep(records: list[PreemptionCost]) -> tuple[list[PreemptionCost], int]:
+    """The newest :data:`KEPT_RECORDS`, and how many open records were dropped. Closed records go first, oldest
+    first (an open one may still close); were more than :data:`KEPT_RECORDS` open (replacements that never
+    came), the oldest open ones go too, so that the status stays small whatever happens."""
     surplus = len(records) - KEPT_RECORDS
-    dropped: set[int] = set()
-    for index, record in enumerate(records):
-        if len(dropped) == surplus:
-            break
-        if record.recovered_at is not None:
-            dropped.add(index)
-    return [r for i, r in enumerate(records) if i not in dropped]
+    if surplus <= 0:
+        return records, 0
+    closed = [i for i, record in enumerate(records) if record.recovered_at is not None]
+    still_open = [i for i, record in enumerate(records) if record.recovered_at is None]
+    dropped_open = still_open[: max(0, surplus - len(closed))]
+    dropped = {*closed[:surplus], *dropped_open}
+    return [r for i, r in enumerate(records) if i not in dropped], len(dropped_open)
 
 
 def describe(record: PreemptionCost) -> str:

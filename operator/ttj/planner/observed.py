@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from ttj.api.objects import (
+    ConditionBody,
+    ContainerStatusBody,
+    LeaseSpecBody,
+    NodeStatusBody,
+    PodSpecBody,
+    PodStatusBody,
+    RawMeta,
+)
 from ttj.cost.pools import PlacementCheck
 from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role
 
@@ -29,8 +38,8 @@ class Observed:
     placement: PlacementCheck | None = None
 
 
-def meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
+def meta(obj: Obj) -> RawMeta:
+    return cast(RawMeta, obj.get("metadata") or {})
 
 
 def name_of(obj: Obj) -> str:
@@ -50,10 +59,32 @@ def annotations_of(obj: Obj) -> dict[str, str]:
     return meta(obj).get("annotations") or {}
 
 
-def condition(obj: Obj, type_: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
+def pod_spec(pod: Obj) -> PodSpecBody:
+    return cast(PodSpecBody, pod.get("spec") or {})
+
+
+def pod_status(pod: Obj) -> PodStatusBody:
+    return cast(PodStatusBody, pod.get("status") or {})
+
+
+def container_statuses(pod: Obj) -> list[ContainerStatusBody]:
+    return pod_status(pod).get("containerStatuses") or []
+
+
+def node_status(node: Obj) -> NodeStatusBody:
+    return cast(NodeStatusBody, node.get("status") or {})
+
+
+def lease_spec(lease: Obj | None) -> LeaseSpecBody:
+    """The Lease's spec; empty without a Lease."""
+    return cast(LeaseSpecBody, (lease or {}).get("spec") or {})
+
+
+def condition(obj: Obj, type_: str) -> ConditionBody | None:
+    conditions: list[ConditionBody] = (obj.get("status") or {}).get("conditions") or []
+    for cond in conditions:
         if cond.get("type") == type_:
-            return dict(cond)
+            return ConditionBody(**cond)
     return None
 
 
@@ -62,11 +93,11 @@ def finalizers_of(obj: Obj) -> list[str]:
 
 
 def phase_of(pod: Obj) -> str | None:
-    return (pod.get("status") or {}).get("phase")
+    return pod_status(pod).get("phase")
 
 
 def node_name_of(pod: Obj) -> str | None:
-    return (pod.get("spec") or {}).get("nodeName") or None
+    return pod_spec(pod).get("nodeName") or None
 
 
 def has_role(pod: Obj, role: Role) -> bool:

@@ -16,17 +16,9 @@ from datetime import datetime, timedelta
 
 from ttj.planner.actions import DeleteChild, EmitEvent, Refusal, Write
 from ttj.planner.classify import PodState, classify_pod
+from ttj.planner.lost import ServerLoss
 from ttj.planner.observed import Obj, condition, has_role, labels_of, meta, name_of, node_name_of, phase_of
 from ttj_contract import LABEL_POD_TEMPLATE_HASH, LABEL_PS_INDEX, Role, parse_time, ps_name
-
-
-@dataclass(frozen=True)
-class ServerLoss:
-    """A parameter server whose model state was lost: ``old`` replaced by the running ``new``."""
-
-    index: int
-    old: str
-    new: str
 
 
 @dataclass(frozen=True)
@@ -101,32 +93,41 @@ def parameter_servers(
             continue
         preemptions += 1
         server_losses.append(ServerLoss(index, before[index], names[0]))
-        events.append(
-            EmitEvent(
-                "Warning",
-                "ParameterServerReplaced",
-                f"parameter server {index} is now {names[0]} (was {before[index]}): model state lost, "
-                "the chief restores the latest checkpoint",
-            )
-        )
-    writes: list[Write] = []
-    for name, message in sorted(on_lost_nodes.items()):
-        pod = next(p for p in pods if name_of(p) == name)
-        if meta(pod).get("deletionGracePeriodSeconds") != 0:
-            writes.append(DeleteChild("Pod", name, force=True, reason="LostParameterServer"))
-            events.append(EmitEvent("Warning", "ParameterServerLost", f"parameter server pod {name} lost: {message}"))
+        events.append(_model_state_lost(server_losses[-1]))
+    writes, lost_events = _delete_lost(pods, on_lost_nodes)
     wake = [w for w in _grace_ends(pods, nodes, node_grace) if w > now] if nodes is not None and now is not None else []
     return ParameterServers(
         tuple(after),
         all_running,
         replaced,
         preemptions,
-        tuple(events),
+        (*events, *lost_events),
         lost,
         tuple(server_losses),
-        tuple(writes),
+        writes,
         tuple(wake),
     )
+
+
+def _model_state_lost(loss: ServerLoss) -> EmitEvent:
+    return EmitEvent(
+        "Warning",
+        "ParameterServerReplaced",
+        f"parameter server {loss.index} is now {loss.new} (was {loss.old}): model state lost, "
+        "the chief restores the latest checkpoint",
+    )
+
+
+def _delete_lost(pods: Sequence[Obj], on_lost_nodes: Mapping[str, str]) -> tuple[tuple[Write, ...], list[EmitEvent]]:
+    """PS pods on lost nodes deleted without grace (once), so that their Deployments replace them now."""
+    writes: list[Write] = []
+    events: list[EmitEvent] = []
+    for name, message in sorted(on_lost_nodes.items()):
+        pod = next(p for p in pods if name_of(p) == name)
+        if meta(pod).get("deletionGracePeriodSeconds") != 0:
+            writes.append(DeleteChild("Pod", name, force=True, reason="LostParameterServer"))
+            events.append(EmitEvent("Warning", "ParameterServerLost", f"parameter server pod {name} lost: {message}"))
+    return tuple(writes), events
 
 
 def _on_lost_nodes(pods: Iterable[Obj], nodes: Mapping[str, Obj], now: datetime, grace: timedelta) -> dict[str, str]:

@@ -9,20 +9,18 @@ recorded name again is safe: while that pod exists the create answers 409."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import Reason, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.cost.pools import PlacementCheck
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, DeleteChild, Write
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.observed import Obj, name_of, slot_of, uid_of
-
-_INCARNATION = re.compile(r"-(\d+)$")
+from ttj_contract import worker_incarnation
 
 
 @dataclass(frozen=True)
@@ -47,11 +45,6 @@ class _Occupancy:
     incarnations: dict[int, int]
 
 
-def incarnation_of(pod_name: str) -> int:
-    match = _INCARNATION.search(pod_name)
-    return int(match.group(1)) if match else 0
-
-
 def fill_worker_slots(
     job: Obj,
     spec: TransientTrainingJobSpec,
@@ -69,42 +62,12 @@ def fill_worker_slots(
     slots = spec.workers.slots
     desired = min(spec.workers.replicas, slots)
     occupancy = _occupancy(workers, verdicts, refill_finished)
-    writes: list[Write] = []
-
-    # Never two live pods in one slot (a watch that lagged behind our own create): keep the best.
-    kept: dict[int, Obj] = {}
-    for slot, pods in sorted(occupancy.occupants.items()):
-        ranked = sorted(pods, key=lambda pod: _keep_order(pod, verdicts, holder))
-        keep = ranked[:1] if slot < slots else []
-        for pod in ranked[len(keep) :]:
-            writes.append(
-                DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="SlotOutOfRange", uid=uid_of(pod))
-            )
-        kept.update((slot, pod) for pod in keep)
-    filled = {slot: kept[slot] for slot in occupancy.occupants if slot in kept}  # in observed order
-
-    # Scale down: pending pods first, then the highest slots; never the chief.
-    excess = len(filled) - desired
-    if excess > 0:
-        order = sorted(
-            filled.items(),
-            key=lambda item: (
-                name_of(item[1]) == holder,
-                verdicts[name_of(item[1])].state == PodState.RUNNING,
-                -item[0],
-            ),
-        )
-        for slot, pod in order[:excess]:
-            writes.append(DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="ScaledDown", uid=uid_of(pod)))
-            del filled[slot]
-
+    filled, duplicates = _one_per_slot(occupancy, verdicts, holder, slots)
+    filled, scaled_down = _scaled_down(filled, desired, verdicts, holder)
+    stops: list[Write] = []
     if budget is not None and budget.exceeded:
         # Checkpoint and stop: SIGTERM every worker (the chief writes its checkpoint), add none.
-        for pod in filled.values():
-            if verdicts[name_of(pod)].alive:
-                writes.append(
-                    DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason="BudgetExceeded", uid=uid_of(pod))
-                )
+        stops = [_delete(pod, Reason.BUDGET_EXCEEDED) for pod in filled.values() if verdicts[name_of(pod)].alive]
         filled, desired = {}, 0
 
     # Fill empty slots, lowest first, as far as the budget allows.
@@ -114,10 +77,11 @@ def fill_worker_slots(
     incarnations = {slot: n for slot, n in enumerate(recorded) if n > 0}
     for slot, seen in occupancy.incarnations.items():
         incarnations[slot] = max(incarnations.get(slot, 0), seen)
+    creates: list[Write] = []
     for slot in [s for s in range(slots) if s not in filled][: max(0, missing)]:
         incarnations[slot] = max(incarnations.get(slot, 0), occupancy.incarnations.get(slot, 0) + 1)
         pod = children.worker_pod(job, spec, slot, incarnations[slot])
-        writes.append(CreateChild(pod, recovery_since=occupancy.last_loss.get(slot)))
+        creates.append(CreateChild(pod, recovery_since=occupancy.last_loss.get(slot)))
 
     alive = [verdicts[name_of(p)] for p in filled.values()]
     active = sum(v.state == PodState.RUNNING for v in alive)
@@ -127,7 +91,49 @@ def fill_worker_slots(
         # No node pool can hold these pods at all: say why instead of waiting.
         unschedulable = f"{placement.reason}: {placement.message}"
     highest = tuple(incarnations.get(slot, 0) for slot in range(max(incarnations, default=-1) + 1))
-    return WorkerSlots(tuple(writes), active, pending, unschedulable, highest)
+    writes = (*duplicates, *scaled_down, *stops, *creates)
+    return WorkerSlots(writes, active, pending, unschedulable, highest)
+
+
+def _delete(pod: Obj, reason: str) -> DeleteChild:
+    return DeleteChild("Pod", name_of(pod), mark_deliberate=True, reason=reason, uid=uid_of(pod))
+
+
+def _one_per_slot(
+    occupancy: _Occupancy, verdicts: Mapping[str, PodVerdict], holder: str | None, slots: int
+) -> tuple[dict[int, Obj], list[Write]]:
+    """Never two live pods in one slot (a watch that lagged behind our own create): keep the best, in observed
+    order; the others, and pods of slots beyond the spec's, are deleted."""
+    kept: dict[int, Obj] = {}
+    writes: list[Write] = []
+    for slot, pods in sorted(occupancy.occupants.items()):
+        ranked = sorted(pods, key=lambda pod: _keep_order(pod, verdicts, holder))
+        keep = ranked[:1] if slot < slots else []
+        writes += [_delete(pod, "SlotOutOfRange") for pod in ranked[len(keep) :]]
+        kept.update((slot, pod) for pod in keep)
+    return {slot: kept[slot] for slot in occupancy.occupants if slot in kept}, writes
+
+
+def _scaled_down(
+    filled: dict[int, Obj], desired: int, verdicts: Mapping[str, PodVerdict], holder: str | None
+) -> tuple[dict[int, Obj], list[Write]]:
+    """Down to ``desired``: pending pods first, then the highest slots; never the chief."""
+    excess = len(filled) - desired
+    if excess <= 0:
+        return filled, []
+    order = sorted(
+        filled.items(),
+        key=lambda item: (
+            name_of(item[1]) == holder,
+            verdicts[name_of(item[1])].state == PodState.RUNNING,
+            -item[0],
+        ),
+    )
+    removed = dict(order[:excess])
+    return (
+        {slot: pod for slot, pod in filled.items() if slot not in removed},
+        [_delete(pod, "ScaledDown") for pod in removed.values()],
+    )
 
 
 def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict], refill_finished: bool) -> _Occupancy:
@@ -139,7 +145,7 @@ def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict], refil
         if slot is None:
             continue
         verdict = verdicts[name_of(pod)]
-        incarnations[slot] = max(incarnations.get(slot, 0), incarnation_of(name_of(pod)))
+        incarnations[slot] = max(incarnations.get(slot, 0), worker_incarnation(name_of(pod)))
         if verdict.alive or (verdict.state == PodState.SUCCEEDED and not refill_finished):
             occupants.setdefault(slot, []).append(pod)
         elif verdict.lost and verdict.since is not None:
@@ -150,7 +156,7 @@ def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict], refil
 def _keep_order(pod: Obj, verdicts: Mapping[str, PodVerdict], holder: str | None) -> tuple[bool, bool, int]:
     """Of two pods in one slot keep the chief, else the running one, else the newest."""
     name = name_of(pod)
-    return (name != holder, verdicts[name].state != PodState.RUNNING, -incarnation_of(name))
+    return (name != holder, verdicts[name].state != PodState.RUNNING, -worker_incarnation(name))
 
 
 def _unschedulable(alive: list[PodVerdict]) -> str:

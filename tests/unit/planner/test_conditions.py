@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase
+from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase, Reason
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.conditions import (
     CONDITION_RULES,
@@ -16,7 +16,6 @@ from ttj.planner.conditions import (
     Finished,
     InProgress,
     InvalidSpec,
-    Reason,
     Wanted,
     derive,
     phase_of,
@@ -229,3 +228,24 @@ def test_a_new_reason_without_a_flip_is_a_change_and_unwanted_conditions_go() ->
     after, changed = set_conditions(old, [chief_lost], LATER, 1)
     assert changed == [chief_lost]
     assert [(c.type, c.reason, c.last_transition_time) for c in after] == [("Recovering", "ChiefLost", NOW)]
+
+
+def test_a_condition_this_operator_does_not_know_is_dropped_and_the_rest_of_the_status_stands() -> None:
+    """Another version's condition type (or reason) must not reset the counters, the chief or the records."""
+    from tests.unit.planner.builders import T0, job
+    from ttj.planner import Observed, plan
+
+    manifest = job()
+    manifest["status"] = {
+        "phase": "Running",
+        "preemptions": 7,
+        "chief": {"pod": "mnist-worker-0-1", "epoch": 3},
+        "conditions": [
+            {"type": "FromTheFuture", "status": "True", "reason": "Whatever"},
+            {"type": "Created", "status": "True", "reason": "NotYetInvented"},
+            {"type": "Running", "status": "False", "reason": "WaitingForWorkers"},
+        ],
+    }
+    status = plan(manifest, Observed(), T0).status
+    assert (status.get("preemptions"), (status.get("chief") or {}).get("epoch")) == (7, 3)
+    assert "FromTheFuture" not in {c.get("type") for c in status.get("conditions") or []}

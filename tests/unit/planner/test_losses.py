@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, run_ps, start, terminate
-from ttj.api.models import PreemptionCost
+from ttj.api.models import PreemptionCost, TransientTrainingJobStatus
 from ttj.cost.prices import load_price_table
 from ttj.planner import PlannerConfig
-from ttj.planner.losses import KEPT_RECORDS, _keep, describe
+from ttj.planner.losses import KEPT_RECORDS, _keep, account_losses, describe
 from ttj.planner.world import World
 from ttj_contract import format_time
 
@@ -136,7 +136,7 @@ def test_without_prices_the_loss_is_still_timed_but_not_priced() -> None:
     assert "netUSD" not in world.job["status"]["savings"] or world.job["status"]["savings"]["netUSD"] == 0
 
 
-def test_only_the_newest_records_are_kept_and_open_ones_never_dropped() -> None:
+def test_the_newest_records_are_kept_closed_ones_leaving_first() -> None:
     def record(index: int, recovered: bool) -> PreemptionCost:
         return PreemptionCost(
             pod=f"p-{index}",
@@ -145,10 +145,37 @@ def test_only_the_newest_records_are_kept_and_open_ones_never_dropped() -> None:
             recovered_at=format_time(T0) if recovered else None,
         )
 
-    kept = _keep([record(0, False), *(record(i, True) for i in range(1, KEPT_RECORDS + 5))])
-    assert len(kept) == KEPT_RECORDS
+    kept, dropped_open = _keep([record(0, False), *(record(i, True) for i in range(1, KEPT_RECORDS + 5))])
+    assert (len(kept), dropped_open) == (KEPT_RECORDS, 0)
     assert kept[0].pod == "p-0"
     assert kept[-1].pod == f"p-{KEPT_RECORDS + 4}"
+
+
+def test_the_records_stay_bounded_however_many_losses_never_close() -> None:
+    """A thousand losses whose replacements never come (a slot scaled away, say): the status keeps the newest
+    records and totals for the rest, so the object stays far below etcd's 1.5 MB."""
+    costs: list[PreemptionCost] = []
+    savings = None
+    for index in range(1000):
+        accounted = account_losses(
+            costs,
+            savings,
+            lost_workers=[f"j-worker-{index}-1"],
+            lost_servers=(),
+            chief=None,
+            pods=(),
+            verdicts={},
+            progress=None,
+            cost=None,
+            now=T0 + index * S,
+        )
+        costs, savings = list(accounted.costs or []), accounted.savings
+        assert len(costs) <= KEPT_RECORDS
+    assert [c.pod for c in costs] == [f"j-worker-{i}-1" for i in range(1000 - KEPT_RECORDS, 1000)]
+    assert savings is not None
+    assert (savings.losses, savings.recovered, savings.dropped_open) == (1000, 0, 1000 - KEPT_RECORDS)
+    status = TransientTrainingJobStatus(preemption_costs=costs, savings=savings)
+    assert len(status.model_dump_json(by_alias=True, exclude_none=True)) < 10_000
 
 
 def test_describe_reads_as_a_sentence() -> None:

@@ -1,4 +1,5 @@
-"""The pods a job's spec makes: default requests, the per-role pod template, the restricted profile."""
+"""The pods a job's spec makes: the restricted profile, and what the per-role pod template may not override
+(the manifests themselves are compared whole in test_children)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from tests.unit.planner.builders import T0, job
 from tests.unit.planner.pod_security import restricted_violations
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import CreateChild, Observed, children, plan
-from ttj_contract import LABEL_JOB, LABEL_METRICS_SCRAPER, METRICS_PORT, TF_PORT
 
 
 def spec_of(**fields: Any) -> TransientTrainingJobSpec:
@@ -30,26 +30,6 @@ def ps_pod_spec(**fields: Any) -> dict[str, Any]:
 def trainer(pod_spec: dict[str, Any]) -> dict[str, Any]:
     container: dict[str, Any] = pod_spec["containers"][0]
     return container
-
-
-# -- default requests: namespaces with a ResourceQuota on cpu/memory accept the pods ----------------
-def test_workers_and_parameter_servers_request_cpu_and_memory_by_default() -> None:
-    for pod_spec in (worker()["spec"], ps_pod_spec()):
-        requests = trainer(pod_spec)["resources"]["requests"]
-        assert set(requests) >= {"cpu", "memory"}
-
-
-@pytest.mark.parametrize(
-    ("resources", "expected"),
-    [
-        ({"requests": {"cpu": "3"}}, {"cpu": "3", "memory": children.DEFAULT_WORKER_REQUESTS["memory"]}),
-        # a limit alone is also the request (the API server defaults it so): no default may exceed it
-        ({"limits": {"cpu": "100m", "memory": "64Mi"}}, None),
-    ],
-)
-def test_given_resources_win_over_the_defaults(resources: dict[str, Any], expected: dict[str, str] | None) -> None:
-    container = trainer(worker(workers={"resources": resources})["spec"])
-    assert container["resources"].get("requests") == expected
 
 
 # -- Pod Security restricted -----------------------------------------------------------------------
@@ -108,47 +88,6 @@ def test_the_check_finds_what_the_profile_forbids() -> None:
 
 
 # -- the pod template ------------------------------------------------------------------------------
-def test_the_template_is_merged_under_what_ttj_owns() -> None:
-    pod = worker(workers={"template": TEMPLATE})
-    spec, container = pod["spec"], trainer(pod["spec"])
-    assert pod["metadata"]["labels"]["team"] == "vision"
-    assert pod["metadata"]["labels"]["transient.training/role"] == "worker"
-    assert pod["metadata"]["annotations"] == {"a.io/b": "c"}
-    assert spec["serviceAccountName"] == "team-vision"
-    assert spec["priorityClassName"] == "batch-low"
-    assert spec["imagePullSecrets"] == [{"name": "registry"}]
-    assert spec["nodeSelector"]["cloud.google.com/gke-nodepool"] == "t4-spot"
-    assert spec["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
-    assert {"key": "team", "operator": "Equal", "value": "vision", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["securityContext"]["runAsUser"] == 1000
-    names = [e["name"] for e in container["env"]]
-    assert names[0] == "TF_CONFIG"
-    assert "WANDB_PROJECT" in names
-    assert container["envFrom"] == [{"configMapRef": {"name": "train-env"}}]
-    assert {"name": "config", "mountPath": "/etc/train", "readOnly": True} in container["volumeMounts"]
-    assert {"name": "config", "configMap": {"name": "train-config"}} in spec["volumes"]
-
-
-def test_the_template_affinity_is_combined_with_ttjs_placement() -> None:
-    affinity = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
-                ]
-            }
-        }
-    }
-    spec = ps_pod_spec(parameterServers={"template": {"spec": {"affinity": affinity}}})
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert len(terms) == 2
-    for term in terms:
-        keys = {(e["key"], e["operator"]) for e in term["matchExpressions"]}
-        assert ("cloud.google.com/gke-spot", "NotIn") in keys  # still never on spot nodes
-        assert ("zone", "In") in keys
-
-
 def test_the_workers_service_account_gets_the_lease() -> None:
     manifest = job(workers={"template": {"spec": {"serviceAccountName": "team-vision"}}})
     result = plan(manifest, Observed(), T0)
@@ -216,21 +155,3 @@ def test_workers_node_selector_may_not_move_the_workers_off_their_provisioning()
     result = plan(job(workers={"nodeSelector": {"cloud.google.com/gke-spot": "false"}}), Observed(), T0)
     [invalid] = [c for c in result.status["conditions"] if c["type"] == "Invalid"]
     assert "workers.nodeSelector" in invalid["message"]
-
-
-# -- NetworkPolicy -----------------------------------------------------------------------------------
-def test_only_the_jobs_own_pods_reach_its_tensorflow_port() -> None:
-    policy = children.network_policy(job())
-    spec = policy["spec"]
-    own = {"matchLabels": {LABEL_JOB: "mnist"}}
-    assert spec["podSelector"] == own
-    assert spec["policyTypes"] == ["Ingress"]  # egress (GCS, the API server, DNS) stays open
-    tf, metrics = spec["ingress"]
-    assert tf == {"from": [{"podSelector": own}], "ports": [{"protocol": "TCP", "port": TF_PORT}]}
-    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {LABEL_METRICS_SCRAPER: "true"}}}]
-    assert metrics["ports"] == [{"protocol": "TCP", "port": METRICS_PORT}]
-    # every pod of the job serves both ports and carries the selected label
-    for pod_spec, labels in ((worker()["spec"], worker()["metadata"]["labels"]), (ps_pod_spec(), {LABEL_JOB: "mnist"})):
-        ports = {p["containerPort"] for p in trainer(pod_spec)["ports"]}
-        assert ports == {TF_PORT, METRICS_PORT}
-        assert labels[LABEL_JOB] == "mnist"

@@ -12,7 +12,7 @@ from ttj.api.models import ChiefStatus, CostStatus, Phase, ProgressStatus, Trans
 from ttj.cost.budget import BudgetDecision
 from ttj.planner import CreateChild, DeleteChild, LabelPod, Observed, PlannerConfig, RemoveFinalizer, UpdateLease
 from ttj.planner.assess import assess_workers
-from ttj.planner.chief import keep_chief
+from ttj.planner.chief import ChiefInputs, keep_chief
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.costing import cost_and_budget
 from ttj.planner.ending import clean_up, ending
@@ -245,7 +245,7 @@ def chief_of(pods: list[dict[str, Any]], **given: Any) -> Any:
         **given,
     }
     nodes = {f"gpu-{i}": node(f"gpu-{i}", "on-demand" if i == 1 else "spot") for i in range(4)}
-    return keep_chief(JOB, pods, verdicts(*pods), nodes, **args)
+    return keep_chief(ChiefInputs(JOB, tuple(pods), verdicts(*pods), nodes, **args))
 
 
 def test_the_first_chief_is_the_least_likely_to_be_preempted() -> None:

@@ -107,7 +107,7 @@ def test_a_chief_stopping_gracefully_stays_chief_until_its_sigterm_checkpoint_is
 def test_a_chief_that_hangs_while_stopping_is_replaced_when_its_grace_period_ends() -> None:
     from tests.unit.planner.builders import job, node
     from ttj.api.models import ChiefStatus
-    from ttj.planner.chief import keep_chief
+    from ttj.planner.chief import ChiefInputs, keep_chief
     from ttj.planner.classify import PodState, PodVerdict
     from ttj.planner.config import PlannerConfig
     from ttj_contract import format_micro_time, format_time
@@ -146,18 +146,20 @@ def test_a_chief_that_hangs_while_stopping_is_replaced_when_its_grace_period_end
 
     def at(seconds: int) -> Any:
         return keep_chief(
-            job(),
-            [holder, other],
-            verdicts,
-            nodes,
-            lease=lease,
-            holder="mnist-worker-0-1",
-            recorded=recorded,
-            ps_replaced=False,
-            active=1,
-            desired=2,
-            now=T0 + seconds * S,
-            config=PlannerConfig(),
+            ChiefInputs(
+                job(),
+                (holder, other),
+                verdicts,
+                nodes,
+                lease=lease,
+                holder="mnist-worker-0-1",
+                recorded=recorded,
+                ps_replaced=False,
+                active=1,
+                desired=2,
+                now=T0 + seconds * S,
+                config=PlannerConfig(),
+            )
         )
 
     waiting = at(25)
