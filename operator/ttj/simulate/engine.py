@@ -111,6 +111,7 @@ class PreemptionTrace:
         lifetimes: LifetimeDistribution | None,
         noise_sigma: float,
         fixed: Mapping[tuple[int, int], float] | None = None,
+        *,
         slot_lifetimes: Mapping[int, LifetimeDistribution | None] | None = None,
     ) -> None:
         self.seed = seed

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -177,14 +177,42 @@ class FleetPlan:
 
 
 def enumerate_mixes(
-    accelerators: Sequence[str], provisionings: Sequence[str], max_gpus: int, max_groups: int
+    accelerators: Sequence[str],
+    provisionings: Sequence[str],
+    max_gpus: int,
+    max_groups: int,
+    available: Mapping[tuple[str, str | None], int] | None = None,
 ) -> Iterator[Mix]:
-    """Every mix of 1..``max_gpus`` workers over at most ``max_groups`` (type, provisioning) groups."""
-    kinds = [(a, p) for a in accelerators for p in provisionings]
+    """Every mix of 1..``max_gpus`` workers over at most ``max_groups`` (type, provisioning) groups, with at
+    most ``available[(type, provisioning)]`` workers of a group and ``available[(type, None)]`` of a type."""
+    caps = dict(available or {})
+    kinds = [
+        (a, p) for a in accelerators for p in provisionings if caps.get((a, p), 1) > 0 and caps.get((a, None), 1) > 0
+    ]
     for used in range(1, min(max_groups, len(kinds)) + 1):
         for chosen in combinations(kinds, used):
             for counts in _compositions(max_gpus, used):
-                yield Mix(tuple(sorted(Group(a, p, n) for (a, p), n in zip(chosen, counts, strict=True))))
+                mix = Mix(tuple(sorted(Group(a, p, n) for (a, p), n in zip(chosen, counts, strict=True))))
+                if _within(mix, caps):
+                    yield mix
+
+
+def _within(mix: Mix, caps: Mapping[tuple[str, str | None], int]) -> bool:
+    if any(g.count > caps.get((g.accelerator, g.provisioning), g.count) for g in mix.groups):
+        return False
+    return all(n <= caps.get((a, None), n) for a, n in mix.counts_by_type().items())
+
+
+def parse_available(text: str, resolve: Callable[[str], str]) -> dict[tuple[str, str | None], int]:
+    """``t4:spot=2,l4=4`` → {(nvidia-tesla-t4, spot): 2, (nvidia-l4, None): 4}."""
+    caps: dict[tuple[str, str | None], int] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        kind, _, count = part.partition("=")
+        accelerator, _, provisioning = kind.partition(":")
+        if not count.strip().isdigit() or provisioning not in ("", "spot", "preemptible", "on-demand"):
+            raise ValueError(f"--available: expected TYPE[:PROVISIONING]=COUNT, e.g. t4:spot=2, not {part!r}")
+        caps[(resolve(accelerator.strip()), provisioning or None)] = int(count)
+    return caps
 
 
 def _compositions(limit: int, parts: int) -> Iterator[tuple[int, ...]]:
@@ -215,7 +243,9 @@ def mix_job(template: SimJob, mix: Mix, context: PlanContext) -> SimJob:
     a mixed fleet starts its chief on an on-demand group if it has one, the safest place for it."""
     if mix.uniform:
         group = mix.groups[0]
-        return template.with_cluster(workers=group.count, accelerator=group.accelerator, provisioning=group.provisioning)
+        return template.with_cluster(
+            workers=group.count, accelerator=group.accelerator, provisioning=group.provisioning
+        )
     ordered = preference_order(mix, context)
     chief_first = sorted(ordered, key=lambda g: g.provisioning != "on-demand")
     hardware = tuple((g.accelerator, g.provisioning) for g in chief_first for _ in range(g.count))
@@ -352,11 +382,13 @@ def search(
     max_groups: int = 2,
     max_simulated: int = 30,
     reference: Mix | None = None,
+    available: Mapping[tuple[str, str | None], int] | None = None,
 ) -> FleetPlan:
     """The cheapest mix meeting ``target`` (see the module docstring for how the space is bounded)."""
     noise = context.fitted.throughput.noise_sigma
     fast = math.exp(-_NOISE_SIGMAS * noise)
-    screened = [context.screen(m) for m in enumerate_mixes(accelerators, provisionings, max_gpus, max_groups)]
+    mixes = enumerate_mixes(accelerators, provisionings, max_gpus, max_groups, available)
+    screened = [context.screen(m) for m in mixes]
     by_mix = {s.mix: s for s in screened}
     pruned = {"cannot meet the deadline without revocations": 0, "over budget without revocations": 0}
     pruned[f"PS-saturated (a GPU fewer is within {SATURATION_GAIN:.0%} as fast)"] = 0
@@ -373,7 +405,7 @@ def search(
     candidates.sort(key=lambda s: (_bound(s, target, noise), s.mix.workers, s.mix.label))
     evaluated: list[Evaluation] = []
     best: Evaluation | None = None
-    stopped = f"every one of the {len(candidates)} candidates left was simulated"
+    stopped = f"every one of the {len(candidates)} candidates left" if candidates else "no candidate left"
     for index, item in enumerate(candidates):
         if best is not None and _bound(item, target, noise) > _objective(best, target):
             stopped = (
@@ -392,7 +424,12 @@ def search(
         best = with_model_range(context, best, target)
     fastest = None
     if best is None and screened:
-        quickest = max(screened, key=lambda s: (s.throughput.central, -s.price_h))
+        # the cheapest of the mixes within SATURATION_GAIN of the top speed: past the PS's knee more GPUs buy nothing
+        top = max(s.throughput.central for s in screened)
+        quickest = min(
+            (s for s in screened if s.throughput.central >= top * (1 - SATURATION_GAIN)),
+            key=lambda s: (s.price_h, s.mix.label),
+        )
         fastest = next((e for e in evaluated if e.mix == quickest.mix), None) or evaluate(
             context, quickest.mix, target, early_rejection=False
         )
@@ -401,22 +438,27 @@ def search(
         reference_result = next((e for e in evaluated if e.mix == reference and not e.rejected_early), None)
         reference_result = reference_result or evaluate(context, reference, target, early_rejection=False)
     kinds = len(accelerators) * len(provisionings)
+    limits = "".join(
+        f", at most {n} {short_gpu(a)}{' ' + p if p else ''}"
+        for (a, p), n in sorted((available or {}).items(), key=str)
+    )
     space = (
         f"{', '.join(short_gpu(a) for a in accelerators)} x {', '.join(provisionings)} ({kinds} groups), "
-        f"1-{max_gpus} GPUs in total, at most {max_groups} groups per mix: {len(screened)} mixes"
+        f"1-{max_gpus} GPUs in total, at most {max_groups} groups per mix{limits}: {len(screened)} mixes"
     )
     return FleetPlan(target, space, len(screened), pruned, evaluated, best, fastest, reference_result, stopped)
 
 
 def _saturated(item: Screened, by_mix: dict[Mix, Screened]) -> bool:
     for group in item.mix.groups:
-        fewer = tuple(
-            g if g != group else Group(g.accelerator, g.provisioning, g.count - 1) for g in item.mix.groups
-        )
+        fewer = tuple(g if g != group else Group(g.accelerator, g.provisioning, g.count - 1) for g in item.mix.groups)
         smaller = Mix(tuple(g for g in fewer if g.count > 0))
-        if smaller.groups and smaller in by_mix:
-            if by_mix[smaller].throughput.central >= item.throughput.central * (1 - SATURATION_GAIN):
-                return True
+        if (
+            smaller.groups
+            and smaller in by_mix
+            and by_mix[smaller].throughput.central >= item.throughput.central * (1 - SATURATION_GAIN)
+        ):
+            return True
     return False
 
 
@@ -440,9 +482,7 @@ def manifests(plan_mix: Mix, context: PlanContext, name: str) -> tuple[dict[str,
     job = mix_job(context.template, plan_mix, context)
     spec = job.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     metadata = {"name": name}
-    today = (
-        {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec} if plan_mix.uniform else None
-    )
+    today = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec} if plan_mix.uniform else None
     workers = {k: v for k, v in spec["workers"].items() if k not in ("acceleratorType", "provisioning", "maxReplicas")}
     workers["groups"] = [
         {
@@ -473,6 +513,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     plan.add_argument("--confidence", type=float, default=0.9, help="share of runs that must meet the target [0.9]")
     plan.add_argument("--max-gpus", type=int, default=8, help="most workers in a mix [8, the most the paper ran]")
     plan.add_argument("--max-groups", type=int, default=2, help="most (type, provisioning) groups in a mix [2]")
+    plan.add_argument(
+        "--available",
+        default="",
+        help="GPUs to be had, e.g. t4:spot=2,l4=4 (a spot stock-out: t4:spot=0) [no limit]",
+    )
     plan.add_argument("--max-simulated", type=int, default=30, help="most candidates simulated [30]")
     plan.add_argument("--plan-runs", type=int, default=200, help="seeded runs per candidate [200]")
     plan.add_argument("--plan-out", type=Path, default=None, help="also write the proposed manifest(s) here")
@@ -510,6 +555,7 @@ def plan_main(args: argparse.Namespace) -> int:
     if bad:
         return fail(f"unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)")
     try:
+        available = parse_available(args.available, accelerator_name)
         fitted = fit(load_training_data(args.data))
         for accelerator in accelerators:
             fitted.throughput.predict(1, accelerator)
@@ -533,8 +579,10 @@ def plan_main(args: argparse.Namespace) -> int:
     if deadline_s is None and args.budget is None:
         deadline_s = deadline_of(context, reference, args.confidence)
         if math.isinf(deadline_s):
-            return fail(f"the manifest's fleet ({reference.label}) does not finish in {args.confidence:.0%} of runs: "
-                        "give --deadline or --budget")
+            return fail(
+                f"the manifest's fleet ({reference.label}) does not finish in {args.confidence:.0%} of runs: "
+                "give --deadline or --budget"
+            )
         derived = f" (the manifest's fleet, {reference.label}, at this confidence)"
     target = Target(deadline_s, args.budget, args.confidence)
     plan = search(
@@ -546,6 +594,7 @@ def plan_main(args: argparse.Namespace) -> int:
         max_groups=args.max_groups,
         max_simulated=args.max_simulated,
         reference=reference,
+        available=available,
     )
     print(render(plan, context, name, derived, POLICY_LABELS[policy]))
     used = sorted({g.accelerator for e in plan.evaluated for g in e.mix.groups if g.provisioning != "on-demand"})
@@ -579,7 +628,8 @@ def describe(evaluation: Evaluation, target: Target) -> str:
         f"P(meet) {_pct(evaluation.odds)} (95 % Wilson {_pct(low)}-{_pct(high)}, {evaluation.met}/{evaluation.runs} "
         f"runs{early}); cost mean ${evaluation.cost_mean_usd:.2f}, p5-p95 ${evaluation.cost_p5_usd:.2f}-"
         f"${evaluation.cost_p95_usd:.2f}; p{target.confidence * 100:.0f} time {when}; "
-        f"{evaluation.throughput.central:.1f} steps/s ({evaluation.throughput.low:.1f}-{evaluation.throughput.high:.1f})"
+        f"{evaluation.throughput.central:.1f} steps/s "
+        f"({evaluation.throughput.low:.1f}-{evaluation.throughput.high:.1f})"
     )
 
 
@@ -604,13 +654,20 @@ def render(plan: FleetPlan, context: PlanContext, name: str, derived: str, polic
         lines.append(f"\nNo fleet in the search space meets the target ({target.describe()}).")
         if plan.fastest is not None:
             lines.append(f"The fastest option is {plan.fastest.mix.label}: {describe(plan.fastest, target)}")
+            capacity = context.fitted.throughput.ps_capacity_steps_s * context.template.ps_replicas
+            if plan.fastest.throughput.central >= 0.9 * capacity:
+                lines.append(
+                    f"It is held by the parameter servers ({capacity:.0f} steps/s fitted for "
+                    f"{context.template.ps_replicas}): more spec.parameterServers.replicas would lift it "
+                    "(extrapolated)."
+                )
             lines.append("Loosen the deadline or the confidence, raise --max-gpus, or add faster --accelerators.")
     else:
         lines.append(f"\nCheapest plan: {best.mix.label}")
         lines.append(f"  {describe(best, target)}")
         lines.append(
-            f"  model range (first {min(context.interval_runs, context.runs)} runs: slow throughput end and early "
-            f"revocations / fast end and late revocations): P(meet) {_pct(best.odds_pessimistic)} / "
+            f"  model range (first {min(context.interval_runs, context.runs)} runs: slow end of the throughput "
+            f"interval with early revocations / fast end with late ones): P(meet) {_pct(best.odds_pessimistic)} / "
             f"{_pct(best.odds_optimistic)}"
         )
         low, _ = best.odds_interval

@@ -201,7 +201,8 @@ class PlannerPolicy:
             created = view.now
         node_name = f"gke-sim-{slot}-{name}"
         accelerator, provisioning = view.job.hardware(slot)
-        self.world.observed.nodes[node_name] = self._node(node_name, accelerator, provisioning, _at(min(created, view.now)))
+        node = self._node(node_name, accelerator, provisioning, _at(min(created, view.now)))
+        self.world.observed.nodes[node_name] = node
         pod["spec"]["nodeName"] = node_name
         running = first and view.live_slots[slot]
         pod["status"] = (
