@@ -25,6 +25,7 @@ in its slot's group.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -347,17 +348,11 @@ def with_model_range(context: PlanContext, evaluation: Evaluation, target: Targe
     count = min(context.interval_runs, context.runs)
     slow = context.results(evaluation.mix, count, throughput="low", band="low")
     fast = context.results(evaluation.mix, count, throughput="high", band="high")
-    return _replace(
+    return dataclasses.replace(
         evaluation,
         odds_pessimistic=sum(1 for r in slow if target.met_by(r)) / count,
         odds_optimistic=sum(1 for r in fast if target.met_by(r)) / count,
     )
-
-
-def _replace(evaluation: Evaluation, **changes: Any) -> Evaluation:
-    import dataclasses
-
-    return dataclasses.replace(evaluation, **changes)
 
 
 def _objective(evaluation: Evaluation, target: Target) -> float:
