@@ -94,21 +94,32 @@ def test_a_mixed_run_prices_and_revokes_each_slot_as_its_group(fitted: FittedMod
     assert any(trace.lifetime(1, serial) < math.inf for serial in range(50))  # spot: some are
 
 
-def test_the_search_returns_the_cheapest_feasible_mix(fitted: FittedModel, template: SimJob) -> None:
-    """Every mix of a small space simulated by hand: the bounded search picks the cheapest that meets."""
+@pytest.mark.parametrize(
+    ("target", "max_gpus"),
+    [
+        (Target(deadline_s=1.2 * 3600, budget_usd=None, confidence=0.9), 4),  # the cheapest
+        (Target(deadline_s=None, budget_usd=1.3, confidence=0.9), 3),  # only a budget: the fastest within it
+    ],
+)
+def test_the_search_returns_the_best_feasible_mix(
+    fitted: FittedModel, template: SimJob, target: Target, max_gpus: int
+) -> None:
+    """Every mix of a small space simulated by hand: the bounded search picks the best one that meets."""
     context = PlanContext(template, fitted, runs=20)
-    target = Target(deadline_s=1.2 * 3600, budget_usd=None, confidence=0.9)
-    plan = search(context, target, [K80], ["preemptible", "on-demand"], max_gpus=4, max_groups=2)
+    plan = search(context, target, [K80], ["preemptible", "on-demand"], max_gpus=max_gpus, max_groups=2)
     every = [
         evaluate(context, mix, target, early_rejection=False)
-        for mix in enumerate_mixes([K80], ["preemptible", "on-demand"], 4, 2)
+        for mix in enumerate_mixes([K80], ["preemptible", "on-demand"], max_gpus, 2)
     ]
     feasible = [e for e in every if e.odds >= target.confidence]
     assert feasible
-    cheapest = min(feasible, key=lambda e: e.cost_mean_usd)
+    assert len(feasible) < len(every)  # the target rules some out
+    by_hand = min(
+        feasible, key=lambda e: e.cost_per_done_usd if target.deadline_s is not None else e.time_at_confidence_s
+    )
     assert plan.best is not None
-    assert plan.best.mix == cheapest.mix
-    assert plan.best.cost_mean_usd == pytest.approx(cheapest.cost_mean_usd)
+    assert plan.best.mix == by_hand.mix
+    assert plan.best.cost_per_done_usd == pytest.approx(by_hand.cost_per_done_usd)
     assert len(plan.evaluated) < len(every)  # bounded: not everything was simulated
 
 
@@ -122,10 +133,10 @@ def test_the_paper_4_k80_cluster_or_a_cheaper_one_meets_its_own_time(fitted: Fit
     assert plan.reference is not None
     assert plan.reference.odds >= 0.9  # the paper's cluster meets its own p90 time
     assert plan.best.odds >= 0.9
-    assert plan.best.cost_mean_usd <= plan.reference.cost_mean_usd
+    assert plan.best.cost_per_done_usd <= plan.reference.cost_per_done_usd
     four = search(context, target, [K80], ["preemptible", "on-demand"], max_gpus=4, reference=reference)
     assert four.best is not None
-    assert four.best.mix == reference or four.best.cost_mean_usd <= plan.reference.cost_mean_usd
+    assert four.best.mix == reference or four.best.cost_per_done_usd <= plan.reference.cost_per_done_usd
 
 
 def test_an_impossible_deadline_names_the_fastest_option(capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,7 +158,7 @@ def test_the_plan_is_deterministic_for_a_seed(fitted: FittedModel, template: Sim
 
     def once(seed: int) -> list[tuple[str, int, float]]:
         plan = search(PlanContext(template, fitted, runs=15, seed=seed), target, [K80, T4], ["preemptible"], max_gpus=3)
-        return [(e.mix.label, e.met, e.cost_mean_usd) for e in plan.evaluated]
+        return [(e.mix.label, e.met, e.cost_per_done_usd) for e in plan.evaluated]
 
     assert once(7) == once(7)
     assert once(7) != once(8)

@@ -140,7 +140,8 @@ class Evaluation:
     runs: int
     met: int
     completed: int
-    cost_mean_usd: float  # every run, failed ones too
+    #: every run's cost, failed ones too, over the runs that succeed (a failed run has to be run again)
+    cost_per_done_usd: float
     cost_p5_usd: float
     cost_p95_usd: float
     time_at_confidence_s: float  # the confidence-quantile of the time (a failed run counts as never)
@@ -329,12 +330,13 @@ def _evaluation(
 ) -> Evaluation:
     costs = [r.cost_usd for r in runs]
     times = [r.time_s if r.succeeded else math.inf for r in runs]
+    completed = sum(1 for r in runs if r.succeeded)
     return Evaluation(
         mix=mix,
         runs=len(runs),
         met=sum(1 for r in runs if target.met_by(r)),
-        completed=sum(1 for r in runs if r.succeeded),
-        cost_mean_usd=sum(costs) / len(costs),
+        completed=completed,
+        cost_per_done_usd=sum(costs) / completed if completed else math.inf,
         cost_p5_usd=percentile(costs, 0.05),
         cost_p95_usd=percentile(costs, 0.95),
         time_at_confidence_s=percentile(times, target.confidence),
@@ -357,7 +359,7 @@ def with_model_range(context: PlanContext, evaluation: Evaluation, target: Targe
 
 def _objective(evaluation: Evaluation, target: Target) -> float:
     """Cheapest when a deadline is asked for; with only a budget, the fastest at that confidence."""
-    return evaluation.cost_mean_usd if target.deadline_s is not None else evaluation.time_at_confidence_s
+    return evaluation.cost_per_done_usd if target.deadline_s is not None else evaluation.time_at_confidence_s
 
 
 def _bound(screened: Screened, target: Target, noise_sigma: float) -> float:
@@ -621,7 +623,7 @@ def describe(evaluation: Evaluation, target: Target) -> str:
     when = "never" if math.isinf(evaluation.time_at_confidence_s) else f"{evaluation.time_at_confidence_s / 3600:.2f} h"
     return (
         f"P(meet) {_pct(evaluation.odds)} (95 % Wilson {_pct(low)}-{_pct(high)}, {evaluation.met}/{evaluation.runs} "
-        f"runs{early}); cost mean ${evaluation.cost_mean_usd:.2f}, p5-p95 ${evaluation.cost_p5_usd:.2f}-"
+        f"runs{early}); ${evaluation.cost_per_done_usd:.2f} per done job, a run p5-p95 ${evaluation.cost_p5_usd:.2f}-"
         f"${evaluation.cost_p95_usd:.2f}; p{target.confidence * 100:.0f} time {when}; "
         f"{evaluation.throughput.central:.1f} steps/s "
         f"({evaluation.throughput.low:.1f}-{evaluation.throughput.high:.1f})"
@@ -675,12 +677,19 @@ def render(plan: FleetPlan, context: PlanContext, name: str, derived: str, polic
     if reference is not None:
         lines.append(f"\nThe manifest's own fleet, {reference.mix.label}: {describe(reference, target)}")
         if best is not None:
-            saving = 1 - best.cost_mean_usd / reference.cost_mean_usd
+            saving = 1 - best.cost_per_done_usd / reference.cost_per_done_usd
+            quantile = f"p{target.confidence * 100:.0f}"
             if best.mix == reference.mix:
-                lines.append("  the plan is the manifest's own fleet: nothing in the search space is cheaper")
+                lines.append("  the plan is the manifest's own fleet: nothing in the search space is better")
+            elif target.deadline_s is None:
+                lines.append(
+                    f"  the plan's {quantile} time is {best.time_at_confidence_s / 3600:.2f} h against "
+                    f"{reference.time_at_confidence_s / 3600:.2f} h, for ${best.cost_per_done_usd:.2f} against "
+                    f"${reference.cost_per_done_usd:.2f}"
+                )
             else:
                 lines.append(
-                    f"  the plan costs ${best.cost_mean_usd:.2f} against ${reference.cost_mean_usd:.2f}: "
+                    f"  the plan costs ${best.cost_per_done_usd:.2f} against ${reference.cost_per_done_usd:.2f}: "
                     f"{saving:.1%} {'cheaper' if saving >= 0 else 'dearer'}"
                     + ("" if reference.odds >= target.confidence else " (the manifest's fleet misses the target)")
                 )
