@@ -656,9 +656,10 @@ def render(plan: FleetPlan, context: PlanContext, name: str, derived: str, polic
                 lines.append(
                     f"It is held by the parameter servers ({capacity:.0f} steps/s fitted for "
                     f"{context.template.ps_replicas}): more spec.parameterServers.replicas would lift it "
-                    "(extrapolated)."
+                    "(extrapolated). Loosen the deadline or the confidence, or add parameter servers."
                 )
-            lines.append("Loosen the deadline or the confidence, raise --max-gpus, or add faster --accelerators.")
+            else:
+                lines.append("Loosen the deadline or the confidence, raise --max-gpus, or add faster --accelerators.")
     else:
         lines.append(f"\nCheapest plan: {best.mix.label}")
         lines.append(f"  {describe(best, target)}")
