@@ -398,7 +398,8 @@ def simulate_run(
         chief = run.live().get(run.chief_slot) if run.chief_slot is not None else None
         if checkpoint_interval is not None and chief is not None:
             age = run.now - chief.created_at
-            return checkpoint_interval(age, job.provisioning, job.accelerator, checkpoint_write_s), 0
+            accelerator, provisioning = job.hardware(chief.slot)
+            return checkpoint_interval(age, provisioning, accelerator, checkpoint_write_s), 0
         published = policy.published_checkpoint_interval_s()
         if published is not None:
             return published, 0
