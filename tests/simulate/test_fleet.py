@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -190,10 +191,11 @@ def test_the_plan_as_manifests(fitted: FittedModel, template: SimJob) -> None:
 
 def test_the_cli_prints_the_plan_against_the_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "plan.yaml"
+    report = tmp_path / "plan.json"
     rc = main(
         [
             "simulate", str(EXAMPLES / "k80-transient-4.yaml"), "--plan",
-            "--max-gpus", "5", "--plan-runs", "20", "--plan-out", str(out_file),
+            "--max-gpus", "5", "--plan-runs", "20", "--plan-out", str(out_file), "--json", str(report),
         ]
     )  # fmt: skip
     out = capsys.readouterr().out
@@ -205,3 +207,8 @@ def test_the_cli_prints_the_plan_against_the_manifest(tmp_path: Path, capsys: py
     assert "The manifest's own fleet, 4 K80 preemptible" in out
     assert GROUPS_NOTE in out_file.read_text()
     assert "today's single-group manifest" in out_file.read_text()
+    payload = json.loads(report.read_text())
+    assert payload["best"]["odds"] >= 0.9
+    assert payload["reference"]["mix"] == "4 K80 preemptible"
+    assert payload["manifest"]["spec"]["workers"]["groups"][0]["accelerator"] == "nvidia-tesla-k80"
+    assert payload["mixes"] == 5 + 5 + 10  # one group of 1-5 twice, and two groups summing to at most 5

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -598,9 +599,12 @@ def plan_main(args: argparse.Namespace) -> int:
     if used:
         print("\nRevocation rates of the transient types simulated (Kaplan-Meier, 95 % Greenwood band):")
         print(revocation_table([fitted.revocation_summary(a, args.lifetimes) for a in used]))
-    if plan.best is None:
+    grouped, today = manifests(plan.best.mix, context, name) if plan.best is not None else (None, None)
+    if args.json is not None:
+        payload = plan_json(plan) | {"manifest": grouped, "manifestToday": today, "note": GROUPS_NOTE}
+        args.json.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    if plan.best is None or grouped is None:
         return 1
-    grouped, today = manifests(plan.best.mix, context, name)
     text = f"# {GROUPS_NOTE}\n---\n" + yaml.safe_dump(grouped, sort_keys=False)
     if today is not None:
         text += "# today's single-group manifest of the same plan: applies now\n---\n"
@@ -611,6 +615,52 @@ def plan_main(args: argparse.Namespace) -> int:
         args.plan_out.write_text(text, encoding="utf-8")
         print(f"written to {args.plan_out}")
     return 0
+
+
+def evaluation_json(evaluation: Evaluation) -> dict[str, Any]:
+    low, high = evaluation.odds_interval
+
+    def finite(value: float) -> float | None:
+        return None if math.isinf(value) or math.isnan(value) else value
+
+    return {
+        "mix": evaluation.mix.label,
+        "groups": [dataclasses.asdict(g) for g in evaluation.mix.groups],
+        "runs": evaluation.runs,
+        "met": evaluation.met,
+        "completed": evaluation.completed,
+        "odds": evaluation.odds,
+        "oddsWilson95": [low, high],
+        "oddsModelRange": [finite(evaluation.odds_pessimistic), finite(evaluation.odds_optimistic)],
+        "costPerDoneJobUsd": finite(evaluation.cost_per_done_usd),
+        "runCostP5P95Usd": [evaluation.cost_p5_usd, evaluation.cost_p95_usd],
+        "timeAtConfidenceS": finite(evaluation.time_at_confidence_s),
+        "throughputStepsPerSecond": [
+            evaluation.throughput.low,
+            evaluation.throughput.central,
+            evaluation.throughput.high,
+        ],
+        "extrapolated": evaluation.throughput.extrapolated,
+        "notes": list(evaluation.throughput.why),
+        "rejectedEarly": evaluation.rejected_early,
+    }
+
+
+def plan_json(plan: FleetPlan) -> dict[str, Any]:
+    def maybe(evaluation: Evaluation | None) -> dict[str, Any] | None:
+        return evaluation_json(evaluation) if evaluation is not None else None
+
+    return {
+        "target": dataclasses.asdict(plan.target),
+        "searchSpace": plan.space,
+        "mixes": plan.mixes,
+        "pruned": plan.pruned,
+        "stopped": plan.stopped,
+        "simulated": [evaluation_json(e) for e in plan.evaluated],
+        "best": maybe(plan.best),
+        "fastest": maybe(plan.fastest),
+        "reference": maybe(plan.reference),
+    }
 
 
 def _pct(value: float) -> str:
