@@ -93,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data", type=Path, default=None, help="refit on this copy of the ICAC'19 data (a folder with training/)"
     )
+    from ttj.simulate.fleet import add_plan_arguments
+
+    add_plan_arguments(parser)
 
 
 def load_job(path: Path) -> Any:
@@ -120,6 +123,10 @@ def load_job(path: Path) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "plan", False):
+        from ttj.simulate.fleet import plan_main
+
+        return plan_main(args)
     from ttj.simulate.engine import SimJob
     from ttj.simulate.fit import PS_NETWORK_CEILING_STEPS_S, fit
     from ttj.simulate.icac19 import load_training_data

@@ -41,6 +41,15 @@ class SimJob:
     #: One worker training alone, no parameter server (the paper's single-GPU baseline): the model state
     #: lives on that worker, so losing it rolls training back to the last checkpoint.
     without_ps: bool = False
+    #: A mixed fleet: (accelerator, provisioning) of each slot; empty: every slot as ``spec.workers`` says.
+    #: A replacement stays in its slot's group (capacity is not modelled, so no fallback is needed).
+    slot_hardware: tuple[tuple[str, str], ...] = ()
+
+    def hardware(self, slot: int) -> tuple[str, str]:
+        """(accelerator, provisioning) of ``slot``'s VMs."""
+        if slot < len(self.slot_hardware):
+            return self.slot_hardware[slot]
+        return self.accelerator, self.provisioning
 
     @property
     def train_steps(self) -> int:
@@ -102,10 +111,14 @@ class PreemptionTrace:
         lifetimes: LifetimeDistribution | None,
         noise_sigma: float,
         fixed: Mapping[tuple[int, int], float] | None = None,
+        *,
+        slot_lifetimes: Mapping[int, LifetimeDistribution | None] | None = None,
     ) -> None:
         self.seed = seed
         self.run = run
         self._lifetimes = lifetimes
+        #: a mixed fleet's slots each draw from their own GPU type's lifetimes (None: on-demand)
+        self._slot_lifetimes = dict(slot_lifetimes or {})
         self._fixed = dict(fixed or {})
         self._cache: dict[tuple[int, int], float] = {}
         noise = random.Random(f"ttj-simulate/{seed}/{run}/speed")
@@ -120,15 +133,16 @@ class PreemptionTrace:
         key = (slot, serial)
         if key in self._fixed:
             return self._fixed[key]
-        if self._lifetimes is None:
+        lifetimes = self._slot_lifetimes.get(slot, self._lifetimes)
+        if lifetimes is None:
             return math.inf
         if key not in self._cache:
             rng = random.Random(f"ttj-simulate/{self.seed}/{self.run}/{slot}/{serial}")
-            drawn = self._lifetimes.sample(rng)
+            drawn = lifetimes.sample(rng)
             for _ in range(1000):
                 if drawn > outlives:
                     break
-                drawn = self._lifetimes.sample(rng)
+                drawn = lifetimes.sample(rng)
             self._cache[key] = drawn
         return self._cache[key]
 
@@ -272,6 +286,8 @@ class _Run:
     checkpoint_overhead_steps: float = 0.0
     worker_price_h: float = 0.0
     ps_price_h: float = 0.0
+    #: a mixed fleet's hourly price per slot (slots not here cost ``worker_price_h``)
+    slot_price_h: dict[int, float] = field(default_factory=dict)
 
     def live(self) -> dict[int, WorkerVm]:
         return {vm.slot: vm for vm in self.vms if vm.alive}
@@ -286,14 +302,19 @@ class _Run:
         active = self.running_workers()
         if active < self.job.min_workers:
             return 0.0
+        if self.job.slot_hardware:
+            running = [vm.slot for vm in self.vms if vm.running(self.now)]
+            return fleet_steps_per_second(self.throughput, self.job, running) * self.trace.speed_factor
         steps = self.throughput.steps_per_second(active, self.job.accelerator, self.job.ps_replicas)
         return steps * self.trace.speed_factor
 
     def cost(self, at: float) -> float:
-        worker_s = sum(
-            max(0.0, min(vm.ended_at if vm.ended_at is not None else at, at) - vm.created_at) for vm in self.vms
+        worker_usd_s = sum(
+            max(0.0, min(vm.ended_at if vm.ended_at is not None else at, at) - vm.created_at)
+            * self.slot_price_h.get(vm.slot, self.worker_price_h)
+            for vm in self.vms
         )
-        return (worker_s * self.worker_price_h + at * self.ps_price_h * self.job.ps_replicas) / 3600.0
+        return (worker_usd_s + at * self.ps_price_h * self.job.ps_replicas) / 3600.0
 
     def start_worker(self, slot: int, *, first: bool) -> None:
         serial = self.serials.get(slot, 0)
@@ -305,6 +326,15 @@ class _Run:
             vm = WorkerVm(slot, serial, self.now, self.now + self.startup_s, self.now + lifetime)
             self.replacements += 1
         self.vms.append(vm)
+
+
+def fleet_steps_per_second(throughput: ThroughputModel, job: SimJob, slots: Sequence[int]) -> float:
+    """Global steps/s of the workers in ``slots`` of a mixed fleet: each type's rate summed, behind the PS."""
+    counts: dict[str, int] = {}
+    for slot in slots:
+        accelerator = job.hardware(slot)[0]
+        counts[accelerator] = counts.get(accelerator, 0) + 1
+    return throughput.mix_steps_per_second(counts, job.ps_replicas)
 
 
 def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int], write_s: float) -> RunView:
@@ -348,13 +378,19 @@ def simulate_run(
     run = _Run(job, trace, throughput, startup_s, handover_s)
     run.worker_price_h = price_per_hour(job.accelerator, job.provisioning, price_table)
     run.ps_price_h = ps_price_per_hour(price_table)
+    if job.slot_hardware:
+        run.slot_price_h = {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
     for slot in range(job.workers):
         run.start_worker(slot, first=True)
     run.chief_slot = 0
     run.epoch = 1
-    baseline_rate = throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas) * trace.speed_factor
+    if job.slot_hardware:
+        baseline_rate = fleet_steps_per_second(throughput, job, range(job.workers)) * trace.speed_factor
+    else:
+        baseline_rate = throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas) * trace.speed_factor
     baseline_time = job.train_steps / baseline_rate
-    baseline_cost = baseline_time * (job.workers * run.worker_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
+    workers_price_h = sum(run.slot_price_h.get(slot, run.worker_price_h) for slot in range(job.workers))
+    baseline_cost = baseline_time * (workers_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
 
     def intervals() -> tuple[float, int]:
         """(seconds, steps) between periodic checkpoints now: the given choice, else what the policy published
@@ -362,7 +398,8 @@ def simulate_run(
         chief = run.live().get(run.chief_slot) if run.chief_slot is not None else None
         if checkpoint_interval is not None and chief is not None:
             age = run.now - chief.created_at
-            return checkpoint_interval(age, job.provisioning, job.accelerator, checkpoint_write_s), 0
+            accelerator, provisioning = job.hardware(chief.slot)
+            return checkpoint_interval(age, provisioning, accelerator, checkpoint_write_s), 0
         published = policy.published_checkpoint_interval_s()
         if published is not None:
             return published, 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ttj.preemption.lifetimes import (
@@ -169,6 +169,45 @@ class ThroughputModel:
 
     def steps_per_second(self, workers: int, accelerator: str = FITTED_ACCELERATOR, ps_replicas: int = 1) -> float:
         prediction = self.predict(workers, accelerator, ps_replicas)
+        return {"low": prediction.low, "high": prediction.high}.get(self.bound, prediction.central)
+
+    def predict_mix(self, counts: Mapping[str, int], ps_replicas: int = 1) -> ThroughputPrediction:
+        """Global steps/s of a mixed fleet: ``counts`` workers of each GPU type behind ``ps_replicas`` PS.
+
+        Asynchronous workers push to the PS independently, so their raw rates add: ``Σ n_t·r·s_t``; the PS
+        bandwidth caps the sum through the same fitted saturation as one type (spotDNN, IWQoS'23, models the
+        PS bandwidth as the bottleneck of a heterogeneous cluster). One type is exactly :meth:`predict`.
+        """
+        present = {accelerator: n for accelerator, n in counts.items() if n > 0}
+        if len(present) <= 1:
+            accelerator, workers = next(iter(present.items()), (FITTED_ACCELERATOR, 0))
+            return self.predict(workers, accelerator, ps_replicas)
+        speeds = {accelerator: self._speeds(accelerator) for accelerator in present}
+        central_shape = self._central_shape()
+
+        def rate(shape: ShapeFit, end: int) -> float:
+            raw = sum(n * shape.per_worker * speeds[a][end] for a, n in present.items())
+            return blended(raw, shape.capacity * ps_replicas, shape.sharpness) if ps_replicas > 0 else raw
+
+        central = rate(central_shape, 1)
+        shapes = self.plausible or (central_shape,)
+        low = min([*(rate(s, 0) for s in shapes), central])
+        high = max([*(rate(s, 2) for s in shapes), central])
+        workers = sum(present.values())
+        why = ["mixed GPU types: no heterogeneous runs measured; per-type rates summed behind the PS"]
+        why += [
+            f"no training runs on {a}: speed {speeds[a][0]:g}-{speeds[a][2]:g}x a K80 assumed"
+            for a in sorted(present)
+            if a != FITTED_ACCELERATOR
+        ]
+        if workers > self.max_fitted_workers:
+            why.append(f"{workers} workers: runs measured up to {self.max_fitted_workers}")
+        if ps_replicas > 1:
+            why.append(f"{ps_replicas} parameter servers: runs measured with one")
+        return ThroughputPrediction(central, low, high, True, tuple(why))
+
+    def mix_steps_per_second(self, counts: Mapping[str, int], ps_replicas: int = 1) -> float:
+        prediction = self.predict_mix(counts, ps_replicas)
         return {"low": prediction.low, "high": prediction.high}.get(self.bound, prediction.central)
 
 

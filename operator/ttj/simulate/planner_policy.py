@@ -200,7 +200,9 @@ class PlannerPolicy:
             self._wanted.append(StartWorker(slot))
             created = view.now
         node_name = f"gke-sim-{slot}-{name}"
-        self.world.observed.nodes[node_name] = self._node(node_name, view.job, _at(min(created, view.now)))
+        accelerator, provisioning = view.job.hardware(slot)
+        node = self._node(node_name, accelerator, provisioning, _at(min(created, view.now)))
+        self.world.observed.nodes[node_name] = node
         pod["spec"]["nodeName"] = node_name
         running = first and view.live_slots[slot]
         pod["status"] = (
@@ -210,10 +212,9 @@ class PlannerPolicy:
         self.vm_of_pod[name] = (slot, created)
 
     @staticmethod
-    def _node(name: str, job: SimJob, created: datetime) -> Obj:
-        labels = {ACCELERATOR_LABEL: job.accelerator, "kubernetes.io/hostname": name} | provisioning_labels(
-            job.provisioning
-        )
+    def _node(name: str, accelerator: str, provisioning: str, created: datetime) -> Obj:
+        """A node of the slot's own GPU type and provisioning (a mixed fleet's slots differ)."""
+        labels = {ACCELERATOR_LABEL: accelerator, "kubernetes.io/hostname": name} | provisioning_labels(provisioning)
         return {
             "apiVersion": "v1",
             "kind": "Node",

@@ -35,6 +35,9 @@ ACCELERATOR_ALIASES: dict[str, str] = {
     "p100": "nvidia-tesla-p100",
     "v100": "nvidia-tesla-v100",
     "t4": "nvidia-tesla-t4",
+    "p4": "nvidia-tesla-p4",
+    "l4": "nvidia-l4",
+    "a100": "nvidia-tesla-a100",
 }
 
 

@@ -1,0 +1,214 @@
+"""`ttj simulate --plan`: the cheapest fleet that meets a deadline, on the fitted models and the real planner."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ttj.api.models import TransientTrainingJob
+from ttj.cli import main
+from ttj.simulate.cli import load_job
+from ttj.simulate.engine import PreemptionTrace, SimJob, simulate_run
+from ttj.simulate.fit import FittedModel, blended, fit
+from ttj.simulate.fleet import (
+    GROUPS_NOTE,
+    Group,
+    Mix,
+    PlanContext,
+    Target,
+    deadline_of,
+    enumerate_mixes,
+    evaluate,
+    manifests,
+    mix_job,
+    mix_of,
+    search,
+)
+from ttj.simulate.icac19 import load_training_data
+from ttj.simulate.policies import PaperStaticPolicy
+from ttj.simulate.prices import price_per_hour, ps_price_per_hour
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "simulate"
+K80 = "nvidia-tesla-k80"
+T4 = "nvidia-tesla-t4"
+L4 = "nvidia-l4"
+
+
+@pytest.fixture(scope="module")
+def fitted() -> FittedModel:
+    return fit(load_training_data())
+
+
+@pytest.fixture(scope="module")
+def template() -> SimJob:
+    manifest = load_job(EXAMPLES / "k80-transient-4.yaml")
+    return SimJob("resnet32", manifest.spec)
+
+
+def test_the_search_space_is_every_mix_within_the_caps() -> None:
+    mixes = list(enumerate_mixes([K80], ["preemptible", "on-demand"], max_gpus=2, max_groups=2))
+    assert [m.label for m in mixes] == [
+        "1 K80 preemptible",
+        "2 K80 preemptible",
+        "1 K80 on-demand",
+        "2 K80 on-demand",
+        "1 K80 on-demand + 1 K80 preemptible",
+    ]
+    assert len(list(enumerate_mixes([K80, T4, L4], ["spot", "on-demand"], max_gpus=8, max_groups=2))) == 6 * 8 + 15 * 28
+
+
+def test_a_mixed_fleet_sums_per_type_rates_behind_the_ps(fitted: FittedModel) -> None:
+    model = fitted.throughput
+    rate = model.per_worker_steps_s
+    speed = {K80: 1.0, T4: 1.9}
+    mixed = model.predict_mix({K80: 2, T4: 1})
+    raw = rate * (2 * speed[K80] + 1 * speed[T4])
+    assert mixed.central == pytest.approx(blended(raw, model.ps_capacity_steps_s, model.sharpness))
+    assert mixed.low < mixed.central < mixed.high
+    assert mixed.extrapolated
+    assert any("mixed GPU types" in why for why in mixed.why)
+    assert model.predict_mix({K80: 4}) == model.predict(4, K80)
+    # the PS caps the sum: twice the workers never doubles the rate past its capacity
+    assert model.predict_mix({K80: 8, T4: 8}).central < model.ps_capacity_steps_s
+
+
+def test_a_mixed_run_prices_and_revokes_each_slot_as_its_group(fitted: FittedModel, template: SimJob) -> None:
+    context = PlanContext(template, fitted, price_table="gce-us-central1")
+    mix = Mix((Group(T4, "on-demand", 1), Group(T4, "spot", 2)))
+    job = mix_job(template, mix, context)
+    assert job.slot_hardware == ((T4, "on-demand"), (T4, "spot"), (T4, "spot"))  # the chief starts on-demand
+    never = PreemptionTrace(1, 0, None, 0.0)  # no revocations, no noise
+    result = simulate_run(
+        job, PaperStaticPolicy(), never, fitted.throughput, startup_s=fitted.startup_s, price_table="gce-us-central1"
+    )
+    rate = fitted.throughput.predict(3, T4).central
+    price_h = price_per_hour(T4, "on-demand", "gce-us-central1") + 2 * price_per_hour(T4, "spot", "gce-us-central1")
+    price_h += ps_price_per_hour("gce-us-central1")
+    assert result.time_s == pytest.approx(template.train_steps / rate)
+    assert result.cost_usd == pytest.approx(result.time_s * price_h / 3600)
+    lifetimes = fitted.lifetimes(T4, "spot")
+    trace = PreemptionTrace(1, 0, None, 0.0, slot_lifetimes={0: None, 1: lifetimes, 2: lifetimes})
+    assert all(trace.lifetime(0, serial) == math.inf for serial in range(50))  # on-demand: never revoked
+    assert any(trace.lifetime(1, serial) < math.inf for serial in range(50))  # spot: some are
+
+
+@pytest.mark.parametrize(
+    ("target", "max_gpus"),
+    [
+        (Target(deadline_s=1.2 * 3600, budget_usd=None, confidence=0.9), 4),  # the cheapest
+        (Target(deadline_s=None, budget_usd=1.3, confidence=0.9), 3),  # only a budget: the fastest within it
+    ],
+)
+def test_the_search_returns_the_best_feasible_mix(
+    fitted: FittedModel, template: SimJob, target: Target, max_gpus: int
+) -> None:
+    """Every mix of a small space simulated by hand: the bounded search picks the best one that meets."""
+    context = PlanContext(template, fitted, runs=20)
+    plan = search(context, target, [K80], ["preemptible", "on-demand"], max_gpus=max_gpus, max_groups=2)
+    every = [
+        evaluate(context, mix, target, early_rejection=False)
+        for mix in enumerate_mixes([K80], ["preemptible", "on-demand"], max_gpus, 2)
+    ]
+    feasible = [e for e in every if e.odds >= target.confidence]
+    assert feasible
+    assert len(feasible) < len(every)  # the target rules some out
+    by_hand = min(
+        feasible, key=lambda e: e.cost_per_done_usd if target.deadline_s is not None else e.time_at_confidence_s
+    )
+    assert plan.best is not None
+    assert plan.best.mix == by_hand.mix
+    assert plan.best.cost_per_done_usd == pytest.approx(by_hand.cost_per_done_usd)
+    assert len(plan.evaluated) < len(every)  # bounded: not everything was simulated
+
+
+def test_the_paper_4_k80_cluster_or_a_cheaper_one_meets_its_own_time(fitted: FittedModel, template: SimJob) -> None:
+    context = PlanContext(template, fitted, runs=40)
+    reference = mix_of(template)
+    assert reference == Mix((Group(K80, "preemptible", 4),))
+    target = Target(deadline_of(context, reference, 0.9), None, 0.9)
+    plan = search(context, target, [K80], ["preemptible", "on-demand"], max_gpus=8, reference=reference)
+    assert plan.best is not None
+    assert plan.reference is not None
+    assert plan.reference.odds >= 0.9  # the paper's cluster meets its own p90 time
+    assert plan.best.odds >= 0.9
+    assert plan.best.cost_per_done_usd <= plan.reference.cost_per_done_usd
+    four = search(context, target, [K80], ["preemptible", "on-demand"], max_gpus=4, reference=reference)
+    assert four.best is not None
+    assert four.best.mix == reference or four.best.cost_per_done_usd <= plan.reference.cost_per_done_usd
+
+
+def test_an_impossible_deadline_names_the_fastest_option(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        [
+            "simulate", str(EXAMPLES / "k80-transient-4.yaml"), "--plan",
+            "--deadline", "0.3", "--max-gpus", "4", "--plan-runs", "10",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "No fleet in the search space meets the target (done within 0.30 h with 90% confidence)" in out
+    assert "The fastest option is 4 K80 preemptible" in out  # the cheapest at the top speed
+    assert "P(meet) 0.0%" in out
+
+
+def test_the_plan_is_deterministic_for_a_seed(fitted: FittedModel, template: SimJob) -> None:
+    target = Target(1.5 * 3600, None, 0.9)
+
+    def once(seed: int) -> list[tuple[str, int, float]]:
+        plan = search(PlanContext(template, fitted, runs=15, seed=seed), target, [K80, T4], ["preemptible"], max_gpus=3)
+        return [(e.mix.label, e.met, e.cost_per_done_usd) for e in plan.evaluated]
+
+    assert once(7) == once(7)
+    assert once(7) != once(8)
+
+
+def test_the_plan_as_manifests(fitted: FittedModel, template: SimJob) -> None:
+    context = PlanContext(template, fitted, price_table="gce-us-central1")
+    mixed = Mix((Group(L4, "spot", 2), Group(T4, "on-demand", 1), Group(T4, "spot", 1)))
+    grouped, today = manifests(mixed, context, "resnet32")
+    assert today is None  # a mixed fleet needs worker groups
+    workers = grouped["spec"]["workers"]
+    assert workers["replicas"] == 4
+    assert "acceleratorType" not in workers
+    # transient before on-demand, each by dollars per step
+    assert workers["groups"] == [
+        {"name": "t4-spot", "accelerator": T4, "gpusPerWorker": 1, "provisioning": "spot",
+         "minReplicas": 1, "maxReplicas": 1},
+        {"name": "l4-spot", "accelerator": L4, "gpusPerWorker": 1, "provisioning": "spot",
+         "minReplicas": 2, "maxReplicas": 2},
+        {"name": "t4-on-demand", "accelerator": T4, "gpusPerWorker": 1, "provisioning": "on-demand",
+         "minReplicas": 1, "maxReplicas": 1},
+    ]  # fmt: skip
+    _, uniform = manifests(Mix((Group(K80, "preemptible", 6),)), context, "resnet32")
+    assert uniform is not None
+    job = TransientTrainingJob.model_validate(uniform)  # applies today
+    assert (job.spec.workers.replicas, job.spec.workers.accelerator_type) == (6, K80)
+    assert str(job.spec.workers.provisioning) == "preemptible"
+
+
+def test_the_cli_prints_the_plan_against_the_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = tmp_path / "plan.yaml"
+    report = tmp_path / "plan.json"
+    rc = main(
+        [
+            "simulate", str(EXAMPLES / "k80-transient-4.yaml"), "--plan",
+            "--max-gpus", "5", "--plan-runs", "20", "--plan-out", str(out_file), "--json", str(report),
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "target: done within" in out
+    assert "(the manifest's fleet, 4 K80 preemptible, at this confidence)" in out
+    assert "search space: K80 x preemptible, on-demand (2 groups), 1-5 GPUs in total" in out
+    assert "Cheapest plan:" in out
+    assert "The manifest's own fleet, 4 K80 preemptible" in out
+    assert GROUPS_NOTE in out_file.read_text()
+    assert "today's single-group manifest" in out_file.read_text()
+    payload = json.loads(report.read_text())
+    assert payload["best"]["odds"] >= 0.9
+    assert payload["reference"]["mix"] == "4 K80 preemptible"
+    assert payload["manifest"]["spec"]["workers"]["groups"][0]["accelerator"] == "nvidia-tesla-k80"
+    assert payload["mixes"] == 5 + 5 + 10  # one group of 1-5 twice, and two groups summing to at most 5
