@@ -22,6 +22,8 @@ joins them in map order). It never grows a pool past its size and never scales d
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import threading
 import time
@@ -37,6 +39,7 @@ from .pools import CLUSTER_NAME, NODE_INTERNAL_IP, NodePool, instance_group_name
 from .scheduling import (
     NodeUsage,
     node_allocatable,
+    placement_fields,
     pod_is_terminal,
     pod_requests,
     resource_failures,
@@ -79,6 +82,7 @@ class ScanResult:
     not_triggered: list[tuple[JSON, str]] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=256)
 def template_node(pool: NodePool) -> JSON:
     """A new node of the pool, as the autoscaler imagines it from the instance template."""
     return node_object(pool, f"template-node-for-{instance_group_name(pool)}", NODE_INTERNAL_IP)
@@ -103,17 +107,32 @@ def waits_for_scale_up(pod: JSON) -> bool:
     )
 
 
-def fits_live_node(pod: JSON, nodes: Mapping[str, NodePool], pods: Sequence[JSON]) -> bool:
-    """The pod fits one of the fleet's live nodes as they are filled now (the scheduler will place it)."""
-    requests = to_milli(pod_requests(pod))
-    for name, pool in nodes.items():
-        node = node_object(pool, name, NODE_INTERNAL_IP)
-        if static_failures(pod, node):
-            continue
-        bound = [p for p in pods if (p.get("spec") or {}).get("nodeName") == name and not pod_is_terminal(p)]
-        if not resource_failures(requests, to_milli(node_allocatable(node)), usage_of(bound)):
-            return True
-    return False
+class LiveNodes:
+    """The fleet's live nodes as one scan sees them: each node, its allocatable and what its pods request."""
+
+    def __init__(self, nodes: Mapping[str, NodePool], pods: Sequence[JSON]) -> None:
+        bound: dict[str, list[JSON]] = {}
+        for pod in pods:
+            name = str((pod.get("spec") or {}).get("nodeName") or "")
+            if name in nodes and not pod_is_terminal(pod):
+                bound.setdefault(name, []).append(pod)
+        self._nodes: list[tuple[JSON, dict[str, int], NodeUsage]] = []
+        for node_name, pool in nodes.items():
+            node = node_object(pool, node_name, NODE_INTERNAL_IP)
+            self._nodes.append((node, to_milli(node_allocatable(node)), usage_of(bound.get(node_name, []))))
+
+    def fit(self, pod: JSON) -> bool:
+        """The pod fits one of them as they are filled now (the scheduler will place it)."""
+        requests = to_milli(pod_requests(pod))
+        return any(
+            not static_failures(pod, node) and not resource_failures(requests, allocatable, usage)
+            for node, allocatable, usage in self._nodes
+        )
+
+
+def pod_shape(pod: JSON) -> str:
+    """What the decisions read of a pod: pods of one job's group share it, and are decided once per scan."""
+    return json.dumps([placement_fields(pod), pod_requests(pod)], sort_keys=True, default=str)
 
 
 def not_triggered_message(reasons_per_pool: Iterable[Sequence[str]]) -> str:
@@ -148,13 +167,18 @@ def scan(pending: Sequence[JSON], views: Sequence[PoolView], fits_now: Callable[
     result = ScanResult()
     attempts: dict[str, list[JSON]] = {}
     silent: list[tuple[JSON, list[list[str]]]] = []
+    answers: dict[str, tuple[bool, list[list[str]]]] = {}
     for pod in pending:
-        if fits_now(pod):
+        shape = pod_shape(pod)
+        if shape not in answers:
+            fits = fits_now(pod)
+            answers[shape] = (fits, [] if fits else [template_failures(pod, v.pool) for v in views])
+        fits, failures_per_pool = answers[shape]
+        if fits:
             continue
         reasons: list[list[str]] = []
         upcoming = False
-        for view in views:
-            failures = template_failures(pod, view.pool)
+        for view, failures in zip(views, failures_per_pool, strict=True):
             if failures:
                 reasons.append(failures)
             elif not view.below_size:
@@ -234,10 +258,12 @@ class ClusterAutoscaler:
     def scan_once(self) -> ScanResult:
         pods = self.pods()
         pending = [p for p in pods if waits_for_scale_up(p)]
+        waiting = {str((p.get("metadata") or {}).get("uid")) for p in pending}
+        with self._lock:  # a pod that no longer waits starts a new count if it waits again
+            self._posted = {key: value for key, value in self._posted.items() if key[0] in waiting}
         if not pending:
             return ScanResult()
-        nodes = self.live_nodes()
-        result = scan(pending, self.views(), lambda pod: fits_live_node(pod, nodes, pods))
+        result = scan(pending, self.views(), LiveNodes(self.live_nodes(), pods).fit)
         if result.failed_pool is not None:
             view = next(v for v in self.views() if v.pool.name == result.failed_pool.name)
             with self._lock:
