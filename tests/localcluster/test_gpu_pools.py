@@ -60,6 +60,8 @@ POOLS = [
     gpu_pool("t4-b", "nvidia-tesla-t4", "us-central1-b"),
     gpu_pool("l4", "nvidia-l4", "us-central1-a", speed=2.0, step_seconds=0.2),
     gpu_pool("v100", "nvidia-tesla-v100", "us-central1-c", speed=3.0, stocked_out=True),
+    # out from one second after the start until restocked
+    gpu_pool("a100", "nvidia-tesla-a100", "us-central1-f", speed=4.0, stock_out_window=(1.0, None)),
 ]
 
 
@@ -106,6 +108,12 @@ def create(c: NodesCluster, pod: dict[str, Any]) -> None:
 def events(c: NodesCluster, pod: str, reason: str) -> list[dict[str, Any]]:
     listed = c.kube.get("/api/v1/namespaces/default/events") or {}
     return [e for e in listed.get("items") or [] if e["involvedObject"]["name"] == pod and e["reason"] == reason]
+
+
+def nodes_by_pool(c: NodesCluster, without: str) -> dict[str, dict[str, Any]] | None:
+    """The Nodes by pool once the pool ``without`` has none left."""
+    by_pool = {n["metadata"]["labels"][POOL]: n for n in (c.kube.get("/api/v1/nodes") or {})["items"]}
+    return None if without in by_pool else by_pool
 
 
 def printed(c: NodesCluster, pod: str) -> str | None:
@@ -179,7 +187,7 @@ def test_scan_decisions() -> None:
             [v100],
             views(v100=(0, True, True)),
             False,
-            ScanResult(not_triggered=[(v100, f"pod didn't trigger scale-up: 1 {BACKOFF_REASON}, 4 {selector}")]),
+            ScanResult(not_triggered=[(v100, f"pod didn't trigger scale-up: 1 {BACKOFF_REASON}, 5 {selector}")]),
         ),
         # T4 in zone a out and in backoff, zone b full: nothing can be added for it
         (
@@ -188,7 +196,7 @@ def test_scan_decisions() -> None:
             False,
             ScanResult(
                 not_triggered=[
-                    (t4, f"pod didn't trigger scale-up: 1 {BACKOFF_REASON}, 1 {MAX_SIZE_REASON}, 3 {selector}")
+                    (t4, f"pod didn't trigger scale-up: 1 {BACKOFF_REASON}, 1 {MAX_SIZE_REASON}, 4 {selector}")
                 ]
             ),
         ),
@@ -202,7 +210,7 @@ def test_scan_decisions() -> None:
             views(),
             False,
             ScanResult(
-                not_triggered=[(cpu_only, f"pod didn't trigger scale-up: 1 {MAX_SIZE_REASON}, 4 {untolerated}")]
+                not_triggered=[(cpu_only, f"pod didn't trigger scale-up: 1 {MAX_SIZE_REASON}, 5 {untolerated}")]
             ),
         ),
     ]
@@ -232,9 +240,8 @@ def test_event_messages() -> None:
 
 def test_gpu_nodes_are_labelled_as_gke_and_the_speed_reaches_the_pods(gpu_cluster: NodesCluster) -> None:
     c = gpu_cluster
-    nodes = {n["metadata"]["name"]: n for n in (c.kube.get("/api/v1/nodes") or {})["items"]}
-    by_pool = {n["metadata"]["labels"][POOL]: n for n in nodes.values()}
-    assert sorted(by_pool) == ["cpu", "l4", "t4-a", "t4-b"]  # v100 starts stocked out
+    by_pool = wait_for(lambda: nodes_by_pool(c, without="a100"), timeout=60, what="a100's scheduled stock-out")
+    assert sorted(by_pool) == ["cpu", "l4", "t4-a", "t4-b"]  # v100 starts stocked out, a100 is out since 1 s
     assert [
         (
             pool,
@@ -281,7 +288,7 @@ def test_a_stocked_out_pool_answers_with_the_autoscaler_events_and_recovers(gpu_
             "Normal",
             "cluster-autoscaler",
             "pod didn't trigger scale-up: 1 in backoff after failed scale-up, "
-            "4 node(s) didn't match Pod's node affinity/selector",
+            "5 node(s) didn't match Pod's node affinity/selector",
         )
     ]
     assert node_of(c, "needs-v100") is None
@@ -314,3 +321,15 @@ def test_t4_in_zone_b_while_zone_a_is_out(gpu_cluster: NodesCluster) -> None:
     assert wait_for(lambda: node_of(c, "t4-zone-a"), timeout=60, what="zone a back") == c.fleet.nodes_of("t4-a")[0]
     for name in ("t4-anywhere", "t4-zone-a"):
         c.kube.delete(f"/api/v1/namespaces/default/pods/{name}")
+
+
+def test_a_scheduled_stock_out_lasts_until_restocked(gpu_cluster: NodesCluster) -> None:
+    c = gpu_cluster
+    wait_for(lambda: c.fleet.registry.stocked_out("a100"), timeout=60, what="the a100 pool's scheduled stock-out")
+    [record] = [r for r in c.fleet.preemptions if r.pool == "a100"]
+    assert record.cause == "stock-out of pool a100"
+    with pytest.raises(ValueError, match="pool a100 is stocked out: GCE out of resources in zone us-central1-f"):
+        c.fleet.restore_pool("a100")
+    [node] = c.fleet.restock("a100")["nodes"]
+    assert c.fleet.nodes_of("a100") == [node]
+    assert c.kube.get(f"/api/v1/nodes/{node}")["metadata"]["labels"][ACCELERATOR] == "nvidia-tesla-a100"
