@@ -333,3 +333,17 @@ def test_a_scheduled_stock_out_lasts_until_restocked(gpu_cluster: NodesCluster) 
     [node] = c.fleet.restock("a100")["nodes"]
     assert c.fleet.nodes_of("a100") == [node]
     assert c.kube.get(f"/api/v1/nodes/{node}")["metadata"]["labels"][ACCELERATOR] == "nvidia-tesla-a100"
+
+
+def test_a_stock_out_that_keeps_the_running_nodes(gpu_cluster: NodesCluster) -> None:
+    c = gpu_cluster
+    control = ControlClient.from_kubeconfig(c.kubeconfig)
+    [node] = c.fleet.nodes_of("l4")
+    assert control.stock_out("l4", keep_nodes=True) == {"pool": "l4", "stockedOut": True, "preempted": []}
+    assert c.fleet.nodes_of("l4") == [node]
+    with pytest.raises(RuntimeError, match="pool l4 is stocked out"):
+        control.restore_pool("l4", nodes=1)
+    c.fleet.preempt_node(node, wait=True)
+    assert c.fleet.nodes_of("l4") == []
+    assert control.restock("l4")["nodes"] == c.fleet.nodes_of("l4")
+    assert control.status()["pools"]["l4"]["stockedOut"] is False
