@@ -56,6 +56,9 @@ BACKOFF_S = 300.0
 BACKOFF_REASON = "in backoff after failed scale-up"
 MAX_SIZE_REASON = "max node group size reached"
 OUT_OF_RESOURCES = "GCE out of resources"
+#: client-go's spam filter: Events per object and source at once, then one per refill period
+SPAM_BURST = 25
+SPAM_REFILL_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,8 @@ class ClusterAutoscaler:
         self._backoff_until: dict[str, float] = {}
         #: (pod uid, reason, message) → (event name, count, first timestamp)
         self._posted: dict[tuple[str, str, str], tuple[str, int, str]] = {}
+        #: pod uid → (tokens, monotonic time of the last refill): client-go's spam filter per object and source
+        self._tokens: dict[str, tuple[float, float]] = {}
         self._thread = threading.Thread(target=self._run, name="cluster-autoscaler", daemon=True)
 
     def start(self) -> None:
@@ -261,6 +266,7 @@ class ClusterAutoscaler:
         waiting = {str((p.get("metadata") or {}).get("uid")) for p in pending}
         with self._lock:  # a pod that no longer waits starts a new count if it waits again
             self._posted = {key: value for key, value in self._posted.items() if key[0] in waiting}
+            self._tokens = {uid: value for uid, value in self._tokens.items() if uid in waiting}
         if not pending:
             return ScanResult()
         result = scan(pending, self.views(), LiveNodes(self.live_nodes(), pods).fit)
@@ -284,6 +290,8 @@ class ClusterAutoscaler:
         key = (uid, reason, message)
         with self._lock:
             seen = self._posted.get(key)
+            if not self._take_token(uid):
+                return
         path = f"/api/v1/namespaces/{meta['namespace']}/events"
         try:
             if seen is not None:
@@ -298,6 +306,17 @@ class ClusterAutoscaler:
                 self._posted[key] = (name, 1, now)
         except Exception as exc:  # an Event is best effort, as in kube
             log.debug("could not record event %s on %s: %s", reason, obj_key(pod), exc)
+
+    def _take_token(self, uid: str) -> bool:
+        """client-go's EventSourceObjectSpamFilter: a burst of 25 Events per pod, then one per 5 minutes."""
+        now = time.monotonic()
+        tokens, last = self._tokens.get(uid, (float(SPAM_BURST), now))
+        tokens = min(float(SPAM_BURST), tokens + (now - last) / SPAM_REFILL_S)
+        if tokens < 1:
+            self._tokens[uid] = (tokens, now)
+            return False
+        self._tokens[uid] = (tokens - 1, now)
+        return True
 
 
 def _event_object(pod: JSON, name: str, event_type: str, reason: str, *, message: str, now: str) -> dict[str, Any]:
