@@ -529,7 +529,8 @@ class Worker:
         images, labels = next(self.batches)
         rate = self.learning_rate(view)
         loss, step = self.store.train_step(images, labels, rate, self.cfg.momentum)
-        time.sleep(self.simulated_gpu_seconds)  # local cluster only (simulated.py); 0 on GKE
+        if self.simulated_gpu_seconds:  # local cluster only (simulated.py); never on GKE
+            time.sleep(self.simulated_gpu_seconds)
         self.global_step = step
         now = time.monotonic()
         if not self.step_times:
