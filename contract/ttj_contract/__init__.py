@@ -147,6 +147,17 @@ class Env(StrEnum):
     DATA_CACHE = "TTJ_DATA_CACHE"
 
 
+class LocalSimulation(StrEnum):
+    """Environment the ttj local cluster's kubelet adds to every container it runs, and only it: GKE never sets
+    these. A container on a pool with ``speed: 2.0`` and ``step-seconds: 0.2`` spends 0.1 s of simulated GPU time
+    per training step (the trainer sleeps it), so a worker on a faster pool steps faster."""
+
+    #: the pool's GPU speed relative to a T4 (1.0)
+    SPEED = "TTJ_LOCAL_SIMULATED_SPEED"
+    #: simulated GPU seconds per training step at speed 1.0 (0: none)
+    STEP_SECONDS = "TTJ_LOCAL_SIMULATED_STEP_SECONDS"
+
+
 #: Mount path of the dataset cache volume (an emptyDir) in worker pods without spec.data.
 DATA_CACHE_PATH = "/var/cache/ttj-data"
 #: Name of that volume, and of the volume of a spec.data.volumeClaimName.

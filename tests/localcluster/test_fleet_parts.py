@@ -13,7 +13,7 @@ from ttj_contract import ACCELERATOR_LABEL, NODE_POOL_LABEL, SPOT_LABEL, parse_t
 from ttj_localcluster.nodes.kube import retrying
 from ttj_localcluster.nodes.pools import NodePool, node_object, now_rfc3339
 from ttj_localcluster.nodes.preemption_sources import SCRIPTED_CAUSE, ScriptedPreemptions
-from ttj_localcluster.nodes.registry import NodeRegistry, NodeState
+from ttj_localcluster.nodes.registry import NodeRegistry, NodeState, StockOut
 from ttj_localcluster.nodes.restarts import backoff_seconds, backoff_state, restarts
 from ttj_localcluster.nodes.timers import Timers
 
@@ -41,11 +41,28 @@ def test_a_node_goes_from_registering_to_gone_and_its_name_stays_taken() -> None
         "accelerator": None,
         "preemption": "none",
         "preempted": 1,
+        "zone": "us-central1-a",
+        "speed": 1.0,
+        "stockedOut": False,
     }
     with pytest.raises(KeyError, match="no live node"):
         registry.begin_shutdown(node)
     assert registry.state_of("someone-elses-node") is None
     assert registry.state_of(None) is None
+
+
+def test_no_node_of_a_stocked_out_pool_is_created() -> None:
+    registry = NodeRegistry([*POOLS, NodePool(name="out", nodes=1, stocked_out=True)])
+    assert [registry.stocked_out(p) for p in ("cpu", "gpu", "out")] == [False, False, True]
+    with pytest.raises(StockOut, match="pool out is stocked out: GCE out of resources in zone us-central1-a"):
+        registry.reserve("out")
+    assert registry.set_stocked_out("gpu", True) is True
+    assert registry.set_stocked_out("gpu", True) is False
+    with pytest.raises(StockOut):
+        registry.reserve("gpu")
+    assert registry.set_stocked_out("gpu", False) is True
+    node = registry.reserve("gpu")
+    assert registry.live_nodes("gpu") == [node]
 
 
 def test_a_lost_node_is_neither_live_nor_preemptible() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ttj_contract import LeaseProgress, Role, format_epoch_time
-from ttj_trainer import STARTED_AT, checkpoints, data, devices, metrics, models
+from ttj_trainer import STARTED_AT, checkpoints, data, devices, metrics, models, simulated
 from ttj_trainer.config import TrainerConfig
 from ttj_trainer.lease import (
     DEFAULT_LEASE_SECONDS,
@@ -120,6 +120,7 @@ class Worker:
         checkpoints.set_local_device(devices.worker_cpu(cfg.task_index))
         self.serving_address = serving_address(cfg)
         self.lease = LeaseClient(cfg.pod_namespace, cfg.lease_name)
+        self.simulated_gpu_seconds = simulated.gpu_seconds_per_step()
         self.loop_beat = time.monotonic()  # the training loop's own heartbeat: the Lease is renewed only while it beats
         self.last_error = ""  # what holds training up, published to the operator while chief
         self.watcher = LeaseWatcher(
@@ -528,6 +529,8 @@ class Worker:
         images, labels = next(self.batches)
         rate = self.learning_rate(view)
         loss, step = self.store.train_step(images, labels, rate, self.cfg.momentum)
+        if self.simulated_gpu_seconds:  # local cluster only (simulated.py); never on GKE
+            time.sleep(self.simulated_gpu_seconds)
         self.global_step = step
         now = time.monotonic()
         if not self.step_times:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 POOL_HELP = (
     "add a node pool: name=NAME,nodes=N,provisioning=on-demand|spot|preemptible,accelerator=TYPE,gpus=N,"
     "cpu=Q,memory=Q,machine-type=T,zone=Z,preemption=none|scripted|lifetime,preempt-at=S[:S...],seed=N,"
-    "time-scale=X,grace=S,restore-after=S|never (repeatable; replaces the default pools)"
+    "time-scale=X,grace=S,restore-after=S|never,speed=X,step-seconds=S,stocked-out=true|false,"
+    "stock-out-window=FROM:UNTIL (repeatable; replaces the default pools)"
 )
 
 
@@ -81,6 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--preempt-pod", metavar="NAMESPACE/NAME", help="preempt the node that runs this pod, and exit"
     )
     control.add_argument("--restore-pool", metavar="POOL", help="bring this pool back to its size now, and exit")
+    control.add_argument(
+        "--stock-out",
+        metavar="POOL",
+        help="the pool runs out of capacity: its nodes are preempted, no node can join, and the simulated cluster "
+        "autoscaler answers pending pods with GKE's FailedScaleUp/NotTriggerScaleUp Events; and exit",
+    )
+    control.add_argument(
+        "--keep-nodes", action="store_true", help="with --stock-out: the pool's running nodes stay (no new ones)"
+    )
+    control.add_argument("--restock", metavar="POOL", help="capacity is back: the pool returns to its size; and exit")
     control.add_argument("--status", action="store_true", help="print pools, nodes and preemptions as JSON, and exit")
     control.add_argument("--wait", action="store_true", help="with --preempt-*: return once the node is gone")
 
@@ -142,11 +153,22 @@ def build_addons(args: argparse.Namespace) -> list[Addon]:
 
 def run_command(args: argparse.Namespace) -> int | None:
     """The control options: act on the running cluster and return an exit status; None: start a cluster."""
-    wanted = [args.preempt_node, args.preempt_pod, args.restore_pool, args.status or None]
+    wanted = [
+        args.preempt_node,
+        args.preempt_pod,
+        args.restore_pool,
+        getattr(args, "stock_out", None),
+        getattr(args, "restock", None),
+        args.status or None,
+    ]
     if not any(wanted):
         return None
     if sum(1 for w in wanted if w) > 1:
-        print("ttj local-cluster: give one of --preempt-node, --preempt-pod, --restore-pool, --status", file=sys.stderr)
+        print(
+            "ttj local-cluster: give one of --preempt-node, --preempt-pod, --restore-pool, --stock-out, --restock, "
+            "--status",
+            file=sys.stderr,
+        )
         return 2
     from .control import ControlClient
 
@@ -166,6 +188,10 @@ def run_command(args: argparse.Namespace) -> int | None:
             answer = control.preempt_pod(namespace or "default", name, wait=args.wait)
         elif args.restore_pool:
             answer = control.restore_pool(args.restore_pool)
+        elif getattr(args, "stock_out", None):
+            answer = control.stock_out(args.stock_out, keep_nodes=args.keep_nodes)
+        elif getattr(args, "restock", None):
+            answer = control.restock(args.restock)
         else:
             answer = control.status()
     except Exception as exc:

@@ -70,8 +70,10 @@ class ContainerRunner:
         current_pod: Callable[[str], JSON | None],
         local_pod: Callable[[str], LocalPod | None],
         report: Callable[[LocalPod], None],
+        node_environment: Callable[[str], dict[str, str]] = lambda _node: {},
     ) -> None:
         self.client = client
+        self.node_environment = node_environment
         self.networking = networking
         self.timers = timers
         self.stop_event = stop
@@ -112,7 +114,7 @@ class ContainerRunner:
             env = pod_environment(
                 _downward_view(local, pod),
                 container,
-                base_environment(local.sandbox.hostname, kubeconfig),
+                {**base_environment(local.sandbox.hostname, kubeconfig), **self.node_environment(local.node)},
                 config_lookup(self.client, local.namespace),
             )
             run = self.runtime.start(local.sandbox, container, env, container.get("workingDir"))

@@ -9,6 +9,9 @@ can find it:
   (answer once the node is gone) → ``{"node", "pool", "pods", "done"}``
 - ``POST /ttj-local/lose`` ``{"node": NAME}``: the node's kubelet goes silent (``NodeFleet.lose_node``)
 - ``POST /ttj-local/restore`` ``{"pool": NAME}`` and optional ``"nodes": N`` → ``{"nodes": [new names]}``
+- ``POST /ttj-local/stock-out`` ``{"pool": NAME}``, optional ``"keepNodes": true`` → ``{"pool", "stockedOut",
+  "preempted": [nodes]}``: the pool has no capacity (``NodeFleet.stock_out``)
+- ``POST /ttj-local/restock`` ``{"pool": NAME}`` → ``{"pool", "stockedOut", "nodes": [new names]}``
 
 It is also the nodes' kubelet endpoint (``status.daemonEndpoints.kubeletEndpoint.Port`` of every node,
 at the node's InternalIP 127.0.0.1): ``GET /containerLogs/NAMESPACE/POD/CONTAINER`` with ``tailLines``,
@@ -134,6 +137,21 @@ class _Handlers:
         created = await asyncio.to_thread(self.fleet.restore_pool, str(body["pool"]), count)
         return web.json_response({"nodes": created})
 
+    async def stock_out(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not body.get("pool"):
+            raise ValueError('give "pool": NAME')
+        answer = await asyncio.to_thread(
+            self.fleet.stock_out, str(body["pool"]), keep_nodes=bool(body.get("keepNodes"))
+        )
+        return web.json_response(answer)
+
+    async def restock(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not body.get("pool"):
+            raise ValueError('give "pool": NAME')
+        return web.json_response(await asyncio.to_thread(self.fleet.restock, str(body["pool"])))
+
     async def container_log(self, request: web.Request) -> web.StreamResponse:
         namespace, pod = request.match_info["namespace"], request.match_info["pod"]
         container = request.match_info.get("container")
@@ -185,6 +203,8 @@ def control_app(fleet: NodeFleet) -> web.Application:
         app.router.add_post(f"{PREFIX}/lose{slash}", handlers.lose)
         app.router.add_post(f"{PREFIX}/restore{slash}", handlers.restore)
         app.router.add_post(f"{PREFIX}/partition{slash}", handlers.partition)
+        app.router.add_post(f"{PREFIX}/stock-out{slash}", handlers.stock_out)
+        app.router.add_post(f"{PREFIX}/restock{slash}", handlers.restock)
     app.router.add_get(LOGS + "/{namespace}/{pod}", handlers.container_log)
     app.router.add_get(LOGS + "/{namespace}/{pod}/{container}", handlers.container_log)
     return app
@@ -309,3 +329,11 @@ class ControlClient:
         if nodes is not None:
             body["nodes"] = nodes
         return self._call("POST", "/restore", body)
+
+    def stock_out(self, pool: str, keep_nodes: bool = False) -> JSON:
+        """The pool has no capacity: its nodes are preempted (unless ``keep_nodes``) and none can join."""
+        return self._call("POST", "/stock-out", {"pool": pool, "keepNodes": keep_nodes})
+
+    def restock(self, pool: str) -> JSON:
+        """Capacity is back: the pool returns to its size."""
+        return self._call("POST", "/restock", {"pool": pool})

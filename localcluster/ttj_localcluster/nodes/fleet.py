@@ -8,6 +8,8 @@ The parts, each with one job:
   the pods bound to them, run as processes or simulated;
 - :mod:`.preemption`: GKE's graceful node shutdown, asked for on demand (Python, the HTTP control, the
   CLI) or by :mod:`.preemption_sources` (lifetimes drawn from the ICAC'19 measurements, scripted times);
+- :mod:`.autoscaler`: what GKE's cluster autoscaler says on pods pending for a stocked-out pool
+  (:meth:`NodeFleet.stock_out`, :meth:`NodeFleet.restock`, or a pool's ``stock-out-window``);
 - :mod:`.control`: the HTTP endpoint of the preemption control and of every node's kubelet (logs);
 - :mod:`.ownership`: the fleet's claim on the cluster (the control ConfigMap, its Nodes' label), and its
   leaving: a fleet that stops deletes its Nodes and the ConfigMap.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from ttj.kubeapi import JSON, KubeClient
 
+from .autoscaler import BACKOFF_S, SCAN_S, ClusterAutoscaler, PoolView
 from .control import ControlServer
 from .heartbeats import LEASE_RENEW_S, NodeLeases
 from .kubelet import Kubelet
@@ -35,7 +38,7 @@ from .podnet import PodNetworkNamespaces
 from .pools import NodePool
 from .preemption import PreemptionRecord, Preemptions
 from .preemption_sources import LifetimePreemptions, ScriptedPreemptions
-from .registry import NodeRegistry
+from .registry import NodeRegistry, StockOut
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,7 @@ class _Started:
     kubelet: Kubelet
     preemptions: Preemptions
     control: ControlServer
+    autoscaler: ClusterAutoscaler
 
 
 class NodeFleet:
@@ -71,8 +75,12 @@ class NodeFleet:
         lease_renew_s: float = LEASE_RENEW_S,
         pod_network: bool = True,
         announce: Callable[[str], None] | None = None,
+        autoscaler_scan_s: float = SCAN_S,
+        autoscaler_backoff_s: float = BACKOFF_S,
     ) -> None:
         self.pools = {p.name: p for p in pools}
+        self.autoscaler_scan_s = autoscaler_scan_s
+        self.autoscaler_backoff_s = autoscaler_backoff_s
         self.identity = FleetIdentity.new()
         self.announce = announce or log.warning
         self.run_pods = run_pods
@@ -147,7 +155,16 @@ class NodeFleet:
         preemptions = Preemptions(
             client, self.registry, lifecycle, kubelet, timers=self._timers, stop=self._stop, records=self.preemptions
         )
-        self._started = _Started(client, leases, lifecycle, kubelet, preemptions, control)
+        autoscaler = ClusterAutoscaler(
+            client,
+            kubelet.pods.items,
+            self._pool_views,
+            self._live_node_pools,
+            self._stop,
+            scan_s=self.autoscaler_scan_s,
+            backoff_s=self.autoscaler_backoff_s,
+        )
+        self._started = _Started(client, leases, lifecycle, kubelet, preemptions, control, autoscaler)
         leases.ensure_namespace()
         if previous is not None:
             gone = delete_fleet_nodes(client, previous.fleet) if previous.fleet else []
@@ -158,10 +175,17 @@ class NodeFleet:
         lifetimes = LifetimePreemptions(list(self.pools.values()), self._timers, self._stop, self._preempt)
         lifecycle.listeners.append(lifetimes.node_created)
         for pool in self.pools.values():
-            lifecycle.restore(pool.name, pool.nodes)
+            if not self.registry.stocked_out(pool.name):
+                lifecycle.restore(pool.name, pool.nodes)
+            if pool.stock_out_window is not None:
+                start, end = pool.stock_out_window
+                self._timers.later(start, self._scheduled_stock_out, pool.name)
+                if end is not None:
+                    self._timers.later(end, self.restock, pool.name)
         ScriptedPreemptions(self.registry, self._timers, self._stop, self._preempt).start()
         kubelet.start()
         leases.start()
+        autoscaler.start()
 
     def stop(self) -> None:
         """Withdraws the control ConfigMap, stops every pod process (SIGTERM, then SIGKILL after 5 s), deletes
@@ -177,6 +201,7 @@ class NodeFleet:
             self._leave(lambda: delete_fleet_nodes(started.client, self.identity.id), "delete the fleet's Nodes")
             started.client.close()  # ends the watches
             started.kubelet.join(2)
+            started.autoscaler.join(2)
         self.networking.teardown()
 
     @staticmethod
@@ -199,7 +224,58 @@ class NodeFleet:
     def restore_pool(self, pool: str, nodes: int | None = None) -> list[str]:
         """Bring a pool back to its size (or add ``nodes`` VMs) now; returns the new node names."""
         self.registry.pool(pool)
-        return self._parts().lifecycle.restore(pool, nodes)
+        try:
+            return self._parts().lifecycle.restore(pool, nodes)
+        except StockOut as exc:
+            raise ValueError(f"{exc}; restock it first") from exc
+
+    # stock-outs ----------------------------------------------------------------------------------
+    def stock_out(self, pool: str, *, keep_nodes: bool = False) -> JSON:
+        """The pool has no capacity any more: no node of it can be created (replacements, restores and the
+        autoscaler's scale-ups fail) and, unless ``keep_nodes``, its live nodes are preempted as GCE reclaims
+        spot VMs. Pods that need it stay Pending."""
+        self.registry.pool(pool)
+        parts = self._parts()
+        self.registry.set_stocked_out(pool, True)
+        preempted: list[str] = []
+        if not keep_nodes:
+            for node in self.registry.live_nodes(pool):
+                try:
+                    parts.preemptions.preempt_node(node, cause=f"stock-out of pool {pool}")
+                    preempted.append(node)
+                except KeyError:
+                    pass  # gone meanwhile
+        log.info("pool %s stocked out (%d nodes preempted)", pool, len(preempted))
+        return {"pool": pool, "stockedOut": True, "preempted": preempted}
+
+    def restock(self, pool: str) -> JSON:
+        """Capacity is back: the pool returns to its size now and pending pods that need it are scheduled."""
+        self.registry.pool(pool)
+        parts = self._parts()
+        self.registry.set_stocked_out(pool, False)
+        parts.autoscaler.forget_backoff(pool)
+        created = parts.lifecycle.restore(pool)
+        log.info("pool %s restocked (%d new nodes)", pool, len(created))
+        return {"pool": pool, "stockedOut": False, "nodes": created}
+
+    def _scheduled_stock_out(self, pool: str) -> None:
+        if not self._stop.is_set():
+            self.stock_out(pool)
+
+    def _pool_views(self) -> list[PoolView]:
+        parts = self._parts()
+        return [
+            PoolView(
+                pool=pool,
+                live=len(self.registry.live_nodes(pool.name)),
+                stocked_out=self.registry.stocked_out(pool.name),
+                in_backoff=parts.autoscaler.in_backoff(pool.name),
+            )
+            for pool in self.registry.pools()
+        ]
+
+    def _live_node_pools(self) -> dict[str, NodePool]:
+        return {node: self.registry.pool(self.registry.pool_of(node)) for node in self.registry.live_nodes()}
 
     def partition_api(self, pod_ips: list[str]) -> int:
         """Cuts these pods off the API server (empty: heal); the count of connections refused so far."""

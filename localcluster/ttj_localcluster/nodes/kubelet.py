@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ttj import kubeapi
 from ttj.kubeapi import JSON, KubeClient, KubeError
+from ttj_contract import LocalSimulation
 
 from .containers import ContainerRunner
 from .kube import Informer, WorkQueue, obj_key, retrying, wait_synced
@@ -75,7 +76,13 @@ class Kubelet:
             current_pod=self.pods.get,
             local_pod=self.local_pod,
             report=self.report,
+            node_environment=self.simulation_environment,
         )
+
+    def simulation_environment(self, node: str) -> dict[str, str]:
+        """What the local cluster tells a container of its node's simulated GPU (never set on GKE)."""
+        pool = self.registry.pool(self.registry.pool_of(node))
+        return {LocalSimulation.SPEED: f"{pool.speed:g}", LocalSimulation.STEP_SECONDS: f"{pool.step_seconds:g}"}
 
     def start(self) -> None:
         """Returns once the informers have listed what there is."""

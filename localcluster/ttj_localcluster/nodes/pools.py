@@ -67,6 +67,14 @@ class NodePool:
     #: seconds until the pool replaces a preempted node (new name); None: never
     restore_after: float | None = 10.0
     lifetimes_file: str | None = None
+    #: simulated GPU speed relative to a T4 (local cluster only: reaches the pods as an environment variable)
+    speed: float = 1.0
+    #: simulated GPU seconds per training step at speed 1.0 (0: the trainer adds no simulated GPU time)
+    step_seconds: float = 0.0
+    #: the pool starts stocked out (no node, scale-ups fail) until restocked
+    stocked_out: bool = False
+    #: a scheduled stock-out: (from, until) seconds after the start; until None: until restocked
+    stock_out_window: tuple[float, float | None] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c == "-" for c in self.name) or not self.name[0].isalpha():
@@ -85,6 +93,11 @@ class NodePool:
             raise ValueError(f"pool {self.name}: gpus needs an accelerator (e.g. accelerator=nvidia-tesla-t4)")
         if self.time_scale <= 0 or self.grace < 0:
             raise ValueError(f"pool {self.name}: time-scale must be > 0 and grace >= 0")
+        if self.speed <= 0 or self.step_seconds < 0:
+            raise ValueError(f"pool {self.name}: speed must be > 0 and step-seconds >= 0")
+        window = self.stock_out_window
+        if window is not None and (window[0] < 0 or (window[1] is not None and window[1] <= window[0])):
+            raise ValueError(f"pool {self.name}: stock-out-window FROM:UNTIL needs 0 <= FROM < UNTIL")
 
     @property
     def region(self) -> str:
@@ -126,6 +139,10 @@ def _convert(pool_name: str, key: str, value: Any) -> Any:
             if isinstance(value, list | tuple):
                 return tuple(float(v) for v in value)
             return tuple(float(v) for v in str(value).split(":") if v.strip())
+        if key == "stock_out_window":
+            return _window(value)
+        if kind == "bool":
+            return _boolean(value)
         if key == "restore_after":
             return None if str(value).strip().lower() in ("never", "none", "") else float(value)
         if kind == "int":
@@ -137,6 +154,26 @@ def _convert(pool_name: str, key: str, value: Any) -> Any:
     except ValueError as exc:
         raise ValueError(f"pool {pool_name}: bad value {value!r} for {key.replace('_', '-')}") from exc
     return str(value)
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false", "yes", "no", "1", "0"):
+        raise ValueError(text)
+    return text in ("true", "yes", "1")
+
+
+def _window(value: Any) -> tuple[float, float | None] | None:
+    """``FROM:UNTIL`` (or ``FROM:`` / ``FROM:never``: until restocked), or a two-item list."""
+    if value in (None, "", "none"):
+        return None
+    parts = list(value) if isinstance(value, list | tuple) else str(value).split(":")
+    if len(parts) != 2:
+        raise ValueError(str(value))
+    until = parts[1]
+    return float(parts[0]), None if until is None or str(until).strip().lower() in ("", "never") else float(until)
 
 
 def pool_from_mapping(values: Mapping[str, Any]) -> NodePool:
@@ -185,12 +222,20 @@ def check_pools(pools: Sequence[NodePool]) -> list[NodePool]:
     return list(pools)
 
 
+def _group_prefix(pool: NodePool) -> str:
+    return f"gke-{CLUSTER_NAME}-{pool.name}-{zlib.crc32(f'{CLUSTER_NAME}/{pool.name}'.encode()):08x}"
+
+
+def instance_group_name(pool: NodePool) -> str:
+    """The pool's managed instance group, GKE's shape: ``gke-CLUSTER-POOL-<8 hex>-grp``."""
+    return f"{_group_prefix(pool)}-grp"
+
+
 def new_node_name(pool: NodePool, suffix: str | None = None) -> str:
     """GKE's shape: ``gke-CLUSTER-POOL-<8 hex of the pool's instance group>-<4 chars>``."""
-    group = f"{zlib.crc32(f'{CLUSTER_NAME}/{pool.name}'.encode()):08x}"
     if suffix is None:
         suffix = "".join(secrets.choice(NODE_SUFFIX_ALPHABET) for _ in range(4))
-    return f"gke-{CLUSTER_NAME}-{pool.name}-{group}-{suffix}"
+    return f"{_group_prefix(pool)}-{suffix}"
 
 
 def node_labels(pool: NodePool, node_name: str) -> dict[str, str]:
@@ -269,7 +314,11 @@ def node_object(pool: NodePool, node_name: str, internal_ip: str, now: str | Non
         "metadata": {
             "name": node_name,
             "labels": node_labels(pool, node_name),
-            "annotations": {"ttj.local/pool": pool.name, "ttj.local/provisioning": pool.provisioning},
+            "annotations": {
+                "ttj.local/pool": pool.name,
+                "ttj.local/provisioning": pool.provisioning,
+                "ttj.local/simulated-speed": f"{pool.speed:g}",
+            },
         },
         "spec": {
             "providerID": f"gce://ttj-local/{pool.zone}/{node_name}",

@@ -21,7 +21,7 @@ from ttj.kubeapi import JSON, KubeClient
 from .kube import obj_key
 from .kubelet import Kubelet
 from .lifecycle import NodeLifecycle
-from .registry import NodeRegistry
+from .registry import NodeRegistry, StockOut
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -129,4 +129,7 @@ class Preemptions:
 
     def _restore_one(self, pool: str) -> None:
         if not self.stop.is_set() and self.registry.missing(pool) > 0:
-            self.lifecycle.create(pool)
+            try:
+                self.lifecycle.create(pool)
+            except StockOut as exc:
+                log.info("no replacement for a node of pool %s: %s", pool, exc)

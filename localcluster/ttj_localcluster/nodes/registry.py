@@ -36,10 +36,21 @@ class NodeState(StrEnum):
         return self in (NodeState.REGISTERING, NodeState.READY)
 
 
+class StockOut(RuntimeError):
+    """No node of a stocked-out pool can be created (what GCE answers: ZONE_RESOURCE_POOL_EXHAUSTED)."""
+
+    def __init__(self, pool: str, zone: str) -> None:
+        super().__init__(f"pool {pool} is stocked out: GCE out of resources in zone {zone}")
+        self.pool = pool
+        self.zone = zone
+
+
 @dataclass
 class _PoolCounts:
     pool: NodePool
     preempted: int = 0
+    #: no capacity: no node of the pool can be created (GCE's ZONE_RESOURCE_POOL_EXHAUSTED)
+    stocked_out: bool = False
 
 
 class NodeRegistry:
@@ -47,7 +58,7 @@ class NodeRegistry:
 
     def __init__(self, pools: Sequence[NodePool]) -> None:
         self._lock = threading.Lock()
-        self._pools = {p.name: _PoolCounts(p) for p in pools}
+        self._pools = {p.name: _PoolCounts(p, stocked_out=p.stocked_out) for p in pools}
         self._pool_of: dict[str, str] = {}
         self._state: dict[str, NodeState] = {}
 
@@ -65,11 +76,28 @@ class NodeRegistry:
         """How many nodes the pool lacks to be at its size."""
         return max(0, self.pool(pool).nodes - len(self.live_nodes(pool)))
 
-    # nodes ---------------------------------------------------------------------------------------
-    def reserve(self, pool: str) -> str:
-        """A new, never used node name in ``pool``, registered as :attr:`NodeState.REGISTERING`."""
+    def set_stocked_out(self, pool: str, out: bool) -> bool:
+        """Whether it changed."""
+        self.pool(pool)
         with self._lock:
             counts = self._pools[pool]
+            changed = counts.stocked_out != out
+            counts.stocked_out = out
+            return changed
+
+    def stocked_out(self, pool: str) -> bool:
+        self.pool(pool)
+        with self._lock:
+            return self._pools[pool].stocked_out
+
+    # nodes ---------------------------------------------------------------------------------------
+    def reserve(self, pool: str) -> str:
+        """A new, never used node name in ``pool``, registered as :attr:`NodeState.REGISTERING`;
+        :class:`StockOut` while the pool has no capacity."""
+        with self._lock:
+            counts = self._pools[pool]
+            if counts.stocked_out:
+                raise StockOut(pool, counts.pool.zone)
             name = new_node_name(counts.pool)
             while name in self._state:
                 name = new_node_name(counts.pool)
@@ -141,6 +169,9 @@ class NodeRegistry:
                     "accelerator": c.pool.accelerator,
                     "preemption": c.pool.preemption,
                     "preempted": c.preempted,
+                    "zone": c.pool.zone,
+                    "speed": c.pool.speed,
+                    "stockedOut": c.stocked_out,
                 }
                 for name, c in self._pools.items()
             }
