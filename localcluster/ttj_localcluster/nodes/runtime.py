@@ -341,7 +341,7 @@ def resource_value(container: Mapping[str, Any], resource: str, divisor: str | N
     """A resourceFieldRef value: the container's limit (or request), divided and rounded up."""
     import math
 
-    from ttj_localcluster.nodes.scheduling import parse_quantity
+    from ttj_contract.quantity import parse_quantity
 
     kind, _, name = resource.partition(".")
     resources = container.get("resources") or {}
