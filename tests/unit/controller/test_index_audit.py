@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ttj.controller import audit
-from ttj.controller.handlers import observe
+from ttj.controller.handlers import JobIndexes, observe
 from ttj.kubeapi import KubeError
 
 KEY = ("ns", "mnist")
@@ -63,10 +63,10 @@ def test_objects_deleted_during_a_watch_gap_are_found_and_no_longer_observed() -
     assert found["n1-old"].job is None
     assert ("/api/v1/namespaces/ns/pods", [("labelSelector", "transient.training/job-name")]) in lister.asked
 
-    seen = observe(KEY, pods, leases, [], nodes, gone=frozenset(found))  # type: ignore[arg-type]
+    seen = observe(KEY, JobIndexes(pods, leases, [], nodes), gone=frozenset(found))  # type: ignore[arg-type]
     assert [p["metadata"]["name"] for p in seen.pods] == ["mnist-worker-0-1"]
     assert seen.lease is not None
-    blind = observe(KEY, pods, leases, [], nodes)  # type: ignore[arg-type]
+    blind = observe(KEY, JobIndexes(pods, leases, [], nodes))  # type: ignore[arg-type]
     assert len(blind.pods) == 2, "without the audit the deleted pod is still there"
 
 
