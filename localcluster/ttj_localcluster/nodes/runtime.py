@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,15 +134,6 @@ class ContainerRun:
     @property
     def pid(self) -> int:
         return self.process.pid
-
-
-@dataclass
-class TerminationInfo:
-    exit_code: int
-    reason: str
-    message: str
-    started_at: str
-    finished_at: str
 
 
 def _tail(path: Path, lines: int, limit: int) -> str:
@@ -408,7 +399,3 @@ def pod_environment(
         else:
             env[name] = ""
     return env
-
-
-def describe_argv(argv: Sequence[str]) -> str:
-    return " ".join(argv)

@@ -188,13 +188,6 @@ def missing_resources(requests: Mapping[str, int], allocatable: Mapping[str, int
     return missing
 
 
-def insufficient_resources(
-    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]]
-) -> list[str]:
-    """Resource names the node lacks for this pod (empty: it fits)."""
-    return missing_resources(to_milli(pod_requests(pod)), to_milli(node_allocatable(node)), usage_of(pods_on_node))
-
-
 def filter_node(
     pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]
 ) -> list[str]:
