@@ -110,8 +110,9 @@ class OperatorState:
 
     def call_soon(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` in the operator's loop, from any thread (asyncio's events are not thread-safe:
-        set from another thread, a waiter can miss it and the loop is not woken); now, before the loop runs."""
-        if self.loop is None:
+        set from another thread, a waiter can miss it and the loop is not woken); at once when called from the
+        loop itself (most handlers run there) or before it runs."""
+        if self.loop is None or _running_loop() is self.loop:
             callback()
         elif not self.loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the operator is stopping
@@ -182,6 +183,13 @@ class JobIndexes:
         return [node for _name, store in self.nodes.items() for node in store]
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # a thread without a loop: one of kopf's executor threads
+        return None
+
+
 def _listed(kwargs: Mapping[str, Any]) -> bool:
     """Whether kopf delivers the object from a listing (its event type None), not from the watch: after a
     410 the list may lack objects deleted meanwhile, and kopf keeps them indexed."""
@@ -203,9 +211,11 @@ def _slim_node(body: kopf.Body) -> dict[str, Any]:
 
 
 def child_index(kind: str) -> Callable[..., Any]:
-    """The index function of one kind of child: the job's key → (kind, name, the object)."""
+    """The index function of one kind of child: the job's key → (kind, name, the object). Index functions
+    and the handlers that only poke are coroutines: kopf runs those in its loop, where a sync function would
+    cost a hop to an executor thread on every event of every child."""
 
-    def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
+    async def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
         key = _job_key(namespace, labels)
         if key is None:
             return None
@@ -215,7 +225,7 @@ def child_index(kind: str) -> Callable[..., Any]:
     return index
 
 
-def index_node(name: str, body: kopf.Body, **_: Any) -> Any:
+async def index_node(name: str, body: kopf.Body, **_: Any) -> Any:
     return {name: _slim_node(body)}
 
 
@@ -263,14 +273,14 @@ class Handlers:
         if _listed(kwargs):
             self.ctx.request_audit()
 
-    def node_changed(self, name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
+    async def node_changed(self, name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
         if _listed(kwargs):
             self.ctx.request_audit()
         for key, store in list(pods_by_job.items()):
             if any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
                 self.ctx.poke(key)
 
-    def index_job(self, namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
+    async def index_job(self, namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
         if self.ctx.job_changed((namespace, name), body):  # not for the status our own passes write
             self.ctx.poke((namespace, name))
         return {(namespace, name): True}

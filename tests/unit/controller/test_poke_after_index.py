@@ -39,8 +39,10 @@ def test_index_functions_index_without_waking_the_job() -> None:
     wakeup = ctx.state.job(KEY).wakeup
     for kind in KINDS:
         body = kopf.Body({"metadata": {"name": f"{kind.lower()}-1", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}})
-        indexed = indexers[f"{kind.lower()}s_by_job"].fn(
-            namespace="ns", name=f"{kind.lower()}-1", labels={LABEL_JOB: "mnist"}, body=body
+        indexed = asyncio.run(
+            indexers[f"{kind.lower()}s_by_job"].fn(
+                namespace="ns", name=f"{kind.lower()}-1", labels={LABEL_JOB: "mnist"}, body=body
+            )
         )
         assert indexed == {KEY: (kind, f"{kind.lower()}-1", dict(body))}
         assert not wakeup.is_set(), f"the {kind} index function woke the job before kopf stored its result"
