@@ -33,19 +33,10 @@ def main() -> None:
     from ttj.kubeapi import KubeClient
     from ttj_localcluster.cluster import LocalCluster
     from ttj_localcluster.nodes.fleet import NodeFleet
-    from ttj_localcluster.nodes.pools import NodePool
+    from ttj_localcluster.nodes.pools import spot_t4_pool
     from ttj_localcluster.nodes.scheduler import Scheduler
 
-    pool = NodePool(
-        name="gpu-pool",
-        nodes=nodes,
-        provisioning="spot",
-        accelerator="nvidia-tesla-t4",
-        gpus=8,
-        cpu="96",
-        memory="360Gi",
-        machine_type="n1-standard-96",
-    )
+    pool = spot_t4_pool(name="gpu-pool", nodes=nodes, gpus=8, cpu="96", memory="360Gi", machine_type="n1-standard-96")
     fleet = NodeFleet([pool], run_pods=False, pod_network=False)
     namespace = "bench"
     with LocalCluster(addons=[fleet]) as cluster:

@@ -25,11 +25,26 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ttj_contract import (
+    API_VERSION,
+    GPU_RESOURCE,
+    GROUP,
+    KIND,
+    LABEL_CHIEF,
+    LABEL_JOB,
+    LABEL_ROLE,
+    LABEL_SLOT,
+    PLURAL,
+    VERSION,
+    Role,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
-JOB = "transient.training/job-name"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -37,6 +52,28 @@ def percentile(values: list[float], q: float) -> float:
     if not ordered:
         return float("nan")
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def worker_selector_all() -> str:
+    """Every job's workers."""
+    return f"{LABEL_JOB},{LABEL_ROLE}={Role.WORKER}"
+
+
+def nodes_for(pods: int, requests: Mapping[str, str], pool: Any, headroom: float = 1.25) -> int:
+    """Nodes of ``pool`` (a NodePool) that hold ``pods`` pods of these requests, with ``headroom`` to spare:
+    what fits one node by each resource it requests, and by the node's pod limit."""
+    from ttj_contract.quantity import parse_quantity
+
+    allocatable = {"cpu": pool.cpu, "memory": pool.memory, GPU_RESOURCE: str(pool.gpus)}
+    fits = [
+        int(parse_quantity(allocatable[name]) // parse_quantity(q))
+        for name, q in requests.items()
+        if name in allocatable
+    ]
+    per_node = min([pool.max_pods, *fits])
+    if per_node < 1:
+        raise SystemExit(f"pool {pool.name}: one node cannot hold a pod requesting {dict(requests)}")
+    return math.ceil(pods / per_node * headroom) + 1
 
 
 def rss_kib(pid: int) -> tuple[int, int]:
@@ -71,7 +108,7 @@ class PodLog:
                 for event in stream.stream(
                     core.list_namespaced_pod,
                     self.namespace,
-                    label_selector=f"{JOB},transient.training/role=worker",
+                    label_selector=worker_selector_all(),
                     resource_version=version,
                     timeout_seconds=30,
                 ):
@@ -89,13 +126,13 @@ class PodLog:
     def _record(self, kind: str, pod: Any, now: float) -> None:
         name = pod.metadata.name
         labels = pod.metadata.labels or {}
-        self.slot.setdefault(name, (labels.get(JOB, ""), labels.get("transient.training/slot", "")))
+        self.slot.setdefault(name, (labels.get(LABEL_JOB, ""), labels.get(LABEL_SLOT, "")))
         if kind == "ADDED":
             self.added.setdefault(name, now)
         disrupted = any(c.type == "DisruptionTarget" and c.status == "True" for c in pod.status.conditions or [])
         if (pod.status.phase == "Failed" or disrupted) and name not in self.lost:
             self.lost[name] = now
-        if labels.get("transient.training/chief") == "true" and name not in self.chief_at:
+        if labels.get(LABEL_CHIEF) == "true" and name not in self.chief_at:
             self.chief_at[name] = now
 
 
@@ -106,7 +143,7 @@ def progress(core: Any, namespace: str, phases: dict[str, str]) -> str:
         jobs[phase or "-"] = jobs.get(phase or "-", 0) + 1
     pods: dict[str, int] = {}
     for pod in core.list_namespaced_pod(namespace).items:
-        role = (pod.metadata.labels or {}).get("transient.training/role", "other")
+        role = (pod.metadata.labels or {}).get(LABEL_ROLE, "other")
         ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
         state = "ready" if ready else (pod.status.phase or "?") if pod.spec.node_name else "unbound"
         pods[f"{role}:{state}"] = pods.get(f"{role}:{state}", 0) + 1
@@ -128,28 +165,24 @@ def main() -> int:
     from kubernetes import client, config
     from tests.e2e.operator_support import install_crd
 
+    from ttj.planner.children import DEFAULT_PS_REQUESTS, DEFAULT_WORKER_REQUESTS
     from ttj_localcluster.cluster import LocalCluster
     from ttj_localcluster.nodes.deployments import DeploymentController
     from ttj_localcluster.nodes.fleet import NodeFleet
-    from ttj_localcluster.nodes.pools import NodePool
+    from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
     from ttj_localcluster.nodes.scheduler import Scheduler
 
-    gpu_nodes = math.ceil(args.jobs * args.workers / 8 * 1.25) + 2
+    # Sized from the requests the operator gives pods whose spec names none (one PS per job, one GPU per worker).
+    cpu_pool = NodePool(name="cpu-pool", cpu="16", memory="60Gi")
+    gpu_pool = spot_t4_pool(
+        name="gpu-pool", gpus=8, cpu="96", memory="360Gi", machine_type="n1-standard-96", grace=0.0, restore_after=None
+    )
+    worker_requests = {**DEFAULT_WORKER_REQUESTS, GPU_RESOURCE: "1"}
     pools = [
-        NodePool(name="cpu-pool", nodes=max(2, math.ceil(args.jobs / 100) + 1), cpu="16", memory="60Gi"),
-        NodePool(
-            name="gpu-pool",
-            nodes=gpu_nodes,
-            provisioning="spot",
-            accelerator="nvidia-tesla-t4",
-            gpus=8,
-            cpu="96",
-            memory="360Gi",
-            machine_type="n1-standard-96",
-            grace=0.0,
-            restore_after=None,
-        ),
+        replace(cpu_pool, nodes=max(2, nodes_for(args.jobs, DEFAULT_PS_REQUESTS, cpu_pool))),
+        replace(gpu_pool, nodes=nodes_for(args.jobs * args.workers, worker_requests, gpu_pool)),
     ]
+    print(f"pools: {', '.join(f'{p.name} x{p.nodes}' for p in pools)}", flush=True)
     fleet = NodeFleet(pools, run_pods=False, pod_network=False)
     namespace = "bench"
     logs = Path(tempfile.mkdtemp(prefix="ttj-operator-scale-"))
@@ -170,13 +203,13 @@ def main() -> int:
             started = time.monotonic()
             for i in range(args.jobs):
                 custom.create_namespaced_custom_object(
-                    "transient.training",
-                    "v1alpha1",
+                    GROUP,
+                    VERSION,
                     namespace,
-                    "transienttrainingjobs",
+                    PLURAL,
                     {
-                        "apiVersion": "transient.training/v1alpha1",
-                        "kind": "TransientTrainingJob",
+                        "apiVersion": API_VERSION,
+                        "kind": KIND,
                         "metadata": {"name": f"job-{i}"},
                         "spec": {
                             "trainSteps": 64000,
@@ -187,12 +220,10 @@ def main() -> int:
                 )
 
             def phases() -> dict[str, str]:
-                items = custom.list_namespaced_custom_object(
-                    "transient.training", "v1alpha1", namespace, "transienttrainingjobs"
-                )["items"]
+                items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
                 return {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in items}
 
-            shown = 0.0
+            shown, running = 0.0, 0
             while time.monotonic() < deadline:
                 now = phases()
                 running = sum(p == "Running" for p in now.values())
@@ -204,13 +235,12 @@ def main() -> int:
                     print(f"  {shown - started:6.1f}s  {progress(core, namespace, now)}", flush=True)
                 time.sleep(2)
             ready_s = time.monotonic() - started
-            print(f"{args.jobs} jobs x {args.workers} workers Running after {ready_s:.1f}s", flush=True)
+            print(f"{running} of {args.jobs} jobs x {args.workers} workers Running after {ready_s:.1f}s", flush=True)
             pods = PodLog(api, namespace)
             pods.thread.start()
             time.sleep(2)
             chiefs_before = {
-                p.metadata.name
-                for p in core.list_namespaced_pod(namespace, label_selector="transient.training/chief=true").items
+                p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=f"{LABEL_CHIEF}=true").items
             }
             victims = fleet.nodes_of("gpu-pool")[: args.preemptions]
             for node in victims:

@@ -19,10 +19,3 @@ def cluster_session(addons: Sequence[Addon] = ()) -> Iterator[tuple[str, LocalCl
         return
     with LocalCluster(addons=addons) as cluster:
         yield cluster.kubeconfig_path, cluster
-
-
-@contextlib.contextmanager
-def kube_cluster(addons: Sequence[Addon] = ()) -> Iterator[str]:
-    """Yields a kubeconfig path: KUBECONFIG's cluster when the variable is set, else a fresh local cluster."""
-    with cluster_session(addons) as (path, _cluster):
-        yield path

@@ -477,7 +477,7 @@ class Chaos:
         from ttj_localcluster.nodes.control import ControlClient
         from ttj_localcluster.nodes.deployments import DeploymentController
         from ttj_localcluster.nodes.fleet import NodeFleet
-        from ttj_localcluster.nodes.pools import NodePool
+        from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
         from ttj_localcluster.nodes.scheduler import Scheduler
 
         plan = self.plan
@@ -486,17 +486,7 @@ class Chaos:
             NodePool(
                 name="cpu-pool", nodes=plan.jobs * plan.parameter_servers + 1, cpu="4", memory="30Gi", restore_after=1.0
             ),
-            NodePool(
-                name="gpu-pool",
-                nodes=gpus,
-                provisioning="spot",
-                accelerator="nvidia-tesla-t4",
-                gpus=1,
-                cpu="8",
-                memory="30Gi",
-                machine_type="n1-standard-8",
-                restore_after=1.0,
-            ),
+            spot_t4_pool(name="gpu-pool", nodes=gpus, restore_after=1.0),
         ]
         started = time.monotonic()
         fleet = self.fleet = NodeFleet(pools, run_pods=False, pod_network=False)

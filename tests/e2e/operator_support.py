@@ -155,21 +155,11 @@ class OperatorProcess:
 def e2e_pools(cpu_nodes: int = 2, gpu_nodes: int = 12, restore_after: float = 1.0) -> list[Any]:
     """An on-demand CPU pool for the parameter servers and a spot T4 pool whose nodes come back
     ``restore_after`` seconds after a loss."""
-    from ttj_localcluster.nodes.pools import NodePool
+    from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
 
     return [
         NodePool(name="cpu-pool", nodes=cpu_nodes, cpu="8", memory="30Gi"),
-        NodePool(
-            name="gpu-pool",
-            nodes=gpu_nodes,
-            provisioning="spot",
-            accelerator="nvidia-tesla-t4",
-            gpus=1,
-            cpu="8",
-            memory="30Gi",
-            machine_type="n1-standard-8",
-            restore_after=restore_after,
-        ),
+        spot_t4_pool(name="gpu-pool", nodes=gpu_nodes, restore_after=restore_after),
     ]
 
 

@@ -15,7 +15,7 @@ from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.nodes import cli as nodes_cli
 from ttj_localcluster.nodes.deployments import DeploymentController
 from ttj_localcluster.nodes.fleet import NodeFleet
-from ttj_localcluster.nodes.pools import NodePool
+from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
 from ttj_localcluster.nodes.scheduler import Scheduler
 
 T = TypeVar("T")
@@ -57,18 +57,7 @@ class NodesCluster:
 
 TEST_POOLS = [
     NodePool(name="cpu", nodes=2),
-    NodePool(
-        name="gpu",
-        nodes=2,
-        provisioning="spot",
-        accelerator="nvidia-tesla-t4",
-        gpus=1,
-        cpu="8",
-        memory="30Gi",
-        machine_type="n1-standard-8",
-        grace=2.0,
-        restore_after=0.5,
-    ),
+    spot_t4_pool(name="gpu", nodes=2, grace=2.0, restore_after=0.5),
 ]
 
 

@@ -15,7 +15,7 @@ from ttj_localcluster.nodes.control import ControlClient
 from ttj_localcluster.nodes.deployments import DeploymentController
 from ttj_localcluster.nodes.fleet import NodeFleet
 from ttj_localcluster.nodes.podstate import SHUTDOWN_MESSAGE
-from ttj_localcluster.nodes.pools import NodePool
+from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
 from ttj_localcluster.nodes.registry import NodeState
 from ttj_localcluster.nodes.scheduler import Scheduler
 
@@ -37,12 +37,12 @@ POOLS = [
         grace=0.2,
         restore_after=None,
     ),
-    NodePool(
+    spot_t4_pool(
         name="scripted",
         nodes=1,
-        provisioning="spot",
-        accelerator="nvidia-tesla-t4",
-        gpus=1,
+        cpu="4",
+        memory="15Gi",
+        machine_type="n1-standard-4",
         preemption="scripted",
         preempt_at=(0.5,),
         grace=0.2,

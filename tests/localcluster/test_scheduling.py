@@ -16,7 +16,6 @@ from ttj_localcluster.nodes.pools import (
 )
 from ttj_localcluster.nodes.scheduling import (
     filter_node,
-    parse_quantity,
     pod_requests,
     unschedulable_message,
 )
@@ -36,15 +35,6 @@ def cpu_node() -> dict[str, Any]:
 
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-def test_quantities() -> None:
-    assert parse_quantity("500m") == Decimal("0.5")
-    assert parse_quantity("4Gi") == 4 * 2**30
-    assert parse_quantity(2) == 2
-    assert parse_quantity("1e3") == 1000
-    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
-        parse_quantity("4 GB")
 
 
 def test_requests_default_to_limits_and_init_containers_count_as_max() -> None:

@@ -156,10 +156,6 @@ def claimed(uri: str) -> Token:
         return Token("", -1)  # unreadable: any claim may take it over
 
 
-def claimed_epoch(uri: str) -> int:
-    return claimed(uri).epoch
-
-
 def _atomic_write(uri: str, path: str, text: str, writer: str) -> None:
     gfile = _gfile()
     temporary = f"{path}{TEMPORARY_MARK}{writer}-{time.time_ns()}"

@@ -115,10 +115,6 @@ class FaultInjector:
             if watch_drop_probability is not None:
                 self.watch_drop_probability = watch_drop_probability
 
-    def add_rule(self, rule: FaultRule) -> None:
-        with self._lock:
-            self.rules.append(rule)
-
     def clear(self) -> None:
         with self._lock:
             self.rules = []

@@ -153,7 +153,6 @@ def strategic_merge(target: Any, patch: Any) -> Any:
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-APPLY = "application/apply-patch+yaml"
 
 
 def apply_patch(content_type: str, target: dict[str, Any], patch: Any, *, strategic_allowed: bool) -> Any:

@@ -16,8 +16,6 @@ from typing import Any
 from .errors import ApiError
 
 PREFIX = "pod-security.kubernetes.io/"
-ENFORCE_LABEL = f"{PREFIX}enforce"
-ENFORCE_VERSION_LABEL = f"{PREFIX}enforce-version"
 LEVELS = ("privileged", "baseline", "restricted")
 
 Pod = dict[str, Any]

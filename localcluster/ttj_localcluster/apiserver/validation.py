@@ -14,8 +14,10 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
+
+from ttj_contract import quantity as quantities
 
 Errors = list[tuple[str, str]]
 
@@ -26,12 +28,6 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$")
-_SUFFIX = {
-    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-    **{"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1)},
-    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))},
-}
 _MAX_QUANTITY = Decimal(2**63 - 1)
 _STANDARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 _VOLUME_SOURCES = frozenset(
@@ -148,26 +144,10 @@ def metadata(meta: dict[str, Any]) -> Errors:
 # -- quantities ------------------------------------------------------------------------------------
 def parse_quantity(value: Any) -> Decimal | None:
     """A quantity's value, None when the API server would not parse it."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    if not isinstance(value, str):
-        return None
-    match = _QUANTITY.match(value)
-    if not match:
-        return None
-    suffix = match.group(2) or ""
     try:
-        number = Decimal(match.group(1))
-    except InvalidOperation:
+        return quantities.parse_quantity(value)
+    except ValueError:
         return None
-    if suffix[:1] in ("e", "E"):
-        try:
-            return number * Decimal(10) ** int(suffix[1:])
-        except (InvalidOperation, ValueError, OverflowError):
-            return None
-    return number * _SUFFIX[suffix]
 
 
 def resources(path: str, value: Any) -> Errors:

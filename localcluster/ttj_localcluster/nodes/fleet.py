@@ -218,9 +218,6 @@ class NodeFleet:
         self.registry.pool(pool)
         return self.registry.live_nodes(pool)
 
-    def node_names(self) -> list[str]:
-        return sorted(self.registry.live_nodes())
-
     def restore_pool(self, pool: str, nodes: int | None = None) -> list[str]:
         """Bring a pool back to its size (or add ``nodes`` VMs) now; returns the new node names."""
         self.registry.pool(pool)
@@ -330,7 +327,3 @@ class NodeFleet:
     def log_is_live(self, namespace: str, name: str, container: str | None) -> bool:
         """Whether the container may still write to its log (for ``follow``)."""
         return self._started is not None and self._started.kubelet.log_is_live(namespace, name, container)
-
-    def wait_stopping(self, seconds: float) -> bool:
-        """Wait up to ``seconds``; True once the fleet is stopping."""
-        return self._stop.wait(seconds)

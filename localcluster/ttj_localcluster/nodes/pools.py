@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -112,21 +112,28 @@ DEFAULT_GPU_POOL = "t4-spot"
 DEFAULT_GPU_NODES = 12
 
 
+#: A spot pool of n1-standard-8 VMs with one T4 each: the examples' pool, and the one tests and benchmarks vary.
+SPOT_T4_POOL = NodePool(
+    name=DEFAULT_GPU_POOL,
+    nodes=DEFAULT_GPU_NODES,
+    provisioning="spot",
+    accelerator="nvidia-tesla-t4",
+    gpus=1,
+    cpu="8",
+    memory="30Gi",
+    machine_type="n1-standard-8",
+)
+
+
+def spot_t4_pool(**changes: Any) -> NodePool:
+    """:data:`SPOT_T4_POOL` with ``changes`` (any :class:`NodePool` field)."""
+    return replace(SPOT_T4_POOL, **changes)
+
+
 def default_pools() -> list[NodePool]:
     """The contract's default: an on-demand CPU pool and a spot T4 pool, enough for the examples."""
-    return [
-        NodePool(name=DEFAULT_CPU_POOL, nodes=2, cpu="4", memory="15Gi", machine_type="n1-standard-4"),
-        NodePool(
-            name=DEFAULT_GPU_POOL,
-            nodes=DEFAULT_GPU_NODES,
-            provisioning="spot",
-            accelerator="nvidia-tesla-t4",
-            gpus=1,
-            cpu="8",
-            memory="30Gi",
-            machine_type="n1-standard-8",
-        ),
-    ]
+    cpu = NodePool(name=DEFAULT_CPU_POOL, nodes=2, cpu="4", memory="15Gi", machine_type="n1-standard-4")
+    return [cpu, SPOT_T4_POOL]
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(NodePool)}

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,15 +134,6 @@ class ContainerRun:
     @property
     def pid(self) -> int:
         return self.process.pid
-
-
-@dataclass
-class TerminationInfo:
-    exit_code: int
-    reason: str
-    message: str
-    started_at: str
-    finished_at: str
 
 
 def _tail(path: Path, lines: int, limit: int) -> str:
@@ -341,7 +332,7 @@ def resource_value(container: Mapping[str, Any], resource: str, divisor: str | N
     """A resourceFieldRef value: the container's limit (or request), divided and rounded up."""
     import math
 
-    from ttj_localcluster.nodes.scheduling import parse_quantity
+    from ttj_contract.quantity import parse_quantity
 
     kind, _, name = resource.partition(".")
     resources = container.get("resources") or {}
@@ -408,7 +399,3 @@ def pod_environment(
         else:
             env[name] = ""
     return env
-
-
-def describe_argv(argv: Sequence[str]) -> str:
-    return " ".join(argv)

@@ -10,47 +10,15 @@ The failure message is built the way kube-scheduler builds it:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from ttj_contract.quantity import parse_quantity
+
 JSON = dict[str, Any]
-
-_SUFFIXES: dict[str, Decimal] = {
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-
-
-def parse_quantity(value: object) -> Decimal:
-    """A Kubernetes resource quantity ("500m", "4Gi", "1", 2) as a Decimal."""
-    text = str(value).strip()
-    match = _QUANTITY.match(text)
-    if not match or match.group(2) not in _SUFFIXES:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    try:
-        number = Decimal(match.group(1))
-    except InvalidOperation as exc:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}") from exc
-    return number * _SUFFIXES[match.group(2)]
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -218,13 +186,6 @@ def missing_resources(requests: Mapping[str, int], allocatable: Mapping[str, int
         if quantity > 0 and allocatable.get(name, 0) - used.get(name, 0) < quantity:
             missing.append(name)
     return missing
-
-
-def insufficient_resources(
-    pod: Mapping[str, Any], node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]]
-) -> list[str]:
-    """Resource names the node lacks for this pod (empty: it fits)."""
-    return missing_resources(to_milli(pod_requests(pod)), to_milli(node_allocatable(node)), usage_of(pods_on_node))
 
 
 def filter_node(

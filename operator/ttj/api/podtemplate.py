@@ -12,23 +12,19 @@ those makes the job ``Invalid``. Field descriptions are ``kubectl explain`` text
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from ttj_contract import CONTAINER_NAME
+from ttj_contract.quantity import parse_quantity
 
 #: A Kubernetes quantity as a string (no sign: requests, limits and sizes are never negative).
 QUANTITY_PATTERN = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+]?[0-9]{1,2}))?$"
 #: The largest quantity the API server accepts (its int64 scaled value, in units).
 MAX_QUANTITY = Decimal(2**63 - 1) / 1000
-_SUFFIXES = {
-    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
-    **{"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1)},
-    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))},
-}
 
 #: Kubernetes name rules, as the API server checks them.
 DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -46,17 +42,7 @@ RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
 
 def quantity_value(value: int | str) -> Decimal:
     """A quantity's value in units; ValueError when it is none or out of the API server's range."""
-    if isinstance(value, int):
-        number = Decimal(value)
-    else:
-        text = value.strip()
-        suffix = next((s for s in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei") if text.endswith(s)), "")
-        if not suffix and text and text[-1] in "numkMGTPE" and "e" not in text.lower()[:-1]:
-            suffix = text[-1]
-        try:
-            number = Decimal(text[: len(text) - len(suffix)]) * _SUFFIXES[suffix]
-        except (InvalidOperation, KeyError) as exc:
-            raise ValueError(f"{value!r} is not a Kubernetes quantity") from exc
+    number = parse_quantity(value)
     if number < 0 or number > MAX_QUANTITY:
         raise ValueError(f"quantity {value!r} is out of range (0 to {MAX_QUANTITY:.0f})")
     return number

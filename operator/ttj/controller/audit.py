@@ -25,6 +25,8 @@ log = logging.getLogger("ttj.controller")
 #: Where an indexed object lives: (kind, namespace); nodes are ("Node", "").
 Place = tuple[str, str]
 NODES_PATH = "/api/v1/nodes"
+#: Objects per page of the audit's LISTs.
+LIST_PAGE = 250
 
 
 @runtime_checkable
@@ -72,18 +74,28 @@ def snapshot(
 
 
 def listed_uids(api: Lister, place: Place) -> set[str] | None:
-    """The uids a fresh LIST finds at ``place`` (the job's children by their label); None if it failed."""
+    """The uids a fresh LIST finds at ``place`` (the job's children by their label); None if it failed.
+
+    Read in pages of :data:`LIST_PAGE` objects: decoding a page holds the interpreter's lock, so a whole list
+    of thousands of pods at once would stall the operator's loop (every job's pass) for as long."""
     kind, namespace = place
     if kind == "Node":
         path, query = NODES_PATH, []
     else:
         path, query = kubeapi.path(kind, namespace), [("labelSelector", LABEL_JOB)]
+    uids: set[str] = set()
+    token = ""
     try:
-        answer = api.request("GET", path, query=query)
-    except KubeError as exc:
+        while True:
+            page = [*query, ("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
+            answer = api.request("GET", path, query=page)
+            uids.update(str(item["metadata"]["uid"]) for item in answer.get("items") or [])
+            token = (answer.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return uids
+    except KubeError as exc:  # an expired continue token (410) included: this audit proves nothing there
         log.info("index audit: could not list %s in %r: %s", kind, namespace, exc.message)
         return None
-    return {str(item["metadata"]["uid"]) for item in answer.get("items") or []}
 
 
 def ghosts(before: Mapping[str, Indexed], listed: Mapping[Place, set[str] | None]) -> dict[str, Indexed]:

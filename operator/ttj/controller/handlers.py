@@ -3,8 +3,9 @@
 Level-based: every pass observes everything from kopf's indexes (fed by watches), asks the planner,
 applies its actions, writes the status once (only if it changed, with a resourceVersion
 precondition), then posts the events. A pass runs on create/resume (the daemon starts), on every
-change of the job (but not of its status alone: that is our own write) or of one of its children (the
-index functions poke the job's daemon), and on the planner's timer. Nothing the next pass needs is kept only in memory.
+change of the job (but not of its status alone: that is our own write) or of one of its children (an event
+handler per kind of child pokes the job's daemon once kopf has indexed the change), and on the planner's timer.
+Nothing the next pass needs is kept only in memory.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -27,14 +28,14 @@ from kubernetes.client import ApiClient
 from prometheus_client import start_http_server
 
 from ttj.controller import audit
-from ttj.controller.apply import MAX_RETRY_SECONDS, Applier, Conflict, KubeApi, retry_delay
+from ttj.controller.apply import MAX_RETRY_SECONDS, Applied, Applier, Conflict, KubeApi, retry_delay
 from ttj.controller.metrics import Metrics
 from ttj.controller.placement import PlacementSource
 from ttj.cost.prices import PriceSource
 from ttj.kubeapi import RESOURCES, KubeClient, KubeError
 from ttj.mergepatch import merge_patch_between
-from ttj.planner import Observed, PlannerConfig, plan
-from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
+from ttj.planner import Observed, Plan, PlannerConfig, plan
+from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION, lease_name
 
 log = logging.getLogger("ttj.controller")
 
@@ -50,6 +51,8 @@ _NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
 _AUDIT_SETTLE_SECONDS = 2.0
 #: Job metadata that every write changes: not a reason to plan again.
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
+#: After a status write lost to a concurrent change (409), the next pass plans on the newer job this soon.
+CONFLICT_RETRY_SECONDS = 0.05
 
 
 class Stopped(Protocol):
@@ -76,8 +79,49 @@ class RestartBackoff:
 
 
 @dataclass
+class JobMemory:
+    """What the operator keeps of one job between its passes, while its daemon runs (never across restarts)."""
+
+    #: Set to run a pass now (a change of the job or of one of its children).
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The job's metadata and spec as the jobs index last saw them: a pass is due only when they change.
+    seen: str = ""
+    #: (resourceVersion the last status write was based on, the job as that write left it): used only while
+    #: the watch has not yet delivered our own write.
+    written: tuple[str, dict[str, Any]] | None = None
+
+
+@dataclass
+class OperatorState:
+    """All the operator holds in memory besides kopf's indexes; nothing a pass needs is kept only here."""
+
+    #: The operator's event loop: index functions run in kopf's executor threads and wake daemons through it.
+    loop: asyncio.AbstractEventLoop | None = None
+    jobs: dict[JobKey, JobMemory] = field(default_factory=dict)
+    #: uids of indexed objects the last index audit found deleted (see :mod:`ttj.controller.audit`).
+    gone: frozenset[str] = frozenset()
+    #: Set to have the indexes audited soon (after a listing).
+    audit_due: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Tasks the operator runs besides kopf's (kept referenced until done).
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def job(self, key: JobKey) -> JobMemory:
+        return self.jobs.setdefault(key, JobMemory())
+
+    def call_soon(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` in the operator's loop, from any thread (asyncio's events are not thread-safe:
+        set from another thread, a waiter can miss it and the loop is not woken); at once when called from the
+        loop itself (most handlers run there) or before it runs."""
+        if self.loop is None or _running_loop() is self.loop:
+            callback()
+        elif not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the operator is stopping
+                self.loop.call_soon_threadsafe(callback)
+
+
+@dataclass
 class OperatorContext:
-    """What the handlers share: settings, the API client, metrics, and each job's wake-up."""
+    """What the handlers share: settings, the API client, metrics, and the operator's state."""
 
     api: ApiClient
     metrics: Metrics
@@ -90,24 +134,11 @@ class OperatorContext:
     prices: PriceSource | None = None
     #: Node pools for the placement check; None: no check.
     placement: PlacementSource | None = None
-    wakeups: dict[JobKey, asyncio.Event] = field(default_factory=dict)
-    #: (resourceVersion the last status write was based on, the job as that write left it), per job:
-    #: used only while the watch has not yet delivered our own write (never across restarts).
-    written: dict[JobKey, tuple[str, dict[str, Any]]] = field(default_factory=dict)
-    #: Per job, its metadata and spec as last seen by the jobs index: a pass is due only when they change.
-    job_seen: dict[JobKey, str] = field(default_factory=dict)
-    #: The operator's event loop: index functions run in kopf's executor threads and wake daemons through it.
-    loop: asyncio.AbstractEventLoop | None = None
     #: Where the writes go; None: the API server behind ``api``.
     kube: KubeApi | None = None
     #: How long a job's daemon waits after a failed pass before the next.
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
-    #: uids of indexed objects the last index audit found deleted (see :mod:`ttj.controller.audit`).
-    gone: frozenset[str] = frozenset()
-    #: Tasks the operator runs besides kopf's (kept referenced until done).
-    background: set[asyncio.Task[None]] = field(default_factory=set)
-    #: Set to have the indexes audited soon (after a listing).
-    audit_due: asyncio.Event = field(default_factory=asyncio.Event)
+    state: OperatorState = field(default_factory=OperatorState)
     applier: Applier = field(init=False)
 
     def __post_init__(self) -> None:
@@ -115,38 +146,48 @@ class OperatorContext:
 
     def request_audit(self) -> None:
         """From any thread: audit the indexes soon."""
-        if self.loop is not None and not self.loop.is_closed():
-            try:
-                self.loop.call_soon_threadsafe(self.audit_due.set)
-            except RuntimeError:  # the loop closed meanwhile: the operator is stopping
-                return
+        self.state.call_soon(self.state.audit_due.set)
 
     def poke(self, key: JobKey) -> None:
-        event = self.wakeups.get(key)
-        if event is None:
-            return
-        # asyncio.Event is not thread-safe: set from another thread, a waiter can miss it (and the loop is
-        # not woken), leaving the job to its resync timer.
-        if self.loop is not None and not self.loop.is_closed():
-            try:
-                self.loop.call_soon_threadsafe(event.set)
-                return
-            except RuntimeError:  # the loop closed meanwhile: the operator is stopping
-                return
-        event.set()
+        """From any thread: run a pass of the job now, if its daemon runs."""
+        memory = self.state.jobs.get(key)
+        if memory is not None:
+            self.state.call_soon(memory.wakeup.set)
 
     def job_changed(self, key: JobKey, body: kopf.Body) -> bool:
         """Whether this event of the job carries more than a status (and resourceVersion) change.
 
-        Only the operator writes the status, and each pass accrues cost, so every pass writes one: waking
-        the job's daemon for that write made it write again at once, forever (~80 passes a second).
+        Only the operator writes the status, and each pass accrues cost, so every pass writes one: were the
+        job's daemon woken by that write, it would write again at once, and so on without end.
         """
         metadata = {k: v for k, v in dict(body.get("metadata") or {}).items() if k not in _VOLATILE_METADATA}
         fingerprint = json.dumps([metadata, body.get("spec")], sort_keys=True, default=str)
-        if self.job_seen.get(key) == fingerprint:
+        memory = self.state.job(key)
+        if memory.seen == fingerprint:
             return False
-        self.job_seen[key] = fingerprint
+        memory.seen = fingerprint
         return True
+
+
+@dataclass(frozen=True)
+class JobIndexes:
+    """kopf's indexes a pass observes a job through."""
+
+    pods: kopf.Index[JobKey, Any]
+    leases: kopf.Index[JobKey, Any]
+    #: One index per kind of :data:`CHILD_RESOURCES`.
+    children: Sequence[kopf.Index[JobKey, Any]]
+    nodes: kopf.Index[str, Any]
+
+    def all_nodes(self) -> list[dict[str, Any]]:
+        return [node for _name, store in self.nodes.items() for node in store]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # a thread without a loop: one of kopf's executor threads
+        return None
 
 
 def _listed(kwargs: Mapping[str, Any]) -> bool:
@@ -155,7 +196,7 @@ def _listed(kwargs: Mapping[str, Any]) -> bool:
     return "type" in kwargs and kwargs["type"] is None
 
 
-def _job_key(namespace: str | None, labels: dict[str, str]) -> JobKey | None:
+def _job_key(namespace: str | None, labels: Mapping[str, str]) -> JobKey | None:
     job = labels.get(LABEL_JOB)
     return (namespace or "", job) if job else None
 
@@ -169,91 +210,91 @@ def _slim_node(body: kopf.Body) -> dict[str, Any]:
     }
 
 
-def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
-    """Attach every handler of the operator to ``registry``."""
-    job_labels = {LABEL_JOB: kopf.PRESENT}
+def child_index(kind: str) -> Callable[..., Any]:
+    """The index function of one kind of child: the job's key → (kind, name, the object). Index functions
+    and the handlers that only poke are coroutines: kopf runs those in its loop, where a sync function would
+    cost a hop to an executor thread on every event of every child."""
 
-    @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=GROUP, key="last-handled-configuration"
-        )
-        settings.persistence.finalizer = JOB_FINALIZER
-        settings.posting.enabled = False  # our events go through the Applier, about the job only
-        settings.watching.server_timeout = 300
-        ctx.loop = asyncio.get_running_loop()
-        settings.networking.request_timeout = 60
+    async def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
+        key = _job_key(namespace, labels)
+        if key is None:
+            return None
+        return {key: (kind, name, copy.deepcopy(dict(body)))}
+
+    index.__name__ = f"{kind.lower()}s_by_job"
+    return index
+
+
+async def index_node(name: str, body: kopf.Body, **_: Any) -> Any:
+    return {name: _slim_node(body)}
+
+
+def _finalizing_pod(body: kopf.Body, **_: Any) -> bool:
+    """A pod being deleted that our finalizer holds."""
+    return bool(body.metadata.get("deletionTimestamp")) and FINALIZER in (body.metadata.get("finalizers") or [])
+
+
+def _configure(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = JOB_FINALIZER
+    settings.posting.enabled = False  # our events go through the Applier, about the job only
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+
+
+class Handlers:
+    """The operator's kopf handlers, over the context they share."""
+
+    def __init__(self, ctx: OperatorContext) -> None:
+        self.ctx = ctx
+
+    async def startup(self, settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+        ctx = self.ctx
+        _configure(settings)
+        ctx.state.loop = asyncio.get_running_loop()
         if ctx.metrics_port is not None:
             start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
             log.info("metrics on :%d/metrics", ctx.metrics_port)
         indexes = [kwargs[f"{kind.lower()}s_by_job"] for kind in ("Pod", "Lease", *CHILD_RESOURCES)]
         auditing = asyncio.create_task(audit_forever(ctx, indexes, kwargs["nodes_by_name"]), name="ttj index audit")
-        ctx.background.add(auditing)
-        auditing.add_done_callback(ctx.background.discard)
+        ctx.state.background.add(auditing)
+        auditing.add_done_callback(ctx.state.background.discard)
 
-    def child_index(kind: str) -> Callable[..., Any]:
-        def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
-            key = _job_key(namespace, labels)
-            if key is None:
-                return None
-            return {key: (kind, name, copy.deepcopy(dict(body)))}
-
-        index.__name__ = f"{kind.lower()}s_by_job"
-        return index
-
-    async def child_changed(namespace: str | None, labels: Mapping[str, str], **kwargs: Any) -> None:
+    async def child_changed(self, namespace: str | None, labels: Mapping[str, str], **kwargs: Any) -> None:
         """A child changed: plan its job again. Poked from here, not from the index function: kopf stores
         what an index function returns only after it returns, so a pass woken from inside it could read the
-        old child and then sleep until its timer (seen as jobs stuck Pending/Recovering for ~40 s at 100 jobs)."""
-        key = _job_key(namespace, dict(labels))
+        old child and then sleep until its timer."""
+        key = _job_key(namespace, labels)
         if key is not None:
-            ctx.poke(key)
+            self.ctx.poke(key)
         if _listed(kwargs):
-            ctx.request_audit()
+            self.ctx.request_audit()
 
-    children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
-    for kind, resource in children.items():
-        kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(child_index(kind))
-        kopf.on.event(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}_changed")(child_changed)
-
-    @kopf.index("nodes", registry=registry, id="nodes_by_name")
-    def nodes_by_name(name: str, body: kopf.Body, **_: Any) -> Any:
-        return {name: _slim_node(body)}
-
-    @kopf.on.event("nodes", registry=registry, id="node_changed")  # type: ignore[arg-type]
-    def node_changed(name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
+    async def node_changed(self, name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
         if _listed(kwargs):
-            ctx.request_audit()
+            self.ctx.request_audit()
         for key, store in list(pods_by_job.items()):
             if any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
-                ctx.poke(key)
+                self.ctx.poke(key)
 
-    @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="jobs")  # type: ignore[arg-type]
-    def jobs(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
-        if ctx.job_changed((namespace, name), body):  # not for the status our own passes write
-            ctx.poke((namespace, name))
+    async def index_job(self, namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
+        if self.ctx.job_changed((namespace, name), body):  # not for the status our own passes write
+            self.ctx.poke((namespace, name))
         return {(namespace, name): True}
 
-    @kopf.on.event(  # type: ignore[arg-type]
-        "pods",
-        labels=job_labels,
-        registry=registry,
-        id="orphan_pod",
-        when=lambda body, **_: (
-            bool(body.metadata.get("deletionTimestamp")) and FINALIZER in (body.metadata.get("finalizers") or [])
-        ),
-    )
     def orphan_pod(
-        *, namespace: str, name: str, labels: dict[str, str], jobs: kopf.Index[JobKey, Any], **_: Any
+        self, *, namespace: str, name: str, labels: dict[str, str], jobs: kopf.Index[JobKey, Any], **_: Any
     ) -> None:
         """A worker of a job that no longer exists must not hang on our finalizer."""
         key = _job_key(namespace, labels)
         if key is not None and key not in jobs:
-            ctx.applier.release_finalizer(namespace, name)
+            self.ctx.applier.release_finalizer(namespace, name)
 
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", cancellation_timeout=10, backoff=1)  # type: ignore[arg-type]
     async def reconcile_job(
+        self,
         *,
         stopped: kopf.DaemonStopped,
         namespace: str,
@@ -265,41 +306,54 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
         **kwargs: Any,
     ) -> None:
         children = [kwargs[f"{kind.lower()}s_by_job"] for kind in CHILD_RESOURCES]
+        indexes = JobIndexes(pods_by_job, leases_by_job, children, nodes_by_name)
         key = (namespace, name)
-        wakeup = ctx.wakeups.setdefault(key, asyncio.Event())
-        reconciler = JobReconciler(ctx, key)
+        reconciler = JobReconciler(self.ctx, key)
 
         async def one_pass() -> float | None:
-            return await reconciler.run_pass(body, pods_by_job, leases_by_job, children, nodes_by_name)
+            return await reconciler.run_pass(body, indexes)
 
         try:
             await reconcile_loop(
                 one_pass,
-                wakeup,
+                self.ctx.state.job(key).wakeup,
                 stopped,
-                ctx.backoff,
-                debounce_seconds=ctx.debounce_seconds,
+                self.ctx.backoff,
+                debounce_seconds=self.ctx.debounce_seconds,
                 what=f"{namespace}/{name}",
             )
         finally:
-            ctx.wakeups.pop(key, None)
-            ctx.written.pop(key, None)
-            ctx.job_seen.pop(key, None)
+            self.ctx.state.jobs.pop(key, None)
             if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
-                ctx.metrics.forget(namespace, name)
-                # The job is gone: its workers must not hang on our finalizer (the garbage collector
-                # deletes them; a pod deleted later is caught by orphan_pod).
-                held = [
-                    pod_name
-                    for _kind, pod_name, pod in pods_by_job.get(key, [])
-                    if FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or [])
-                ]
+                self.ctx.metrics.forget(namespace, name)
+                await asyncio.shield(asyncio.to_thread(self._release_workers, key, pods_by_job))
 
-                def release() -> None:
-                    for pod_name in held:
-                        ctx.applier.release_finalizer(namespace, pod_name)
+    def _release_workers(self, key: JobKey, pods_by_job: kopf.Index[JobKey, Any]) -> None:
+        """The job is gone: its workers must not hang on our finalizer (the garbage collector deletes them; a
+        pod deleted later is caught by :meth:`orphan_pod`)."""
+        for _kind, pod_name, pod in pods_by_job.get(key, []):
+            if FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or []):
+                self.ctx.applier.release_finalizer(key[0], pod_name)
 
-                await asyncio.shield(asyncio.to_thread(release))
+
+def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
+    """Attach every handler of the operator to ``registry``."""
+    handlers = Handlers(ctx)
+    job_labels = {LABEL_JOB: kopf.PRESENT}
+    kopf.on.startup(registry=registry)(handlers.startup)
+    children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
+    for kind, resource in children.items():
+        kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(child_index(kind))
+        kopf.on.event(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}_changed")(
+            handlers.child_changed
+        )
+    kopf.index("nodes", registry=registry, id="nodes_by_name")(index_node)
+    kopf.on.event("nodes", registry=registry, id="node_changed")(handlers.node_changed)  # type: ignore[arg-type]
+    kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="jobs")(handlers.index_job)  # type: ignore[arg-type]
+    orphans = kopf.on.event("pods", labels=job_labels, registry=registry, id="orphan_pod", when=_finalizing_pod)
+    orphans(handlers.orphan_pod)  # type: ignore[arg-type]
+    daemon = kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", cancellation_timeout=10, backoff=1)
+    daemon(handlers.reconcile_job)  # type: ignore[arg-type]
 
 
 async def reconcile_loop(
@@ -351,63 +405,63 @@ async def audit_forever(
     ctx: OperatorContext, children: list[kopf.Index[JobKey, Any]], nodes_by_name: kopf.Index[str, Any]
 ) -> None:
     """Audit the indexes soon after each listing, and at least every resync period."""
+    state = ctx.state
+    lister = ctx.kube if isinstance(ctx.kube, audit.Lister) else KubeClient(ctx.api)
     while True:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ctx.audit_due.wait(), timeout=ctx.planner.resync_seconds)
+            await asyncio.wait_for(state.audit_due.wait(), timeout=ctx.planner.resync_seconds)
             await asyncio.sleep(_AUDIT_SETTLE_SECONDS)
-        ctx.audit_due.clear()
+        state.audit_due.clear()
         before = audit.snapshot(children, nodes_by_name)  # in the loop: kopf changes the indexes there
         places = sorted({where.place for where in before.values()})
-        lister = ctx.kube if isinstance(ctx.kube, audit.Lister) else KubeClient(ctx.api)
-
-        def list_all(places: list[audit.Place] = places, lister: audit.Lister = lister) -> dict[audit.Place, Any]:
-            return {place: audit.listed_uids(lister, place) for place in places}
-
         try:
-            listed = await asyncio.to_thread(list_all)
+            listed = await asyncio.to_thread(_list_places, lister, places)
         except Exception as exc:  # the audit must outlive any API trouble
             log.warning("index audit failed: %s", exc)
             continue
         found = audit.ghosts(before, listed)
-        new = set(found) - ctx.gone
-        ctx.gone = frozenset(found)
+        new = set(found) - state.gone
+        state.gone = frozenset(found)
         if new:
             log.info("index audit: %d object(s) deleted while a watch was away, forgotten", len(new))
-            jobs = {where.job for uid, where in found.items() if uid in new and where.job is not None}
-            if any(where.job is None for uid, where in found.items() if uid in new):
-                jobs |= set(ctx.wakeups)  # a node: any job may have pods on it
-            for key in jobs:
+            for key in _jobs_to_wake(found, new, set(state.jobs)):
                 ctx.poke(key)
 
 
-def observe(
-    key: JobKey,
-    pods_by_job: kopf.Index[JobKey, Any],
-    leases_by_job: kopf.Index[JobKey, Any],
-    children: list[kopf.Index[JobKey, Any]],
-    nodes_by_name: kopf.Index[str, Any],
-    *,
-    gone: frozenset[str] = frozenset(),
-) -> Observed:
+def _list_places(lister: audit.Lister, places: list[audit.Place]) -> dict[audit.Place, Any]:
+    return {place: audit.listed_uids(lister, place) for place in places}
+
+
+def _jobs_to_wake(found: Mapping[str, audit.Indexed], new: set[str], running: set[JobKey]) -> set[JobKey]:
+    """The jobs whose children the audit newly found deleted; all running jobs when a node was (any job may
+    have pods on it)."""
+    jobs = {where.job for uid, where in found.items() if uid in new and where.job is not None}
+    if any(where.job is None for uid, where in found.items() if uid in new):
+        jobs |= running
+    return jobs
+
+
+def observe(key: JobKey, indexes: JobIndexes, *, gone: frozenset[str] = frozenset()) -> Observed:
     """The job's children from the indexes, without those the index audit found deleted."""
 
     def present(obj: dict[str, Any]) -> bool:
         return not gone or (obj.get("metadata") or {}).get("uid") not in gone
 
     observed = Observed()
-    for _kind, _name, pod in pods_by_job.get(key, []):
+    for _kind, _name, pod in indexes.pods.get(key, []):
         if not present(pod):
             continue
         observed.pods.append(pod)
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name and node_name not in observed.nodes:
-            for node in nodes_by_name.get(node_name, []):
+            for node in indexes.nodes.get(node_name, []):
                 if present(node):
                     observed.nodes[node_name] = node
-    for _kind, name, lease in leases_by_job.get(key, []):
-        if name == f"{key[1]}-chief" and present(lease):
+    chief_lease = lease_name(key[1])
+    for _kind, name, lease in indexes.leases.get(key, []):
+        if name == chief_lease and present(lease):
             observed.lease = lease
-    for index in children:
+    for index in indexes.children:
         for kind, name, child in index.get(key, []):
             if present(child):
                 observed.children[(kind, name)] = child
@@ -415,6 +469,8 @@ def observe(
 
 
 class JobReconciler:
+    """One job's passes: observe, plan, apply, write the status, post the events."""
+
     def __init__(self, ctx: OperatorContext, key: JobKey) -> None:
         self.ctx = ctx
         self.key = key
@@ -422,89 +478,107 @@ class JobReconciler:
         #: Passes in a row in which the API refused a write: the retries back off.
         self.refused_passes = 0
 
-    def _current_job(self, body: kopf.Body) -> dict[str, Any]:
-        job = copy.deepcopy(dict(body))
-        written = self.ctx.written.get(self.key)
-        if written is not None and job.get("metadata", {}).get("resourceVersion") == written[0]:
-            return copy.deepcopy(written[1])  # the watch has not caught up with our own status write yet
-        return job
-
-    async def run_pass(
-        self,
-        body: kopf.Body,
-        pods_by_job: kopf.Index[JobKey, Any],
-        leases_by_job: kopf.Index[JobKey, Any],
-        children: list[kopf.Index[JobKey, Any]],
-        nodes_by_name: kopf.Index[str, Any],
-    ) -> float | None:
+    async def run_pass(self, body: kopf.Body, indexes: JobIndexes) -> float | None:
         """One reconcile; returns seconds until the next timed pass, None when the job is gone."""
         namespace, name = self.key
         started = time.perf_counter()
         job = self._current_job(body)
-        observed = observe(self.key, pods_by_job, leases_by_job, children, nodes_by_name, gone=self.ctx.gone)
-        if self.ctx.placement is not None:
-
-            def nodes() -> list[dict[str, Any]]:
-                return [node for _name, store in nodes_by_name.items() for node in store]
-
-            observed.placement = await self.ctx.placement.check(job.get("spec") or {}, nodes)
-        config = self.ctx.planner
-        if self.ctx.prices is not None:
-            config = dataclasses.replace(config, prices=self.ctx.prices.current())  # a stat() when unchanged
+        observed = await self._observe(job, indexes)
+        config = self._planner_config()
         now = self.ctx.clock()
         result = plan(job, observed, now, config)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "%s/%s: pass on job rv %s, lease rv %s: %s",
-                namespace,
-                name,
-                job.get("metadata", {}).get("resourceVersion"),
-                ((observed.lease or {}).get("metadata") or {}).get("resourceVersion"),
-                [repr(a)[:300] for a in result.writes] or "nothing to do",
-            )
+        self._log_plan(job, observed, result)
         try:
             applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
             if applied.refused:
                 # The same pass planned again, knowing what was refused: its status and Events say so.
                 result = plan(job, observed, now, config, refused=applied.refused)
-            old_status = job.get("status") or {}
-            if result.status != old_status:
-                patch = merge_patch_between(old_status, result.status)
-                pre = job["metadata"].get("resourceVersion")
-                answer = await asyncio.to_thread(self.applier.write_status, namespace, name, pre, patch)
-                after = copy.deepcopy(job)
-                after["status"] = answer.get("status", result.status)
-                after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
-                self.ctx.written[self.key] = (pre, after)
-                self.ctx.metrics.status_written(namespace, name, old_status, result.status, job.get("spec"))
+            await self._write_status(job, result)
         except Conflict as exc:
             log.info("%s/%s: %s; planning again", namespace, name, exc)
-            return 0.05
+            return CONFLICT_RETRY_SECONDS
         except KubeError as exc:
-            if exc.status == 404:  # the status write found no job: deleted while the watch was away
-                log.info("%s/%s: the job is gone", namespace, name)
-                return None
-            self.refused_passes += 1
-            delay = retry_delay(self.refused_passes, exc.retry_after_seconds)
-            log.warning("%s/%s: %s; retrying in %.1fs", namespace, name, exc, delay)
-            return delay
+            return self._after_refused_write(exc)
         finally:
             self.ctx.metrics.reconcile.labels(namespace, name).observe(time.perf_counter() - started)
-        for seconds in applied.recoveries:
-            self.ctx.metrics.recovery.labels(namespace, name).observe(seconds)
-        for observation in result.observations:
-            if observation.metric == "chief_handover_seconds":
-                self.ctx.metrics.handover.labels(namespace, name).observe(observation.seconds)
+        self._observe_durations(applied, result)
         for event in result.events:
             await asyncio.to_thread(self.applier.post_event, job, event)
         if result.delete_job:
             await asyncio.to_thread(self.applier.delete_job, namespace, name)
             return None
-        if applied.refused:
-            self.refused_passes += 1
-            # Back off, but not past a timer of the planner's (a stale lease), nor before the server's Retry-After.
-            timer = MAX_RETRY_SECONDS if result.requeue_after is None else result.requeue_after
-            retry = min(retry_delay(self.refused_passes), timer)
-            return max(retry, applied.retry_after_seconds or 0.0)
-        self.refused_passes = 0
-        return result.requeue_after
+        return self._next_pass(applied, result)
+
+    def _current_job(self, body: kopf.Body) -> dict[str, Any]:
+        job = copy.deepcopy(dict(body))
+        memory = self.ctx.state.jobs.get(self.key)
+        written = memory.written if memory is not None else None
+        if written is not None and job.get("metadata", {}).get("resourceVersion") == written[0]:
+            return copy.deepcopy(written[1])  # the watch has not caught up with our own status write yet
+        return job
+
+    async def _observe(self, job: dict[str, Any], indexes: JobIndexes) -> Observed:
+        observed = observe(self.key, indexes, gone=self.ctx.state.gone)
+        if self.ctx.placement is not None:
+            observed.placement = await self.ctx.placement.check(job.get("spec") or {}, indexes.all_nodes)
+        return observed
+
+    def _planner_config(self) -> PlannerConfig:
+        if self.ctx.prices is None:
+            return self.ctx.planner
+        return dataclasses.replace(self.ctx.planner, prices=self.ctx.prices.current())  # a stat() when unchanged
+
+    def _log_plan(self, job: dict[str, Any], observed: Observed, result: Plan) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s/%s: pass on job rv %s, lease rv %s: %s",
+                *self.key,
+                job.get("metadata", {}).get("resourceVersion"),
+                ((observed.lease or {}).get("metadata") or {}).get("resourceVersion"),
+                [repr(a)[:300] for a in result.writes] or "nothing to do",
+            )
+
+    async def _write_status(self, job: dict[str, Any], result: Plan) -> None:
+        """The planned status, as a merge patch on the status seen, if it changed."""
+        namespace, name = self.key
+        old_status = job.get("status") or {}
+        if result.status == old_status:
+            return
+        patch = merge_patch_between(old_status, result.status)
+        pre = job["metadata"].get("resourceVersion")
+        answer = await asyncio.to_thread(self.applier.write_status, namespace, name, pre, patch)
+        after = copy.deepcopy(job)
+        after["status"] = answer.get("status", result.status)
+        after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
+        self.ctx.state.job(self.key).written = (pre, after)
+        self.ctx.metrics.status_written(namespace, name, old_status, result.status, job.get("spec"))
+
+    def _after_refused_write(self, exc: KubeError) -> float | None:
+        """Seconds until the next pass after the API refused the status write (None: the job is gone)."""
+        namespace, name = self.key
+        if exc.status == 404:  # the status write found no job: deleted while the watch was away
+            log.info("%s/%s: the job is gone", namespace, name)
+            return None
+        self.refused_passes += 1
+        delay = retry_delay(self.refused_passes, exc.retry_after_seconds)
+        log.warning("%s/%s: %s; retrying in %.1fs", namespace, name, exc, delay)
+        return delay
+
+    def _observe_durations(self, applied: Applied, result: Plan) -> None:
+        namespace, name = self.key
+        for seconds in applied.recoveries:
+            self.ctx.metrics.recovery.labels(namespace, name).observe(seconds)
+        for observation in result.observations:
+            if observation.metric == "chief_handover_seconds":
+                self.ctx.metrics.handover.labels(namespace, name).observe(observation.seconds)
+
+    def _next_pass(self, applied: Applied, result: Plan) -> float | None:
+        """Seconds until the next timed pass: the planner's timer, or a back-off after refused writes."""
+        if not applied.refused:
+            self.refused_passes = 0
+            return result.requeue_after
+        self.refused_passes += 1
+        # Back off, but not past a timer of the planner's (a stale lease), nor before the server's Retry-After.
+        timer = MAX_RETRY_SECONDS if result.requeue_after is None else result.requeue_after
+        retry = min(retry_delay(self.refused_passes), timer)
+        return max(retry, applied.retry_after_seconds or 0.0)

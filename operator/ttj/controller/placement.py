@@ -29,13 +29,6 @@ POOLS_CACHE_SECONDS = 60.0
 NODE_POOLS_CACHE_SECONDS = 2.0
 
 
-def observed_node(node: dict[str, Any]) -> ObservedNode:
-    """A (slim) Node as the placement check sees it: labels and ``nvidia.com/gpu`` capacity."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    raw = str(((node.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu") or "")
-    return ObservedNode(dict(labels), int(raw) if raw.isdigit() else None)
-
-
 class PlacementSource:
     """Node pools for :func:`validate_placement`, from GKE or from Node labels, cached."""
 
@@ -67,7 +60,7 @@ class PlacementSource:
                 return gke_pools
         now = self.clock()
         if self._node_pools is None or now - self._node_pools[0] >= NODE_POOLS_CACHE_SECONDS:
-            self._node_pools = (now, pools_from_nodes(observed_node(n) for n in nodes()))
+            self._node_pools = (now, pools_from_nodes(ObservedNode.of(n) for n in nodes()))
         # No Node at all (a cluster scaling from zero, a watch not synced yet): no verdict rather than a wrong one.
         return self._node_pools[1] or None
 

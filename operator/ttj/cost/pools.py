@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.cost.model import NodeShape
-from ttj_contract import ACCELERATOR_LABEL, INSTANCE_TYPE_LABEL, NODE_POOL_LABEL, Provisioning, provisioning_labels
+from ttj_contract import (
+    ACCELERATOR_LABEL,
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    NODE_POOL_LABEL,
+    Provisioning,
+    provisioning_labels,
+)
 
 UNSCHEDULABLE = "Unschedulable"
 
@@ -67,12 +75,23 @@ def implicit_labels(name: str, shape: NodeShape) -> dict[str, str]:
     return labels
 
 
+def gpu_capacity(node: Mapping[str, Any]) -> int | None:
+    """A Node's ``nvidia.com/gpu`` capacity; None while it reports none (the device plugin not yet up)."""
+    raw = str(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE) or "")
+    return int(raw) if raw.isdigit() else None
+
+
 @dataclass(frozen=True)
 class ObservedNode:
     """A Node as seen through the API: its labels and its ``nvidia.com/gpu`` capacity."""
 
     labels: Mapping[str, str]
     gpu_capacity: int | None = None
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any]) -> ObservedNode:
+        """From a Node object (or its slim copy in the operator's index)."""
+        return cls(dict((node.get("metadata") or {}).get("labels") or {}), gpu_capacity(node))
 
 
 def pools_from_nodes(nodes: Iterable[ObservedNode]) -> list[NodePool]:

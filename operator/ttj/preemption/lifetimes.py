@@ -17,7 +17,6 @@ model (``math.inf``).
 
 from __future__ import annotations
 
-import bisect
 import csv
 import math
 import random
@@ -162,6 +161,3 @@ class LifetimeDistribution:
         revoked = sum(1 for s in survivors if s <= age + window_s and s < limit)
         share = max(revoked, 0.5) / len(survivors)
         return -math.log(max(1e-12, 1.0 - min(share, 0.999))) / window_s
-
-    def share_at_most(self, seconds: float) -> float:
-        return bisect.bisect_right(self._sorted, seconds) / len(self._sorted)

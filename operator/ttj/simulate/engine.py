@@ -27,8 +27,6 @@ from ttj.simulate.prices import ICAC19_PRICE_TABLE, price_per_hour, ps_price_per
 
 #: A run that has not finished after this long is stopped and counted as failed ("stalled").
 MAX_SIMULATED_S = 30 * 24 * 3600.0
-#: GCE sends ACPI G2 (SIGTERM) 30 s before it stops a preemptible VM; enough for a ResNet-32 checkpoint.
-PREEMPTION_NOTICE_S = 30.0
 _EPS = 1e-9
 
 
@@ -210,7 +208,6 @@ class RunView:
     checkpoint_step: float
     checkpoint_time: float
     preemptions: int
-    failures: int
     cost_usd: float
     #: what a periodic checkpoint takes to write (the chief reports it, for the adaptive interval)
     checkpoint_write_s: float = 0.0
@@ -261,13 +258,32 @@ class RunResult:
         return self.outcome == "Succeeded"
 
 
-@dataclass
-class _Run:
+@dataclass(frozen=True)
+class _Setting:
+    """What stays fixed during one run."""
+
     job: SimJob
+    policy: Policy
     trace: PreemptionTrace
     throughput: ThroughputModel
     startup_s: float
     handover_s: float
+    worker_price_h: float
+    ps_price_h: float
+    checkpoint_write_s: float
+    checkpoint_interval: CheckpointIntervalChoice | None
+    deadline: float
+    #: a mixed fleet's hourly price per slot (slots not here cost ``worker_price_h``)
+    slot_price_h: Mapping[int, float] = field(default_factory=dict)
+
+    def price_h(self, slot: int) -> float:
+        return self.slot_price_h.get(slot, self.worker_price_h)
+
+
+@dataclass
+class _Run:
+    """What changes during one run: the clock, the VMs, the chief, the training progress and the tallies."""
+
     now: float = 0.0
     vms: list[WorkerVm] = field(default_factory=list)
     serials: dict[int, int] = field(default_factory=dict)
@@ -280,14 +296,9 @@ class _Run:
     checkpoint_time: float = 0.0
     revocations: int = 0
     replacements: int = 0
-    failures: int = 0
     steps_lost: float = 0.0
     checkpoints: int = 0
     checkpoint_overhead_steps: float = 0.0
-    worker_price_h: float = 0.0
-    ps_price_h: float = 0.0
-    #: a mixed fleet's hourly price per slot (slots not here cost ``worker_price_h``)
-    slot_price_h: dict[int, float] = field(default_factory=dict)
 
     def live(self) -> dict[int, WorkerVm]:
         return {vm.slot: vm for vm in self.vms if vm.alive}
@@ -295,37 +306,39 @@ class _Run:
     def running_workers(self) -> int:
         return sum(1 for vm in self.vms if vm.running(self.now))
 
-    def rate(self) -> float:
-        chief = self.live().get(self.chief_slot) if self.chief_slot is not None else None
-        if chief is None or not chief.running(self.now) or self.chief_ready_at > self.now + _EPS:
-            return 0.0
-        active = self.running_workers()
-        if active < self.job.min_workers:
-            return 0.0
-        if self.job.slot_hardware:
-            running = [vm.slot for vm in self.vms if vm.running(self.now)]
-            return fleet_steps_per_second(self.throughput, self.job, running) * self.trace.speed_factor
-        steps = self.throughput.steps_per_second(active, self.job.accelerator, self.job.ps_replicas)
-        return steps * self.trace.speed_factor
+    def chief_vm(self) -> WorkerVm | None:
+        return self.live().get(self.chief_slot) if self.chief_slot is not None else None
 
-    def cost(self, at: float) -> float:
-        worker_usd_s = sum(
-            max(0.0, min(vm.ended_at if vm.ended_at is not None else at, at) - vm.created_at)
-            * self.slot_price_h.get(vm.slot, self.worker_price_h)
-            for vm in self.vms
-        )
-        return (worker_usd_s + at * self.ps_price_h * self.job.ps_replicas) / 3600.0
+    def checkpoint_now(self) -> None:
+        self.checkpoint_step, self.checkpoint_time = self.step, self.now
 
-    def start_worker(self, slot: int, *, first: bool) -> None:
-        serial = self.serials.get(slot, 0)
-        self.serials[slot] = serial + 1
-        lifetime = self.trace.lifetime(slot, serial, outlives=self.startup_s if first else 0.0)
-        if first:  # booted before training started; billed from time 0, like the paper's costs
-            vm = WorkerVm(slot, serial, 0.0, 0.0, lifetime - self.startup_s)
-        else:
-            vm = WorkerVm(slot, serial, self.now, self.now + self.startup_s, self.now + lifetime)
-            self.replacements += 1
-        self.vms.append(vm)
+    def roll_back(self) -> None:
+        """Back to the last checkpoint: the steps since are lost."""
+        self.steps_lost += self.step - self.checkpoint_step
+        self.step = self.checkpoint_step
+
+
+@dataclass(frozen=True)
+class _Intervals:
+    """Between periodic checkpoints: seconds and steps (0: not by that measure)."""
+
+    seconds: float
+    steps: int
+
+
+def _rate(setting: _Setting, run: _Run) -> float:
+    """Global steps per second now: zero without a ready chief or with fewer than the minimum workers."""
+    chief = run.chief_vm()
+    if chief is None or not chief.running(run.now) or run.chief_ready_at > run.now + _EPS:
+        return 0.0
+    active = run.running_workers()
+    if active < setting.job.min_workers:
+        return 0.0
+    if setting.job.slot_hardware:
+        running = [vm.slot for vm in run.vms if vm.running(run.now)]
+        return fleet_steps_per_second(setting.throughput, setting.job, running) * setting.trace.speed_factor
+    steps = setting.throughput.steps_per_second(active, setting.job.accelerator, setting.job.ps_replicas)
+    return steps * setting.trace.speed_factor
 
 
 def fleet_steps_per_second(throughput: ThroughputModel, job: SimJob, slots: Sequence[int]) -> float:
@@ -337,10 +350,92 @@ def fleet_steps_per_second(throughput: ThroughputModel, job: SimJob, slots: Sequ
     return throughput.mix_steps_per_second(counts, job.ps_replicas)
 
 
-def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int], write_s: float) -> RunView:
+def _cost(setting: _Setting, run: _Run, at: float) -> float:
+    worker_usd_s = sum(
+        max(0.0, min(vm.ended_at if vm.ended_at is not None else at, at) - vm.created_at) * setting.price_h(vm.slot)
+        for vm in run.vms
+    )
+    return (worker_usd_s + at * setting.ps_price_h * setting.job.ps_replicas) / 3600.0
+
+
+def _start_worker(setting: _Setting, run: _Run, slot: int, *, first: bool) -> None:
+    serial = run.serials.get(slot, 0)
+    run.serials[slot] = serial + 1
+    lifetime = setting.trace.lifetime(slot, serial, outlives=setting.startup_s if first else 0.0)
+    if first:  # booted before training started; billed from time 0, like the paper's costs
+        vm = WorkerVm(slot, serial, 0.0, 0.0, lifetime - setting.startup_s)
+    else:
+        vm = WorkerVm(slot, serial, run.now, run.now + setting.startup_s, run.now + lifetime)
+        run.replacements += 1
+    run.vms.append(vm)
+
+
+def _first_run(setting: _Setting) -> _Run:
+    """Every slot's first VM up, slot 0 chief of epoch 1, at time 0."""
+    run = _Run(chief_slot=0, epoch=1)
+    for slot in range(setting.job.workers):
+        _start_worker(setting, run, slot, first=True)
+    return run
+
+
+def _baseline(setting: _Setting) -> tuple[float, float]:
+    """Time and cost of the same run without any revocation (same speed factor)."""
+    job = setting.job
+    if job.slot_hardware:
+        rate = fleet_steps_per_second(setting.throughput, job, range(job.workers))
+    else:
+        rate = setting.throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas)
+    time_s = job.train_steps / (rate * setting.trace.speed_factor)
+    workers_price_h = sum(setting.price_h(slot) for slot in range(job.workers))
+    cost = time_s * (workers_price_h + job.ps_replicas * setting.ps_price_h) / 3600.0
+    return time_s, cost
+
+
+def _intervals(setting: _Setting, run: _Run) -> _Intervals:
+    """The interval now: the given choice, else what the policy published to the trainer (the operator's
+    adaptive interval replaces both of the spec's), else the spec's."""
+    chief = run.chief_vm()
+    if setting.checkpoint_interval is not None and chief is not None:
+        age = run.now - chief.created_at
+        accelerator, provisioning = setting.job.hardware(chief.slot)
+        return _Intervals(setting.checkpoint_interval(age, provisioning, accelerator, setting.checkpoint_write_s), 0)
+    published = setting.policy.published_checkpoint_interval_s()
+    if published is not None:
+        return _Intervals(published, 0)
+    checkpoint = setting.job.spec.checkpoint
+    return _Intervals(float(checkpoint.interval_seconds), checkpoint.interval_steps)
+
+
+def _revoke_due(setting: _Setting, run: _Run) -> list[int]:
+    """End the VMs whose lifetime is over (a first VM may die before training even starts); their slots."""
+    lost: list[int] = []
+    for vm in run.vms:
+        if vm.alive and vm.dies_at <= run.now + _EPS:
+            vm.ended_at = max(run.now, vm.created_at)
+            vm.revoked = True
+            run.revocations += 1
+            lost.append(vm.slot)
+            if vm.slot == run.chief_slot and setting.policy.checkpoint_on_sigterm and vm.running(run.now):
+                run.checkpoint_now()
+            if setting.job.without_ps and vm.slot == run.chief_slot:  # the model state died with the worker
+                run.roll_back()
+    return lost
+
+
+#: What a policy is shown of the cluster to tell whether it changed: (slot, running) per live VM, handover done.
+_Observation = tuple[tuple[tuple[int, bool], ...], bool]
+
+
+def _observation(run: _Run) -> _Observation:
+    running = tuple((slot, vm.running(run.now)) for slot, vm in sorted(run.live().items()))
+    return running, run.chief_ready_at <= run.now + _EPS
+
+
+def _view(setting: _Setting, run: _Run, lost: list[int]) -> RunView:
+    live = run.live()
     return RunView(
         now=run.now,
-        job=run.job,
+        job=setting.job,
         live_slots={slot: vm.running(run.now) for slot, vm in sorted(live.items())},
         vm_created_at={slot: vm.created_at for slot, vm in live.items()},
         lost_slots=tuple(lost),
@@ -350,9 +445,98 @@ def _view(run: _Run, live: dict[int, WorkerVm], lost: list[int], write_s: float)
         checkpoint_step=run.checkpoint_step,
         checkpoint_time=run.checkpoint_time,
         preemptions=run.revocations,
-        failures=run.failures,
-        cost_usd=run.cost(run.now),
-        checkpoint_write_s=write_s,
+        cost_usd=_cost(setting, run, run.now),
+        checkpoint_write_s=setting.checkpoint_write_s,
+    )
+
+
+def _apply(setting: _Setting, run: _Run, actions: Sequence[SimAction]) -> str | None:
+    """Carry out the policy's actions; the reason when one of them fails the job."""
+    for action in actions:
+        if isinstance(action, FailJob):
+            return action.reason
+        if isinstance(action, StartWorker):
+            if action.slot not in run.live():  # else already has a VM: idempotent, like a create answered 409
+                _start_worker(setting, run, action.slot, first=False)
+        elif isinstance(action, MakeChief):
+            if action.slot != run.chief_slot:
+                run.chief_slot = action.slot
+                run.epoch += 1
+                run.elections += 1
+                run.chief_ready_at = run.now + setting.handover_s
+                if setting.policy.checkpoint_on_sigterm:  # a new chief checkpoints when elected (contract)
+                    run.checkpoint_now()
+        elif isinstance(action, RestoreCheckpoint):
+            run.roll_back()
+    return None
+
+
+def _next_event(setting: _Setting, run: _Run, rate: float, interval: _Intervals) -> float:
+    """When the next thing happens: a VM's end or readiness, a handover done, completion, a checkpoint due,
+    the deadline (now when nothing lies ahead)."""
+    candidates = [setting.deadline, MAX_SIMULATED_S]
+    for vm in run.vms:
+        if vm.alive:
+            candidates.append(vm.dies_at)
+            if vm.ready_at > run.now + _EPS:
+                candidates.append(vm.ready_at)
+    if run.chief_ready_at > run.now + _EPS:
+        candidates.append(run.chief_ready_at)
+    if rate > 0:
+        candidates.append(run.now + (setting.job.train_steps - run.step) / rate)
+        if interval.seconds:
+            candidates.append(max(run.now, run.checkpoint_time + interval.seconds))
+        if interval.steps:
+            candidates.append(run.now + max(0.0, run.checkpoint_step + interval.steps - run.step) / rate)
+    ahead = [c for c in candidates if c > run.now + _EPS]
+    return min(ahead) if ahead else run.now
+
+
+def _checkpoint_if_due(setting: _Setting, run: _Run, rate: float, interval: _Intervals) -> bool:
+    """Write a periodic checkpoint if one is due; whether one was written."""
+    if rate <= 0 or run.chief_slot is None:
+        return False
+    due_steps = interval.steps and run.step >= run.checkpoint_step + interval.steps - 1e-6
+    due_time = interval.seconds and run.now >= run.checkpoint_time + interval.seconds - 1e-6
+    if not (due_steps or due_time):
+        return False
+    # the chief writes instead of training: its share of the throughput, for the write time
+    deficit = min(run.step, rate * setting.checkpoint_write_s / max(1, run.running_workers()))
+    run.step -= deficit
+    run.checkpoint_overhead_steps += deficit
+    run.checkpoints += 1
+    run.checkpoint_now()
+    return True
+
+
+def _result(
+    setting: _Setting,
+    run: _Run,
+    baseline: tuple[float, float],
+    outcome: Literal["Succeeded", "Failed"],
+    reason: str,
+) -> RunResult:
+    """The run ended now: its VMs stop, and a failed run loses all its progress."""
+    for vm in run.vms:
+        if vm.ended_at is None:
+            vm.ended_at = run.now
+    if outcome == "Failed":
+        run.steps_lost += run.step
+    return RunResult(
+        policy=setting.policy.name,
+        run=setting.trace.run,
+        outcome=outcome,
+        reason=reason,
+        time_s=run.now,
+        cost_usd=_cost(setting, run, run.now),
+        revocations=run.revocations,
+        replacements=run.replacements,
+        chief_elections=run.elections,
+        steps_lost=run.steps_lost,
+        checkpoints=run.checkpoints,
+        checkpoint_overhead_steps=run.checkpoint_overhead_steps,
+        baseline_time_s=baseline[0],
+        baseline_cost_usd=baseline[1],
     )
 
 
@@ -375,147 +559,49 @@ def simulate_run(
     checkpoint and chief change from the chief's VM (as the operator does for ``checkpoint.adaptive``)
     and replaces the spec's intervals; otherwise the spec's fixed intervals apply.
     """
-    run = _Run(job, trace, throughput, startup_s, handover_s)
-    run.worker_price_h = price_per_hour(job.accelerator, job.provisioning, price_table)
-    run.ps_price_h = ps_price_per_hour(price_table)
-    if job.slot_hardware:
-        run.slot_price_h = {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
-    for slot in range(job.workers):
-        run.start_worker(slot, first=True)
-    run.chief_slot = 0
-    run.epoch = 1
-    if job.slot_hardware:
-        baseline_rate = fleet_steps_per_second(throughput, job, range(job.workers)) * trace.speed_factor
-    else:
-        baseline_rate = throughput.steps_per_second(job.workers, job.accelerator, job.ps_replicas) * trace.speed_factor
-    baseline_time = job.train_steps / baseline_rate
-    workers_price_h = sum(run.slot_price_h.get(slot, run.worker_price_h) for slot in range(job.workers))
-    baseline_cost = baseline_time * (workers_price_h + job.ps_replicas * run.ps_price_h) / 3600.0
-
-    def intervals() -> tuple[float, int]:
-        """(seconds, steps) between periodic checkpoints now: the given choice, else what the policy published
-        to the trainer (the operator's adaptive interval replaces both of the spec's), else the spec's."""
-        chief = run.live().get(run.chief_slot) if run.chief_slot is not None else None
-        if checkpoint_interval is not None and chief is not None:
-            age = run.now - chief.created_at
-            accelerator, provisioning = job.hardware(chief.slot)
-            return checkpoint_interval(age, provisioning, accelerator, checkpoint_write_s), 0
-        published = policy.published_checkpoint_interval_s()
-        if published is not None:
-            return published, 0
-        return float(job.spec.checkpoint.interval_seconds), job.spec.checkpoint.interval_steps
-
-    interval_s, interval_steps = intervals()
-    deadline = float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf
-
-    def finish(outcome: Literal["Succeeded", "Failed"], reason: str) -> RunResult:
-        for vm in run.vms:
-            if vm.ended_at is None:
-                vm.ended_at = run.now
-        if outcome == "Failed":
-            run.steps_lost += run.step
-        return RunResult(
-            policy=policy.name,
-            run=trace.run,
-            outcome=outcome,
-            reason=reason,
-            time_s=run.now,
-            cost_usd=run.cost(run.now),
-            revocations=run.revocations,
-            replacements=run.replacements,
-            chief_elections=run.elections,
-            steps_lost=run.steps_lost,
-            checkpoints=run.checkpoints,
-            checkpoint_overhead_steps=run.checkpoint_overhead_steps,
-            baseline_time_s=baseline_time,
-            baseline_cost_usd=baseline_cost,
-        )
-
-    lost: list[int] = []
-    observed_before: tuple[tuple[tuple[int, bool], ...], bool] | None = None
+    setting = _Setting(
+        job=job,
+        policy=policy,
+        trace=trace,
+        throughput=throughput,
+        startup_s=startup_s,
+        handover_s=handover_s,
+        worker_price_h=price_per_hour(job.accelerator, job.provisioning, price_table),
+        ps_price_h=ps_price_per_hour(price_table),
+        checkpoint_write_s=checkpoint_write_s,
+        checkpoint_interval=checkpoint_interval,
+        deadline=float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf,
+        slot_price_h=(
+            {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
+            if job.slot_hardware
+            else {}
+        ),
+    )
+    run = _first_run(setting)
+    baseline = _baseline(setting)
+    shown: _Observation | None = None
     while True:
-        # 1. revocations due now (a first VM may die before training even starts)
-        for vm in run.vms:
-            if vm.alive and vm.dies_at <= run.now + _EPS:
-                vm.ended_at = max(run.now, vm.created_at)
-                vm.revoked = True
-                run.revocations += 1
-                lost.append(vm.slot)
-                if vm.slot == run.chief_slot and policy.checkpoint_on_sigterm and vm.running(run.now):
-                    run.checkpoint_step, run.checkpoint_time = run.step, run.now
-                if job.without_ps and vm.slot == run.chief_slot:  # the model state died with the worker
-                    run.steps_lost += run.step - run.checkpoint_step
-                    run.step = run.checkpoint_step
-        # 2. the policy reacts to what it observes. Like a controller woken by watch events it is asked
-        #    only when the cluster changed (a VM lost or ready, a handover done), not at checkpoints.
-        live = run.live()
-        observed_now = (
-            tuple((slot, vm.running(run.now)) for slot, vm in sorted(live.items())),
-            run.chief_ready_at <= run.now + _EPS,
-        )
-        if not lost and observed_now == observed_before:
-            actions: list[SimAction] = []
-        else:
-            observed_before = observed_now
-            actions = policy.decide(_view(run, live, lost, checkpoint_write_s))
-        lost = []
-        for action in actions:
-            if isinstance(action, FailJob):
-                return finish("Failed", action.reason)
-            if isinstance(action, StartWorker):
-                if action.slot in run.live():
-                    continue  # already has a VM: idempotent, like a create answered 409
-                run.start_worker(action.slot, first=False)
-            elif isinstance(action, MakeChief):
-                if action.slot != run.chief_slot:
-                    run.chief_slot = action.slot
-                    run.epoch += 1
-                    run.elections += 1
-                    run.chief_ready_at = run.now + handover_s
-                    if policy.checkpoint_on_sigterm:  # a new chief checkpoints when elected (contract)
-                        run.checkpoint_step, run.checkpoint_time = run.step, run.now
-            elif isinstance(action, RestoreCheckpoint):
-                run.steps_lost += run.step - run.checkpoint_step
-                run.step = run.checkpoint_step
-        # 3. the next event (the interval follows the chief's VM as it ages or changes)
-        interval_s, interval_steps = intervals()
-        rate = run.rate()
-        candidates = [deadline, MAX_SIMULATED_S]
-        for vm in run.vms:
-            if vm.alive:
-                candidates.append(vm.dies_at)
-                if vm.ready_at > run.now + _EPS:
-                    candidates.append(vm.ready_at)
-        if run.chief_ready_at > run.now + _EPS:
-            candidates.append(run.chief_ready_at)
-        if rate > 0:
-            candidates.append(run.now + (job.train_steps - run.step) / rate)
-            if interval_s:
-                candidates.append(max(run.now, run.checkpoint_time + interval_s))
-            if interval_steps:
-                candidates.append(run.now + max(0.0, run.checkpoint_step + interval_steps - run.step) / rate)
-        upcoming = (
-            min(c for c in candidates if c > run.now + _EPS) if any(c > run.now + _EPS for c in candidates) else run.now
-        )
+        lost = _revoke_due(setting, run)
+        # Like a controller woken by watch events, the policy is asked only when the cluster changed (a VM
+        # lost or ready, a handover done), not at checkpoints.
+        observation = _observation(run)
+        if lost or observation != shown:
+            shown = observation
+            failure = _apply(setting, run, policy.decide(_view(setting, run, lost)))
+            if failure is not None:
+                return _result(setting, run, baseline, "Failed", failure)
+        # The interval follows the chief's VM as it ages or changes.
+        interval = _intervals(setting, run)
+        rate = _rate(setting, run)
+        upcoming = _next_event(setting, run, rate, interval)
         run.step = min(float(job.train_steps), run.step + rate * (upcoming - run.now))
         run.now = upcoming
         if run.step >= job.train_steps - 1e-6:
             run.step = float(job.train_steps)
-            return finish("Succeeded", "TrainStepsReached")
-        if rate > 0 and run.chief_slot is not None:
-            due_steps = interval_steps and run.step >= run.checkpoint_step + interval_steps - 1e-6
-            due_time = interval_s and run.now >= run.checkpoint_time + interval_s - 1e-6
-            if due_steps or due_time:
-                # the chief writes instead of training: its share of the throughput, for the write time
-                deficit = min(run.step, rate * checkpoint_write_s / max(1, run.running_workers()))
-                run.step -= deficit
-                run.checkpoint_overhead_steps += deficit
-                run.checkpoints += 1
-                run.checkpoint_step, run.checkpoint_time = run.step, run.now
-                if job.spec.checkpoint.adaptive:
-                    # the chief publishes its new checkpoint (and write time) on the Lease: a watch event
-                    observed_before = None
-        if run.now >= deadline - _EPS:
-            return finish("Failed", "DeadlineExceeded")
+            return _result(setting, run, baseline, "Succeeded", "TrainStepsReached")
+        if _checkpoint_if_due(setting, run, rate, interval) and job.spec.checkpoint.adaptive:
+            shown = None  # the chief publishes its new checkpoint (and write time) on the Lease: a watch event
+        if run.now >= setting.deadline - _EPS:
+            return _result(setting, run, baseline, "Failed", "DeadlineExceeded")
         if run.now >= MAX_SIMULATED_S - _EPS:
-            return finish("Failed", "Stalled")
+            return _result(setting, run, baseline, "Failed", "Stalled")

@@ -443,24 +443,7 @@ def fit_startup(data: TrainingData) -> float:
 
 def kaplan_meier(observations: Sequence[tuple[float, bool]]) -> list[tuple[float, float]]:
     """Survival curve [(time, S(time))] from (duration, event) pairs; censored pairs have event False."""
-    ordered = sorted(observations)
-    at_risk = len(ordered)
-    survival = 1.0
-    curve: list[tuple[float, float]] = []
-    index = 0
-    while index < len(ordered):
-        moment = ordered[index][0]
-        events = 0
-        leaving = 0
-        while index < len(ordered) and ordered[index][0] == moment:
-            events += 1 if ordered[index][1] else 0
-            leaving += 1
-            index += 1
-        if events:
-            survival *= 1.0 - events / at_risk
-            curve.append((moment, survival))
-        at_risk -= leaving
-    return curve
+    return [(point.time, point.survival) for point in kaplan_meier_band(observations)]
 
 
 def km_quantile_sample(curve: Sequence[tuple[float, float]], size: int = _KM_SAMPLE_SIZE) -> tuple[float, ...]:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from ttj.api.crd import crd
-from ttj.controller.handlers import CHILD_RESOURCES, JobReconciler
+from ttj.controller.handlers import CHILD_RESOURCES, JobIndexes, JobReconciler
 from ttj.kubeapi import MERGE_PATCH, RESOURCES, KubeError, path
 from ttj.planner import Observed
 from ttj.planner.observed import Obj, labels_of, name_of
@@ -162,4 +162,5 @@ def run_pass(
         for wanted in CHILD_RESOURCES
     ]
     by_name = {name: [n] for name, n in nodes.items()}
-    return asyncio.run(reconciler.run_pass(cluster.job(job), pods, leases, children, by_name))  # type: ignore[arg-type]
+    indexes = JobIndexes(pods, leases, children, by_name)  # type: ignore[arg-type]
+    return asyncio.run(reconciler.run_pass(cluster.job(job), indexes))  # type: ignore[arg-type]

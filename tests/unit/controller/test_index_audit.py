@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ttj.controller import audit
-from ttj.controller.handlers import observe
+from ttj.controller.handlers import JobIndexes, observe
 from ttj.kubeapi import KubeError
 
 KEY = ("ns", "mnist")
@@ -22,18 +22,24 @@ def pod(name: str, uid: str, node: str) -> dict[str, Any]:
 
 
 class Lister:
-    """A LIST answer per path; a path missing here answers 503."""
+    """A LIST answer per path, in pages of ``page`` items (limit and continue); a path missing here answers 503."""
 
-    def __init__(self, items: dict[str, list[dict[str, Any]]]) -> None:
+    def __init__(self, items: dict[str, list[dict[str, Any]]], page: int = 1) -> None:
         self.items = items
+        self.page = page
         self.asked: list[tuple[str, list[tuple[str, str]]]] = []
 
     def request(self, method: str, path: str, *, body: Any = None, query: Any = (), **_: Any) -> dict[str, Any]:
         assert method == "GET"
+        asked = dict(query)
+        assert int(asked["limit"]) >= self.page
         self.asked.append((path, list(query)))
         if path not in self.items:
             raise KubeError(503, '{"message": "injected"}')
-        return {"items": self.items[path]}
+        start = int(asked.get("continue", "0"))
+        end = start + self.page
+        more = {"continue": str(end)} if end < len(self.items[path]) else {}
+        return {"metadata": more, "items": self.items[path][start:end]}
 
 
 def indexes() -> tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]]:
@@ -61,12 +67,15 @@ def test_objects_deleted_during_a_watch_gap_are_found_and_no_longer_observed() -
     assert set(found) == {"p1", "n1-old"}
     assert found["p1"] == audit.Indexed(("Pod", "ns"), KEY)
     assert found["n1-old"].job is None
-    assert ("/api/v1/namespaces/ns/pods", [("labelSelector", "transient.training/job-name")]) in lister.asked
+    pages = [query for path, query in lister.asked if path == "/api/v1/nodes"]
+    assert [dict(query).get("continue") for query in pages] == [None, "1"], "two nodes, listed a page at a time"
+    pods_asked = [query for path, query in lister.asked if path == "/api/v1/namespaces/ns/pods"]
+    assert all(("labelSelector", "transient.training/job-name") in query for query in pods_asked)
 
-    seen = observe(KEY, pods, leases, [], nodes, gone=frozenset(found))  # type: ignore[arg-type]
+    seen = observe(KEY, JobIndexes(pods, leases, [], nodes), gone=frozenset(found))  # type: ignore[arg-type]
     assert [p["metadata"]["name"] for p in seen.pods] == ["mnist-worker-0-1"]
     assert seen.lease is not None
-    blind = observe(KEY, pods, leases, [], nodes)  # type: ignore[arg-type]
+    blind = observe(KEY, JobIndexes(pods, leases, [], nodes))  # type: ignore[arg-type]
     assert len(blind.pods) == 2, "without the audit the deleted pod is still there"
 
 

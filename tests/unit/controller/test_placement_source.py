@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from ttj.controller.placement import PlacementSource, observed_node
+from ttj.controller.placement import PlacementSource
 from ttj.cost.gke import GkeError
 from ttj.cost.model import NodeShape
-from ttj.cost.pools import NodePool
+from ttj.cost.pools import NodePool, ObservedNode
 
 
 def gke_node(
@@ -79,8 +79,8 @@ def test_an_invalid_spec_is_left_to_the_planner() -> None:
 
 
 def test_gpu_capacity_comes_from_the_node_status() -> None:
-    assert observed_node(T4_SPOT[1]).gpu_capacity == 1
-    assert observed_node(T4_SPOT[0]).gpu_capacity is None
+    assert ObservedNode.of(T4_SPOT[1]).gpu_capacity == 1
+    assert ObservedNode.of(T4_SPOT[0]).gpu_capacity is None
 
 
 class FakeGke:

@@ -36,11 +36,13 @@ def by_id(handlers: Any) -> dict[str, Any]:
 def test_index_functions_index_without_waking_the_job() -> None:
     ctx, registry = registered()
     indexers = by_id(registry._indexing)
-    wakeup = ctx.wakeups.setdefault(KEY, asyncio.Event())
+    wakeup = ctx.state.job(KEY).wakeup
     for kind in KINDS:
         body = kopf.Body({"metadata": {"name": f"{kind.lower()}-1", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}})
-        indexed = indexers[f"{kind.lower()}s_by_job"].fn(
-            namespace="ns", name=f"{kind.lower()}-1", labels={LABEL_JOB: "mnist"}, body=body
+        indexed = asyncio.run(
+            indexers[f"{kind.lower()}s_by_job"].fn(
+                namespace="ns", name=f"{kind.lower()}-1", labels={LABEL_JOB: "mnist"}, body=body
+            )
         )
         assert indexed == {KEY: (kind, f"{kind.lower()}-1", dict(body))}
         assert not wakeup.is_set(), f"the {kind} index function woke the job before kopf stored its result"
@@ -51,13 +53,13 @@ def test_each_child_event_wakes_its_job_after_indexing() -> None:
     watchers = by_id(registry._watching)
 
     async def scenario() -> None:
-        ctx.loop = asyncio.get_running_loop()
+        ctx.state.loop = asyncio.get_running_loop()
         for kind in KINDS:
-            wakeup = ctx.wakeups.setdefault(KEY, asyncio.Event())
+            wakeup = ctx.state.job(KEY).wakeup
             wakeup.clear()
             await watchers[f"{kind.lower()}_changed"].fn(namespace="ns", labels={LABEL_JOB: "mnist"})
             await asyncio.wait_for(wakeup.wait(), timeout=30)
-            other = ctx.wakeups.setdefault(("ns", "other"), asyncio.Event())
+            other = ctx.state.job(("ns", "other")).wakeup
             assert not other.is_set(), "only the child's own job is woken"
 
     asyncio.run(scenario())

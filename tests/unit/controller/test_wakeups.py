@@ -58,8 +58,8 @@ def test_a_poke_from_an_index_thread_wakes_the_daemon() -> None:
     ctx = context()
 
     async def scenario() -> None:
-        ctx.loop = asyncio.get_running_loop()
-        wakeup = ctx.wakeups.setdefault(KEY, asyncio.Event())
+        ctx.state.loop = asyncio.get_running_loop()
+        wakeup = ctx.state.job(KEY).wakeup
         # kopf runs sync index functions in executor threads: that is where pokes come from.
         threading.Timer(0.05, ctx.poke, args=(KEY,)).start()
         await asyncio.wait_for(wakeup.wait(), timeout=30)
