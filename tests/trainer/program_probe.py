@@ -33,7 +33,9 @@ def socket_bytes(ps_port: str, own_port: str) -> int:
 def main() -> None:
     ps_address, own, entrypoint, args, steps, batch, seed, out = sys.argv[1:]
     tf.config.experimental_connect_to_cluster(
-        tf.train.ClusterSpec({"ps": [ps_address], "worker": {0: own}}), job_name="worker", task_index=0,
+        tf.train.ClusterSpec({"ps": [ps_address], "worker": {0: own}}),
+        job_name="worker",
+        task_index=0,
         protocol="grpc",
     )
     keras.utils.set_random_seed(int(seed))
@@ -42,16 +44,23 @@ def main() -> None:
     )
     p = prepared.program
     store = ParameterStore(
-        p.model, p.optimizer, prepared.step, prepared.shared, prepared.initial, 1, 1, devices.worker_cpu(0)
+        p.model,
+        p.optimizer,
+        prepared.step,
+        prepared.shared,
+        prepared.initial,
+        ps_count=1,
+        worker_slots=1,
+        local_device=devices.worker_cpu(0),
     )
     store.open()
     store.assign_all(store.initial_values())
     batches = [prepared.first, *(next(prepared.batches) for _ in range(int(steps) - 1))]
     losses, moved = [], []
     for features, labels in batches:
-        before = socket_bytes(ps_address.rsplit(':', 1)[1], own.rsplit(':', 1)[1])
+        before = socket_bytes(ps_address.rsplit(":", 1)[1], own.rsplit(":", 1)[1])
         loss, _ = store.train_step(features, labels, 1.0)
-        moved.append(socket_bytes(ps_address.rsplit(':', 1)[1], own.rsplit(':', 1)[1]) - before)
+        moved.append(socket_bytes(ps_address.rsplit(":", 1)[1], own.rsplit(":", 1)[1]) - before)
         losses.append(loss)
     values = store.read_all()
     np.savez(

@@ -38,7 +38,18 @@ def train_under_ttj(ps: str, tmp_path: Path, entrypoint: str, args: dict[str, st
     out = tmp_path / "trained.npz"
     env = os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     own = f"127.0.0.7:{free_port()}"
-    command = [sys.executable, PROBE, ps, own, entrypoint, json.dumps(args), str(steps), str(BATCH), str(SEED), str(out)]
+    command = [
+        sys.executable,
+        PROBE,
+        ps,
+        own,
+        entrypoint,
+        json.dumps(args),
+        str(steps),
+        str(BATCH),
+        str(SEED),
+        str(out),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return np.load(out)

@@ -83,7 +83,7 @@ def sparse_embedding_lookups(model: Any) -> int:
     import keras
 
     changed = 0
-    for layer in model._flatten_layers(include_self=False, recursive=True):  # noqa: SLF001
+    for layer in model._flatten_layers(include_self=False, recursive=True):
         if not isinstance(layer, keras.layers.Embedding) or layer.lora_enabled or layer.quantization_mode:
             continue
 
@@ -108,7 +108,7 @@ def scale_learning_rate(optimizer: Any, scale: LearningRateScale) -> None:
     """Puts ttj's scale on top of the optimizer's learning rate (a number, or a schedule of the global step)."""
     import keras
 
-    base = optimizer._learning_rate  # noqa: SLF001 - a Keras variable, a schedule or a callable
+    base = optimizer._learning_rate
     if isinstance(base, keras.Variable):
         base = float(base.numpy())
 
@@ -150,6 +150,7 @@ class ParameterStore:
         step: TrainStep,
         variables: list[Shared],
         initial: dict[str, np.ndarray],
+        *,
         ps_count: int,
         worker_slots: int,
         local_device: str,
@@ -195,9 +196,10 @@ class ParameterStore:
             handle = handles[item.name]
             if first:
                 keras_variable = item.variable
-                resource = shared_resource(handle, keras_variable.shape, keras_variable.dtype, item.name,
-                                           keras_variable.trainable)
-                keras_variable._value = resource  # noqa: SLF001
+                resource = shared_resource(
+                    handle, keras_variable.shape, keras_variable.dtype, item.name, keras_variable.trainable
+                )
+                keras_variable._value = resource
                 self.resources[item.name] = resource
             else:
                 rebind(self.resources[item.name], handle)
@@ -208,7 +210,7 @@ class ParameterStore:
         """Gives the Keras variables back their own local variables, holding ``values``: a model to save."""
         with tf.device(self.local_device):
             for item in self.variables:
-                item.variable._value = tf.Variable(  # noqa: SLF001
+                item.variable._value = tf.Variable(
                     values[item.name], trainable=item.variable.trainable, name=item.variable.name
                 )
         self.resources = {}
@@ -223,7 +225,7 @@ class ParameterStore:
         self.handles = {}
         self._functions = {}
         for resource in self.resources.values():
-            resource._handle = None  # noqa: SLF001 - rebound on open()
+            resource._handle = None
         gc.collect()
 
     def _device(self, name: str) -> str:

@@ -215,9 +215,12 @@ def prepare(entrypoint: str, program: Program, context: InputContext) -> Prepare
     import tensorflow as tf
 
     from ttj_trainer import variables
+    from ttj_trainer.data import DatasetError
 
     try:
         dataset = program.train_input(context)
+    except DatasetError:
+        raise  # a dataset that cannot be had is said as such (TrainerExit.DATA_UNAVAILABLE)
     except Exception as err:
         raise _fail(entrypoint, f"train_input raised {last_line(err)}") from err
     if not isinstance(dataset, tf.data.Dataset):

@@ -61,7 +61,7 @@ def shared(model: Any, optimizer: Any, made_from: dict[int, Any]) -> list[Shared
     name_of = {id(variable): name for name, variable in models.items()}
     result = [Shared(name, variable) for name, variable in models.items()]
     for index, variable in enumerate(optimizer.variables):
-        if variable is optimizer._learning_rate:  # noqa: SLF001 - a setting every worker reads from its program
+        if variable is optimizer._learning_rate:
             continue
         if variable is optimizer.iterations:
             result.append(Shared(GLOBAL_STEP, variable))
@@ -80,7 +80,7 @@ def shared_resource(handle: Any, shape: Any, dtype: Any, name: str, trainable: b
     import tensorflow as tf
     from tensorflow.python.ops import handle_data_util, resource_variable_ops
 
-    resource_variable_ops._set_handle_shapes_and_types(  # noqa: SLF001 - what tf.Variable does for its own handles
+    resource_variable_ops._set_handle_shapes_and_types(
         handle, handle_data_util.create_handle_data(tf.TensorShape(shape), tf.as_dtype(dtype)), False
     )
     return resource_variable_ops.BaseResourceVariable(
@@ -100,16 +100,15 @@ def rebind(resource: Any, handle: Any) -> None:
     import tensorflow as tf
     from tensorflow.python.ops import handle_data_util, resource_variable_ops
 
-    resource_variable_ops._set_handle_shapes_and_types(  # noqa: SLF001
+    resource_variable_ops._set_handle_shapes_and_types(
         handle, handle_data_util.create_handle_data(resource.shape, tf.as_dtype(resource.dtype)), False
     )
-    resource._handle = handle  # noqa: SLF001
+    resource._handle = handle
 
 
 def reindex_optimizer(optimizer: Any) -> None:
     """The Keras optimizer finds a variable's slots by the identity of its backing tf.Variable: after the
     model's variables moved to the PS, tell it their new identities."""
-    optimizer._trainable_variables_indices = {  # noqa: SLF001
-        optimizer._var_key(variable): index  # noqa: SLF001
-        for index, variable in enumerate(optimizer._trainable_variables)  # noqa: SLF001
+    optimizer._trainable_variables_indices = {
+        optimizer._var_key(variable): index for index, variable in enumerate(optimizer._trainable_variables)
     }

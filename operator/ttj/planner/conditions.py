@@ -53,6 +53,8 @@ class Reason(StrEnum):
     CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
     CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
     TRAINER_MISCONFIGURED = "TrainerMisconfigured"
+    PROGRAM_INVALID = "ProgramInvalid"
+    LOSS_NOT_FINITE = "LossNotFinite"
 
 
 # -- the situations ------------------------------------------------------------------------------
