@@ -107,3 +107,150 @@ def test_embedding_gradients_reach_the_ps_as_rows(parameter_server: str, tmp_pat
     table_bytes = 1_000_000 * 8 * 4
     assert moved[16] < table_bytes / 100
     assert moved[16] > moved[2] + (16 - 2) * BATCH * 8 * 4  # at least the extra rows read
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("missing_module:program", "cannot import 'missing_module': ModuleNotFoundError: No module named"),
+        ("tests.trainer.programs.bad:NOT_A_FUNCTION", "'NOT_A_FUNCTION' is a int, not a function"),
+        ("tests.trainer.programs.bad:raises", "raised KeyError: \"no argument 'units' in ['lr']\""),
+        ("tests.trainer.programs.bad:wrong_return", "returned a Sequential, not a ttj_trainer.program.Program"),
+        ("tests.trainer.programs.bad:no_trainable", "the model has no trainable variables"),
+        ("tests.trainer.programs.bad:misfit", "the model cannot take train_input's features"),
+        ("no_colon", "must be 'module:function'"),
+    ],
+)
+def test_a_bad_program_is_named_with_its_error(name: str, says: str) -> None:
+    from ttj_trainer import program
+
+    with pytest.raises(program.ProgramError) as info:
+        program.prepare(name, program.load(name, {"lr": "0.1"}), program.InputContext(0, 1, 4, 0))
+    assert str(info.value).startswith(f"spec.program.entrypoint {name!r}: ")
+    assert says in str(info.value)
+
+
+def test_self_check_builds_a_program_and_says_its_bytes_per_ps() -> None:
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", f"{PROGRAMS}:embedding"]
+    command += ["--arg", "rows=1000", "--arg", "width=4", "--ps", "2"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    # The table (1000 x 4) and its momentum on PS 0 with the global step and a heartbeat (8 bytes each),
+    # the dense tower (8 x 1 + 1, and momentum) on PS 1.
+    assert report["parameters"] == 1000 * 4 + 8 + 1
+    assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8, (8 + 1) * 4 * 2]
+    assert np.isfinite(report["first_loss"])
+    bad = subprocess.run(
+        [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", "tests.trainer.programs.bad:misfit"],
+        env=env, capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert bad.returncode == 1
+    assert "the model cannot take train_input's features" in bad.stderr
+
+
+@pytest.fixture
+def job_with_lease(tmp_path: Path) -> Iterator[Any]:
+    """Makes one job's processes (a PS and workers) with its Lease on the HTTP double; stops them after."""
+    from tests.trainer.lease_double import LeaseDouble
+    from ttj_contract import lease_name
+
+    jobs: list[TrainerJob] = []
+    with LeaseDouble("default", lease_name("job"), holder="job-worker-0") as double:
+
+        def make(**settings: str) -> TrainerJob:
+            job = TrainerJob(tmp_path, double.write_kubeconfig(tmp_path / "kubeconfig"), slots=1, **settings)
+            jobs.append(job)
+            return job
+
+        yield make
+        for job in jobs:
+            job.stop_all()
+
+
+def test_a_program_that_does_not_import_ends_the_worker_with_its_own_exit_code(job_with_lease: Any) -> None:
+    from ttj_contract import TrainerExit
+
+    job = job_with_lease(TTJ_PROGRAM="my_pkg.train:program", TTJ_PROGRAM_ARGS='{"units": "64"}')
+    termination = job.workdir / "termination-log"
+    job.start("ps", 0)
+    job.start("worker", 0, TTJ_TERMINATION_LOG=str(termination))
+    assert job.wait("worker", 0, 240) == TrainerExit.PROGRAM_INVALID
+    message = termination.read_text()
+    assert message.startswith("program error: spec.program.entrypoint 'my_pkg.train:program': cannot import")
+    assert message.endswith("ModuleNotFoundError: No module named 'my_pkg'")
+
+
+def test_a_loss_that_turns_nan_stops_training_and_keeps_the_good_checkpoint(job_with_lease: Any) -> None:
+    from ttj_contract import TrainerExit
+    from ttj_trainer import checkpoints
+
+    job = job_with_lease(TTJ_PROGRAM="tests.trainer.programs.bad:nan_loss", TTJ_TRAIN_STEPS="100")
+    termination = job.workdir / "termination-log"
+    job.start("ps", 0)
+    job.start("worker", 0, TTJ_TERMINATION_LOG=str(termination), PYTHONPATH=str(ROOT))
+    assert job.wait("worker", 0, 240) == TrainerExit.LOSS_NOT_FINITE
+    assert termination.read_text().startswith("loss not finite: the loss is nan at global step 1")
+    latest = checkpoints.latest(job.checkpoint_uri)
+    assert latest is not None
+    assert latest.step == 0  # the chief's first checkpoint, of the fresh weights; nothing after the NaN
+
+
+def test_a_finished_job_exports_a_model_that_predicts_as_its_final_checkpoint(job_with_lease: Any) -> None:
+    """A functional model with BatchNormalization: trained to the end, exported by the chief; a fresh process
+    loads model.keras and the SavedModel and predicts what the final checkpoint, restored into the program's
+    own model with ttj_trainer.program.restore, predicts."""
+    from ttj_trainer import checkpoints, export, program
+
+    job = job_with_lease(TTJ_PROGRAM=f"{PROGRAMS}:mlp", TTJ_PROGRAM_ARGS='{"optimizer": "adam"}', TTJ_TRAIN_STEPS="30")
+    job.start("ps", 0)
+    job.start("worker", 0, PYTHONPATH=str(ROOT))
+    assert job.wait("worker", 0, 240) == 0
+    final = checkpoints.latest(job.checkpoint_uri)
+    assert final is not None
+    assert final.step >= 30
+    where = export.location(job.checkpoint_uri, final.step)
+    batch = np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)
+    np.save(job.workdir / "batch.npy", batch)
+    probe = str(Path(__file__).with_name("export_probe.py"))
+    result = subprocess.run(
+        [sys.executable, probe, where, str(job.workdir / "batch.npy"), PROGRAMS],
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    p = program.load(f"{PROGRAMS}:mlp", {"optimizer": "adam"})
+    model = program.built_model(p)
+    program.restore(model, job.checkpoint_uri)
+    expected = np.asarray(model(batch, training=False))
+    np.testing.assert_allclose(np.asarray(loaded["keras"]), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(loaded["saved_model"]), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("entrypoint", "args"), [("ctr:program", {"rows": "5000"}), ("custom_step:program", {})])
+def test_the_example_programs_build_and_take_a_step(entrypoint: str, args: dict[str, str]) -> None:
+    """examples/programs (the CIFAR-10 one downloads its data, so only its manifest is checked here)."""
+    env = os.environ | {"PYTHONPATH": str(ROOT / "examples" / "programs")}
+    command = [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", entrypoint]
+    command += [f"--arg={key}={value}" for key, value in args.items()]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert np.isfinite(json.loads(result.stdout.strip().splitlines()[-1])["first_loss"])
+
+
+def test_the_example_manifests_are_valid_jobs() -> None:
+    import yaml
+
+    from ttj.api.models import TransientTrainingJob
+
+    manifests = sorted((ROOT / "examples" / "programs").glob("*.yaml"))
+    assert [m.stem for m in manifests] == ["cifar_applications", "ctr", "custom_step"]
+    for manifest in manifests:
+        job = TransientTrainingJob.model_validate(yaml.safe_load(manifest.read_text()))
+        assert job.spec.program is not None
+        assert job.spec.program.entrypoint == f"{manifest.stem}:program"

@@ -207,6 +207,8 @@ class Prepared:
     initial: dict[str, Any]
     first: tuple[Any, Any]
     batches: Any
+    #: The loss of the check's one step (on the fresh weights and the first batch).
+    first_loss: float
 
 
 def prepare(entrypoint: str, program: Program, context: InputContext) -> Prepared:
@@ -243,12 +245,11 @@ def prepare(entrypoint: str, program: Program, context: InputContext) -> Prepare
     before = [variable.numpy() for variable in everything]  # the dry run's updates are undone below
     iterations = int(program.optimizer.iterations.numpy())
     try:
-        loss = tf.function(step)(program.model, program.optimizer, features, labels)
-        float(loss)
+        first_loss = float(tf.function(step)(program.model, program.optimizer, features, labels))
     except Exception as err:
         raise _fail(entrypoint, f"one training step on train_input's first batch failed: {last_line(err)}") from err
     if int(program.optimizer.iterations.numpy()) != iterations + 1:
         raise _fail(entrypoint, "the train_step must call optimizer.apply(gradients, variables) exactly once")
     for variable, value in zip(everything, before, strict=True):
         variable.assign(value)
-    return Prepared(entrypoint, program, step, shared, initial, (features, labels), batches)
+    return Prepared(entrypoint, program, step, shared, initial, (features, labels), batches, first_loss)

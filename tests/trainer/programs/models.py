@@ -33,16 +33,19 @@ def tabular(ctx: InputContext) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices((features, labels)).batch(ctx.per_worker_batch).repeat()
 
 
+@keras.saving.register_keras_serializable(package="ttj_tests")
+class Scale(keras.layers.Layer):  # type: ignore[misc]
+    """A custom layer with a weight of its own (registered, so a saved model can be loaded back)."""
+
+    def build(self, input_shape: Any) -> None:
+        self.factor = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="factor")
+
+    def call(self, inputs: Any) -> Any:
+        return inputs * self.factor
+
+
 def mlp(args: dict[str, str]) -> Program:
     """Functional model: Dense, BatchNormalization, Dropout, a custom layer; the optimizer from args."""
-
-    class Scale(keras.layers.Layer):
-        def build(self, input_shape: Any) -> None:
-            self.factor = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="factor")
-
-        def call(self, inputs: Any) -> Any:
-            return inputs * self.factor
-
     inputs = keras.Input((FEATURES,))
     x = keras.layers.Dense(32, activation="relu", kernel_regularizer=keras.regularizers.L2(1e-4))(inputs)
     x = keras.layers.BatchNormalization()(x)
