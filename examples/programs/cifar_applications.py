@@ -18,7 +18,9 @@ from ttj_trainer.program import InputContext, Program
 def program(args: dict[str, str]) -> Program:
     constructor = getattr(keras.applications, args.get("network", "ResNet50V2"))
     model = constructor(weights=None, input_shape=(32, 32, 3), classes=10, classifier_activation=None)
-    lr = keras.optimizers.schedules.CosineDecay(float(args.get("learning_rate", "0.1")), int(args.get("steps", "20000")))
+    lr = keras.optimizers.schedules.CosineDecay(
+        float(args.get("learning_rate", "0.1")), int(args.get("steps", "20000"))
+    )
 
     def train_input(ctx: InputContext) -> Any:
         (images, labels), _ = keras.datasets.cifar10.load_data()

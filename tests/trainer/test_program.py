@@ -144,7 +144,11 @@ def test_self_check_builds_a_program_and_says_its_bytes_per_ps() -> None:
     assert np.isfinite(report["first_loss"])
     bad = subprocess.run(
         [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", "tests.trainer.programs.bad:misfit"],
-        env=env, capture_output=True, text=True, timeout=240, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert bad.returncode == 1
     assert "the model cannot take train_input's features" in bad.stderr

@@ -111,9 +111,7 @@ def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch
     from ttj_trainer.parameters import plan
 
     keras.utils.set_random_seed(0)
-    prepared = program.prepare(
-        entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, batch_size, 0)
-    )
+    prepared = program.prepare(entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, batch_size, 0))
     per_ps = [0] * ps_count
     for slot in plan(prepared.shared, ps_count, 1):
         per_ps[slot.ps_index] += int(np.prod(slot.shape)) * slot.dtype.size
