@@ -245,7 +245,8 @@ def prepare(entrypoint: str, program: Program, context: InputContext) -> Prepare
     before = [variable.numpy() for variable in everything]  # the dry run's updates are undone below
     iterations = int(program.optimizer.iterations.numpy())
     try:
-        first_loss = float(tf.function(step)(program.model, program.optimizer, features, labels))
+        # Eagerly: cheaper than tracing a function only to throw it away (a worker's start-up counts).
+        first_loss = float(step(program.model, program.optimizer, features, labels))
     except Exception as err:
         raise _fail(entrypoint, f"one training step on train_input's first batch failed: {last_line(err)}") from err
     if int(program.optimizer.iterations.numpy()) != iterations + 1:
