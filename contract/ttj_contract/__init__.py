@@ -145,6 +145,10 @@ class Env(StrEnum):
     DATA_URI = "TTJ_DATA_URI"
     #: Where a dataset is downloaded to when spec.data is not given (an emptyDir the operator mounts).
     DATA_CACHE = "TTJ_DATA_CACHE"
+    #: spec.program.entrypoint ("module:function"), set only for jobs with spec.program (then no MODEL/DATASET).
+    PROGRAM = "TTJ_PROGRAM"
+    #: spec.program.args as a JSON object of strings.
+    PROGRAM_ARGS = "TTJ_PROGRAM_ARGS"
 
 
 class LocalSimulation(StrEnum):
@@ -173,6 +177,14 @@ class TrainerExit(IntEnum):
     DATA_UNAVAILABLE = 3
     CHECKPOINT_INDEX_CORRUPT = 5
     CHECKPOINT_LOCATION_TAKEN = 6
+    #: spec.program cannot be trained (does not import, raises, returns the wrong thing, does not fit its data).
+    PROGRAM_INVALID = 7
+    #: The loss became NaN or infinite: the trainer stopped without checkpointing it.
+    LOSS_NOT_FINITE = 8
+
+
+#: The networks a job names in spec.model (the trainer ships them as programs, ttj_trainer.builtin).
+BUILTIN_MODELS = ("resnet32", "small-cnn")
 
 
 # -- times ----------------------------------------------------------------------------------------

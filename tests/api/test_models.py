@@ -29,8 +29,8 @@ def errors(raw: dict[str, Any]) -> str:
 
 def test_minimal_spec_gets_the_contract_defaults() -> None:
     parsed = TransientTrainingJobSpec.model_validate(spec())
-    assert parsed.model == "resnet32"
-    assert parsed.dataset == "cifar10"
+    assert (parsed.model, parsed.built_in_model) == (None, "resnet32")
+    assert (parsed.dataset, parsed.built_in_dataset) == (None, "cifar10")
     assert parsed.learning_rate_scaling == "activeWorkers"
     assert parsed.parameter_servers.replicas == 1
     assert parsed.workers.provisioning == "spot"
@@ -118,3 +118,12 @@ def test_whole_object_ignores_server_fields_but_keeps_spec() -> None:
     assert job.status is not None
     assert job.status.chief is not None
     assert job.status.chief.epoch == 2
+
+
+def test_a_program_is_exclusive_with_model_and_dataset() -> None:
+    program = {"entrypoint": "my_pkg.train:program", "args": {"units": "64"}}
+    parsed = TransientTrainingJobSpec.model_validate(spec(program=program))
+    assert parsed.program is not None
+    assert parsed.program.args == {"units": "64"}
+    assert "program is exclusive with model and dataset" in errors(spec(program=program, model="small-cnn"))
+    assert "entrypoint" in errors(spec(program={"entrypoint": "not a function"}))

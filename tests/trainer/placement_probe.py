@@ -1,5 +1,6 @@
 """Run as a script: traces a worker's training step with two logical CPUs standing in for "the PS" (CPU:0)
-and "the selected compute device" (CPU:1), and prints where each op was placed, as JSON {op type: [devices]}.
+and "the selected compute device" (CPU:1), and prints where each op was placed, as JSON {op type: [devices]}
+(and, under "update", the devices, e.g. CPU:0, where the optimizer's arithmetic on whole tensors runs).
 
 A separate process, because logical devices must be configured before TensorFlow initialises.
 """
@@ -12,24 +13,43 @@ from collections import defaultdict
 
 import tensorflow as tf
 
-from ttj_trainer import devices, models
+from ttj_trainer import devices, program
+from ttj_trainer.config import TrainerConfig, load, program_of
 from ttj_trainer.parameters import ParameterStore
+from ttj_trainer.selfcheck import sample_env
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 # What select_device would pick if CPU:1 were the pod's GPU: the worker's device string for it.
 compute = devices.DeviceChoice("CPU", 1, 0).on_worker(0).replace("/job:worker/replica:0/task:0", "")
-store = ParameterStore(models.build("small-cnn"), 1, 2, compute, ps_device_of=lambda _i: "/device:CPU:0")
+cfg: TrainerConfig = load(sample_env() | {"TTJ_MODEL": "small-cnn", "TTJ_DATASET": "synthetic", "TTJ_BATCH_SIZE": "4"})
+entrypoint, args = program_of(cfg)
+prepared = program.prepare(entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, 4, 0))
+p = prepared.program
+store = ParameterStore(
+    p.model,
+    p.optimizer,
+    prepared.step,
+    prepared.shared,
+    prepared.initial,
+    ps_count=1,
+    worker_slots=2,
+    local_device=compute,
+    ps_device_of=lambda _i: "/device:CPU:0",
+)
 store.open()
-store.assign_all(store.initial_values(0))
+store.assign_all(store.initial_values())
 train = store._build_train_step()
-images = tf.TensorSpec((4, 32, 32, 3), tf.float32)
-labels = tf.TensorSpec((4,), tf.int32)
-scalar = tf.TensorSpec((), tf.float32)
-graph = train.get_concrete_function(images, labels, scalar, scalar).graph
+features, labels = prepared.first
+graph = train.get_concrete_function(features, labels, tf.constant(1.0)).graph
 placed: dict[str, set[str]] = defaultdict(set)
+update: set[str] = set()
 for op in graph.get_operations():
     placed[op.type].add(op.device)
+    tensors = [t for t in op.outputs if t.shape.rank]  # the scalar learning-rate arithmetic may go anywhere
+    if op.name.startswith("sgd/") and op.type in ("Mul", "Sub", "AddV2") and tensors:
+        update.add(op.device.rsplit("/", 1)[-1])
 # And the step really runs there: one step, then the global step moved on the "PS".
-loss, step = store.train_step(tf.zeros((4, 32, 32, 3)).numpy(), tf.zeros((4,), tf.int32).numpy(), 0.01, 0.9)
-json.dump({"placed": {k: sorted(v) for k, v in placed.items()}, "step": step, "compute": compute}, sys.stdout)
+loss, step = store.train_step(features, labels, 1.0)
+result = {"placed": {k: sorted(v) for k, v in placed.items()}, "update": sorted(update), "step": step}
+json.dump(result | {"compute": compute}, sys.stdout)

@@ -99,16 +99,18 @@ class ProgressRecorder(threading.Thread):
 
 
 def evaluate_loss(checkpoint_path: str) -> float:
-    """Cross-entropy of the small CNN from a checkpoint on a fixed synthetic batch, computed here in the test."""
-    import tensorflow as tf
+    """Cross-entropy of the small CNN from a checkpoint on a fixed synthetic batch, computed here in the test
+    (the checkpoint restored into the built-in program's model, as a user restores theirs)."""
+    import keras
 
-    from ttj_trainer import checkpoints, data, models
+    from ttj_trainer import data, program
 
-    model = models.build("small-cnn")
-    params = checkpoints.restore(checkpoint_path, {p.name: tf.float32 for p in model.params})
+    p = program.load("ttj_trainer.builtin:program", {"model": "small-cnn", "dataset": "synthetic"})
+    model = program.built_model(p)
+    program.restore(model, checkpoint_path)
     images, labels = next(data.synthetic_batches(512, seed=0, rng=np.random.default_rng(1234)))
-    logits, _ = model.forward({k: tf.constant(v) for k, v in params.items()}, tf.constant(images), False)
-    return float(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return float(loss(labels, model(images, training=False)))
 
 
 def test_named_variables_are_shared_between_clients_of_one_server(tmp_path: Path) -> None:
@@ -314,7 +316,7 @@ def test_resnet32_trains_and_checkpoints(make_job: Any, lease: Any) -> None:
     """The paper's model end to end on CPU (slow: a ResNet-32 step takes a while on 2 cores)."""
     import tensorflow as tf
 
-    from ttj_trainer import models
+    from ttj_trainer import program, variables
 
     job = make_job(slots=1, TTJ_MODEL="resnet32", TTJ_TRAIN_STEPS="6", TTJ_BATCH_SIZE="8")
     job.start("ps", 0)
@@ -324,5 +326,10 @@ def test_resnet32_trains_and_checkpoints(make_job: Any, lease: Any) -> None:
     assert final is not None
     assert final.step >= 6
     stored = tf.train.load_checkpoint(final.path).get_variable_to_shape_map()
-    for spec in models.build("resnet32").params:
-        assert tuple(stored[spec.name]) == spec.shape
+    model = program.built_model(
+        program.load("ttj_trainer.builtin:program", {"model": "resnet32", "dataset": "synthetic"})
+    )
+    names = variables.model_names(model)
+    assert len(names) == 5 + 15 * 2 * 5 + 2  # a conv (1) and its BN (4) first and twice per block; the classifier
+    for name, variable in names.items():
+        assert tuple(stored[name]) == tuple(variable.shape)

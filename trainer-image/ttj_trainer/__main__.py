@@ -64,9 +64,18 @@ def main() -> int:
     from ttj_trainer import worker
     from ttj_trainer.checkpoints import CorruptIndexError, LocationTakenError
     from ttj_trainer.data import DatasetError
+    from ttj_trainer.program import ProgramError
 
     try:
         return worker.run(cfg)
+    except ProgramError as err:
+        logs.event(log, f"program error: {err}", logging.ERROR)
+        fatal(f"program error: {err}")
+        return TrainerExit.PROGRAM_INVALID
+    except worker.LossNotFiniteError as err:
+        logs.event(log, f"loss not finite: {err}", logging.ERROR)
+        fatal(f"loss not finite: {err}")
+        return TrainerExit.LOSS_NOT_FINITE
     except ConfigException as err:
         logs.event(log, f"cannot reach the Kubernetes API: {err}", logging.ERROR)
         fatal(f"no Kubernetes API configuration (set KUBECONFIG, or run in a pod): {err}")

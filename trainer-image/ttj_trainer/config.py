@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ttj_contract import METRICS_PORT, TF_PORT, Env, Role, lease_name
+from ttj_contract import BUILTIN_MODELS, METRICS_PORT, TF_PORT, Env, Role, lease_name
 
 
 class Knob(StrEnum):
@@ -65,6 +65,9 @@ class TrainerConfig:
     lease_poll_seconds: float
     termination_grace_seconds: float
     seed: int
+    #: spec.program.entrypoint; empty for a job naming a built-in model (then the built-in program runs).
+    program: str = ""
+    program_args: dict[str, str] | None = None
 
     @property
     def own_port(self) -> int:
@@ -156,7 +159,7 @@ def _parse_tf_config(raw: str) -> tuple[Role, int, list[str], list[str]]:
 
 def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
     """Reads and validates every setting; raises ConfigError naming the first bad one."""
-    from ttj_trainer import data, models  # the catalogues: names are checked before TensorFlow is imported
+    from ttj_trainer import data  # the catalogue: names are checked before TensorFlow is imported
 
     env = os.environ if env is None else env
     role, index, ps, workers = _parse_tf_config(_get(env, Env.TF_CONFIG))
@@ -164,9 +167,11 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
     # The PS needs only TF_CONFIG (and POD_IP); everything else matters to workers alone.
     model = _get(env, Env.MODEL, "resnet32")
     dataset = _get(env, Env.DATASET, "cifar10")
-    if is_worker and model not in models.MODEL_NAMES:
-        raise ConfigError(f"unknown model {Env.MODEL}={model!r}; known models: {', '.join(models.MODEL_NAMES)}")
-    if is_worker and dataset not in data.DATASET_NAMES:
+    program = _get(env, Env.PROGRAM, "")
+    program_args = _program_args(env.get(Env.PROGRAM_ARGS, ""))
+    if is_worker and not program and model not in BUILTIN_MODELS:
+        raise ConfigError(f"unknown model {Env.MODEL}={model!r}; known models: {', '.join(BUILTIN_MODELS)}")
+    if is_worker and not program and dataset not in data.DATASET_NAMES:
         raise ConfigError(f"unknown dataset {Env.DATASET}={dataset!r}; known datasets: {', '.join(data.DATASET_NAMES)}")
     scaling = _get(env, Env.LEARNING_RATE_SCALING, "activeWorkers")
     if scaling not in ("none", "activeWorkers"):
@@ -209,4 +214,35 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         lease_poll_seconds=_float(env, Knob.LEASE_POLL_SECONDS, 1.0, minimum=0.05),
         termination_grace_seconds=_float(env, Knob.TERMINATION_GRACE_SECONDS, 12.0, minimum=1.0),
         seed=_int(env, Knob.SEED, 0),
+        program=program,
+        program_args=program_args,
     )
+
+
+def _program_args(raw: str) -> dict[str, str]:
+    if not raw.strip():
+        return {}
+    try:
+        args = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{Env.PROGRAM_ARGS} is not valid JSON: {err}") from err
+    if not isinstance(args, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in args.items()):
+        raise ConfigError(f"{Env.PROGRAM_ARGS} must be a JSON object of strings")
+    return args
+
+
+def program_of(cfg: TrainerConfig) -> tuple[str, dict[str, str]]:
+    """The entrypoint and arguments this worker trains: the job's program, else the built-in one."""
+    if cfg.program:
+        return cfg.program, dict(cfg.program_args or {})
+    return "ttj_trainer.builtin:program", {
+        "model": cfg.model,
+        "dataset": cfg.dataset,
+        "learning_rate": repr(cfg.learning_rate),
+        "momentum": repr(cfg.momentum),
+        "seed": str(cfg.seed),
+        "data_uri": cfg.data_uri,
+        "data_cache": cfg.data_cache,
+        "cifar10_url": cfg.cifar10_url,
+        "cifar10_md5": cfg.cifar10_md5,
+    }

@@ -1,12 +1,20 @@
-"""The model's state on the parameter servers, shared by every worker through *named* resource variables.
+"""A program's state on the parameter servers, shared by every worker through *named* resource variables.
 
 Each worker opens the same variables by name (``VarHandleOp`` with a ``shared_name``) on the PS devices,
 so any number of workers can join or leave without the cluster spec of anyone else changing. The handles
 are raw ops on purpose: ``tf.Variable`` would destroy the shared variable when a worker exits.
 
-State on the PS: the model's parameters (spread over all PS tasks, largest first onto the least loaded),
-a momentum accumulator per trainable parameter (next to its parameter), the global step and one heartbeat
-per worker slot (both on PS task 0).
+The program's Keras variables are then backed by those shared variables
+(:func:`ttj_trainer.variables.shared_resource`): the user's model reads its weights from the PS, and the
+user's Keras optimizer updates them there, because Keras colocates each update with its variable (its
+slots are on the same PS, so neither they nor the update math ever cross the network: a step sends the
+gradients and the learning rate). ``Embedding`` layers look their rows up on the PS
+(:func:`sparse_embedding_lookups`), so a step reads and sends back only the rows it touches.
+
+Placement: the model's variables spread over all PS tasks, largest first (counting its optimizer slots)
+onto the least loaded; a variable is never split across PS tasks. Slots beside their variable; the
+global step (the optimizer's iteration counter), the optimizer's other variables and one heartbeat per
+worker slot on PS 0.
 """
 
 from __future__ import annotations
@@ -20,12 +28,11 @@ import numpy as np
 import tensorflow as tf
 
 from ttj_contract import Role
-from ttj_trainer.models import Model
+from ttj_trainer.program import TrainStep
+from ttj_trainer.variables import GLOBAL_STEP, Shared, rebind, reindex_optimizer, shared_resource
 
-GLOBAL_STEP = "ttj/global_step"
 HEARTBEATS = "ttj/heartbeats"
 SHARED_NAME_PREFIX = "ttj:"
-MOMENTUM_SUFFIX = "/Momentum"
 
 
 @dataclass(frozen=True)
@@ -40,20 +47,97 @@ def ps_device(index: int) -> str:
     return f"/job:{Role.PS.value}/replica:0/task:{index}/device:CPU:0"
 
 
-def plan(model: Model, ps_count: int, worker_slots: int) -> list[Slot]:
+def _size(variable: Any) -> int:
+    return int(np.prod(variable.shape))
+
+
+def plan(variables: list[Shared], ps_count: int, worker_slots: int) -> list[Slot]:
     """Where every variable lives; deterministic, so every worker computes the same placement."""
+    beside: dict[str, list[Shared]] = {}
+    alone: list[Shared] = []
+    for item in variables:
+        if item.beside is not None:
+            beside.setdefault(item.beside, []).append(item)
+        elif not item.name.startswith("model/"):
+            alone.append(item)
+    models = [item for item in variables if item.name.startswith("model/")]
     load = [0] * ps_count
     slots: list[Slot] = []
-    for spec in sorted(model.params, key=lambda p: (-int(np.prod(p.shape)), p.name)):
+    for item in sorted(models, key=lambda m: (-_size(m.variable), m.name)):
         index = min(range(ps_count), key=lambda i: (load[i], i))
-        size = int(np.prod(spec.shape))
-        load[index] += size * (2 if spec.trainable else 1)
-        slots.append(Slot(spec.name, spec.shape, tf.float32, index))
-        if spec.trainable:
-            slots.append(Slot(spec.name + MOMENTUM_SUFFIX, spec.shape, tf.float32, index))
-    slots.append(Slot(GLOBAL_STEP, (), tf.int64, 0))
+        group = [item, *beside.get(item.name, [])]
+        load[index] += sum(_size(member.variable) for member in group)
+        slots += [Slot(m.name, tuple(m.variable.shape), tf.as_dtype(m.variable.dtype), index) for m in group]
+    slots += [Slot(item.name, tuple(item.variable.shape), tf.as_dtype(item.variable.dtype), 0) for item in alone]
     slots.append(Slot(HEARTBEATS, (max(1, worker_slots),), tf.float64, 0))
     return sorted(slots, key=lambda s: s.name)
+
+
+def sparse_embedding_lookups(model: Any) -> int:
+    """Makes every plain ``keras.layers.Embedding`` of ``model`` gather its rows where the table lives.
+
+    Keras's own lookup converts the whole table to a tensor first, which for a table on a PS means sending
+    all of it every step; ``tf.nn.embedding_lookup`` on the variable gathers on its device and its gradient
+    is an ``IndexedSlices``. Layers with LoRA or quantization keep Keras's lookup. Returns how many changed.
+    """
+    import keras
+
+    changed = 0
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if not isinstance(layer, keras.layers.Embedding) or layer.lora_enabled or layer.quantization_mode:
+            continue
+
+        def call(inputs: Any, layer: Any = layer) -> Any:
+            ids = inputs if inputs.dtype in (tf.int32, tf.int64) else tf.cast(inputs, tf.int32)
+            return tf.cast(tf.nn.embedding_lookup(layer.embeddings.value, ids), layer.compute_dtype)
+
+        layer.call = call
+        changed += 1
+    return changed
+
+
+class LearningRateScale:
+    """ttj's active-worker scale as the training step sees it: the step function's argument, set while it
+    is traced (a tensor, never a variable of the worker's own: reconnecting to a replaced PS resets those)."""
+
+    def __init__(self) -> None:
+        self.tensor: Any = 1.0
+
+
+def scale_learning_rate(optimizer: Any, scale: LearningRateScale) -> None:
+    """Puts ttj's scale on top of the optimizer's learning rate (a number, or a schedule of the global step)."""
+    import keras
+
+    base = optimizer._learning_rate
+    if isinstance(base, keras.Variable):
+        base = float(base.numpy())
+
+    class Scaled(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
+        def __call__(self, step: Any) -> Any:
+            if isinstance(base, keras.optimizers.schedules.LearningRateSchedule):
+                rate = base(step)
+            elif callable(base):
+                rate = base()
+            else:
+                rate = base
+            return tf.cast(rate, tf.float32) * scale.tensor
+
+        def get_config(self) -> dict[str, Any]:
+            return {}
+
+    optimizer.learning_rate = Scaled()
+
+
+def updates_beside_variables(optimizer: Any) -> None:
+    """Runs the optimizer's update of each variable on that variable's device (the PS holding it and its
+    slots): only the gradient travels, never the slots or a dense copy of an embedding table."""
+    update_step = optimizer.update_step
+
+    def update_step_beside(gradient: Any, variable: Any, learning_rate: Any) -> Any:
+        with tf.device(variable.device):
+            return update_step(gradient, variable, learning_rate)
+
+    optimizer.update_step = update_step_beside
 
 
 class ParameterStore:
@@ -61,21 +145,36 @@ class ParameterStore:
 
     def __init__(
         self,
-        model: Model,
+        model: Any,
+        optimizer: Any,
+        step: TrainStep,
+        variables: list[Shared],
+        initial: dict[str, np.ndarray],
+        *,
         ps_count: int,
         worker_slots: int,
         local_device: str,
         ps_device_of: Callable[[int], str] = ps_device,
     ) -> None:
-        """``local_device``: where this worker computes (its GPU, else its CPU); ``ps_device_of``: the device of
-        PS task i (replaceable to check placement without a cluster)."""
+        """``variables``: the program's PS-resident variables, ``initial`` their fresh values; ``step`` the
+        program's training step; ``local_device``: where this worker computes (its GPU, else its CPU);
+        ``ps_device_of``: the device of PS task i (replaceable to check placement without a cluster)."""
         self.ps_device_of = ps_device_of
         self.model = model
-        self.slots = plan(model, ps_count, worker_slots)
+        self.optimizer = optimizer
+        self.step = step
+        self.variables = variables
+        self.initial = initial
+        self.slots = plan(variables, ps_count, worker_slots)
         self.by_name = {s.name: s for s in self.slots}
         self.local_device = local_device
         self.handles: dict[str, Any] = {}
+        self.resources: dict[str, Any] = {}  # the tf.Variable behind each Keras variable, on the PS
         self._functions: dict[str, Any] = {}
+        self.scale = LearningRateScale()
+        scale_learning_rate(optimizer, self.scale)
+        updates_beside_variables(optimizer)
+        sparse_embedding_lookups(model)
 
     @property
     def checkpointed(self) -> list[Slot]:
@@ -92,6 +191,30 @@ class ParameterStore:
                 )
         self.handles = handles
         self._functions = {}
+        first = not self.resources
+        for item in self.variables:
+            handle = handles[item.name]
+            if first:
+                keras_variable = item.variable
+                resource = shared_resource(
+                    handle, keras_variable.shape, keras_variable.dtype, item.name, keras_variable.trainable
+                )
+                keras_variable._value = resource
+                self.resources[item.name] = resource
+            else:
+                rebind(self.resources[item.name], handle)
+        if first:
+            reindex_optimizer(self.optimizer)
+
+    def detach(self, values: dict[str, np.ndarray]) -> None:
+        """Gives the Keras variables back their own local variables, holding ``values``: a model to save."""
+        with tf.device(self.local_device):
+            for item in self.variables:
+                item.variable._value = tf.Variable(
+                    values[item.name], trainable=item.variable.trainable, name=item.variable.name
+                )
+        self.resources = {}
+        reindex_optimizer(self.optimizer)
 
     def close(self) -> None:
         """Drops every remote handle (and the functions capturing them) while the lost PS is still down.
@@ -101,6 +224,8 @@ class ParameterStore:
         """
         self.handles = {}
         self._functions = {}
+        for resource in self.resources.values():
+            resource._handle = None
         gc.collect()
 
     def _device(self, name: str) -> str:
@@ -167,15 +292,9 @@ class ParameterStore:
             )
         self.global_step()
 
-    def initial_values(self, seed: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
-        values: dict[str, np.ndarray] = {}
-        for spec in self.model.params:
-            values[spec.name] = spec.initial_value(rng)
-            if spec.trainable:
-                values[spec.name + MOMENTUM_SUFFIX] = np.zeros(spec.shape, np.float32)
-        values[GLOBAL_STEP] = np.array(0, np.int64)
-        return values
+    def initial_values(self) -> dict[str, np.ndarray]:
+        """The program's own initial values (its initializers, seeded by the job's seed), global step 0."""
+        return dict(self.initial) | {GLOBAL_STEP: np.array(0, np.int64)}
 
     # -- heartbeats --------------------------------------------------------------------------------------
     def heartbeat(self, slot_index: int, timestamp: float) -> None:
@@ -190,53 +309,24 @@ class ParameterStore:
         return np.asarray(self._read(HEARTBEATS).numpy())
 
     # -- training ----------------------------------------------------------------------------------------
-    def train_step(
-        self, images: np.ndarray, labels: np.ndarray, learning_rate: float, momentum: float
-    ) -> tuple[float, int]:
-        """Reads the parameters, computes gradients here, applies them on the PS; returns (loss, new global step)."""
+    def train_step(self, features: Any, labels: Any, learning_rate_scale: float) -> tuple[float, int]:
+        """One step of the program against the PS: returns (loss, the global step after it)."""
         if "train" not in self._functions:
             self._functions["train"] = self._build_train_step()
-        loss, step = self._functions["train"](
-            tf.constant(images),
-            tf.constant(labels),
-            tf.constant(learning_rate, tf.float32),
-            tf.constant(momentum, tf.float32),
-        )
+        loss, step = self._functions["train"](features, labels, tf.constant(learning_rate_scale, tf.float32))
         return float(loss.numpy()), int(step.numpy())
 
     def _build_train_step(self) -> Any:
-        model = self.model
-        trainable = [p.name for p in model.params if p.trainable]
+        model, optimizer, step = self.model, self.optimizer, self.step
 
         @tf.function(reduce_retracing=True)
-        def train(images: Any, labels: Any, learning_rate: Any, momentum: Any) -> Any:
-            params = {p.name: self._read(p.name) for p in model.params}
+        def train(features: Any, labels: Any, scale: Any) -> Any:
+            self.scale.tensor = scale
             with tf.device(self.local_device):
-                watched = [params[n] for n in trainable]
-                with tf.GradientTape() as tape:
-                    tape.watch(watched)
-                    logits, moving = model.forward(params, images, True)
-                    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-                    total = loss
-                    if model.weight_decay:
-                        total += model.weight_decay * tf.add_n([tf.nn.l2_loss(params[k]) for k in model.kernels])
-                grads = tape.gradient(total, watched)
-            for name, grad in zip(trainable, grads, strict=True):
-                with tf.device(self._device(name)):
-                    tf.raw_ops.ResourceApplyMomentum(
-                        var=self.handles[name],
-                        accum=self.handles[name + MOMENTUM_SUFFIX],
-                        lr=learning_rate,
-                        grad=grad,
-                        momentum=momentum,
-                    )
-            for name, value in moving.items():
-                with tf.device(self._device(name)):
-                    tf.raw_ops.AssignVariableOp(resource=self.handles[name], value=value)
+                loss = step(model, optimizer, features, labels)
             with tf.device(self._device(GLOBAL_STEP)):
-                tf.raw_ops.AssignAddVariableOp(resource=self.handles[GLOBAL_STEP], value=tf.constant(1, tf.int64))
-                step = tf.raw_ops.ReadVariableOp(resource=self.handles[GLOBAL_STEP], dtype=tf.int64)
+                global_step = tf.raw_ops.ReadVariableOp(resource=self.handles[GLOBAL_STEP], dtype=tf.int64)
             with tf.device(self.local_device):
-                return tf.identity(loss), tf.identity(step)
+                return tf.identity(tf.cast(loss, tf.float32)), tf.identity(global_step)
 
         return train

@@ -92,11 +92,59 @@ def check(env: Mapping[str, str] | None = None, require_gpu: bool = False) -> Re
     )
 
 
+@dataclass(frozen=True)
+class ProgramReport:
+    entrypoint: str
+    parameters: int
+    variables: int
+    first_loss: float
+    bytes_per_ps: list[int]
+
+
+def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch_size: int) -> ProgramReport:
+    """Imports the program, builds it, runs one step on one batch (on this process's CPU, no cluster) and
+    says how its state would spread over ``ps_count`` parameter servers. ProgramError when it cannot."""
+    import keras
+    import numpy as np
+
+    from ttj_trainer import program
+    from ttj_trainer.parameters import plan
+
+    keras.utils.set_random_seed(0)
+    prepared = program.prepare(entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, batch_size, 0))
+    per_ps = [0] * ps_count
+    for slot in plan(prepared.shared, ps_count, 1):
+        per_ps[slot.ps_index] += int(np.prod(slot.shape)) * slot.dtype.size
+    model = prepared.program.model
+    return ProgramReport(
+        entrypoint=entrypoint,
+        parameters=int(sum(np.prod(v.shape) for v in model.trainable_variables)),
+        variables=len(prepared.shared),
+        first_loss=prepared.first_loss,
+        bytes_per_ps=per_ps,
+    )
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m ttj_trainer", description=__doc__.splitlines()[0])
     parser.add_argument("--self-check", action="store_true", required=True, help="check this image and exit")
     parser.add_argument("--require-gpu", action="store_true", help="fail when TensorFlow sees no GPU")
+    parser.add_argument("--program", metavar="MODULE:FUNCTION", help="check this training program instead")
+    parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE", help="an argument of the program")
+    parser.add_argument("--ps", type=int, default=1, help="parameter servers to spread the program over (bytes)")
+    parser.add_argument("--batch-size", type=int, default=32, help="the per-worker batch of the one step")
     args = parser.parse_args(argv)
+    if args.program:
+        from ttj_trainer.program import ProgramError
+
+        pairs = [item.partition("=") for item in args.arg]
+        try:
+            report = check_program(args.program, {k: v for k, _, v in pairs}, max(1, args.ps), args.batch_size)
+        except ProgramError as err:
+            print(f"ttj-trainer self-check failed: {err}", file=sys.stderr)
+            return EXIT_FAILED
+        print(json.dumps(asdict(report)))
+        return 0
     try:
         report = check(require_gpu=args.require_gpu)
     except SelfCheckError as err:

@@ -8,6 +8,7 @@ that) it becomes chief, writes the final checkpoint, publishes it, and then exit
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -19,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ttj_contract import LeaseProgress, Role, format_epoch_time
-from ttj_trainer import STARTED_AT, checkpoints, data, devices, metrics, models, simulated
-from ttj_trainer.config import TrainerConfig
+from ttj_trainer import STARTED_AT, checkpoints, devices, metrics, program, simulated
+from ttj_trainer.config import TrainerConfig, program_of
 from ttj_trainer.lease import (
     DEFAULT_LEASE_SECONDS,
     LeaseClient,
@@ -78,6 +79,16 @@ class Terminated(Exception):
     """SIGTERM arrived while waiting."""
 
 
+class LossNotFiniteError(Exception):
+    """The loss, or a value about to be checkpointed, is NaN or infinite: the trainer stops
+    (``TrainerExit.LOSS_NOT_FINITE``) and no checkpoint holds it."""
+
+
+def not_finite(values: dict[str, np.ndarray]) -> list[str]:
+    """The names of floating-point values holding a NaN or an infinity."""
+    return sorted(name for name, value in values.items() if value.dtype.kind == "f" and not np.all(np.isfinite(value)))
+
+
 def compute_device(tf: Any, task_index: int) -> devices.DeviceChoice:
     """The device this worker's training step runs on, said in the log and in a metric."""
     listed = [(d.name, d.device_type) for d in tf.config.list_physical_devices()]
@@ -102,21 +113,19 @@ class Worker:
         # cluster is connected, so that nothing initialises the runtime before it (see select_compute_device).
         self.device: devices.DeviceChoice | None = None
         self.local_device = devices.worker_cpu(cfg.task_index)
-        self.model = models.build(cfg.model)
-        self.rng = np.random.default_rng([cfg.seed, cfg.task_index, os.getpid(), time.time_ns() % 2**32])
-        self.batches = data.batches(
-            cfg.dataset,
-            cfg.data_uri,
-            cfg.batch_size,
-            cfg.seed,
-            self.rng,
-            cache_dir=cfg.data_cache,
-            url=cfg.cifar10_url,
-            md5=cfg.cifar10_md5,
+        self.entrypoint, self.program_args = program_of(cfg)
+        slot_count = max(1, len(cfg.worker_addresses))
+        # A new seed for every incarnation of a slot: a replaced worker does not replay its predecessor's batches.
+        incarnation_seed = int(
+            np.random.default_rng([cfg.seed, cfg.task_index, os.getpid(), time.time_ns() % 2**32]).integers(0, 2**31)
         )
-        from ttj_trainer.parameters import ParameterStore
-
-        self.store = ParameterStore(self.model, len(cfg.ps_addresses), len(cfg.worker_addresses), self.local_device)
+        self.input_context = program.InputContext(cfg.task_index, slot_count, cfg.batch_size, incarnation_seed)
+        # The program is built once connected (its variables must live in the connected context).
+        self.prepared: program.Prepared | None = None
+        self.store: Any = None
+        self.batches: Any = None
+        self.pending: tuple[Any, Any] | None = None  # the batch the program check read, trained on first
+        self.final_values: dict[str, np.ndarray] | None = None
         checkpoints.set_local_device(devices.worker_cpu(cfg.task_index))
         self.serving_address = serving_address(cfg)
         self.lease = LeaseClient(cfg.pod_namespace, cfg.lease_name)
@@ -152,7 +161,42 @@ class Worker:
         tf.config.experimental_connect_to_cluster(
             cluster, job_name=Role.WORKER.value, task_index=self.cfg.task_index, protocol="grpc"
         )
+        if self.store is None:
+            self._prepare_program()
+        else:
+            # Reconnecting resets this process's TensorFlow context: the input pipeline starts again.
+            self.batches = iter(self.prepared.program.train_input(self.input_context)) if self.prepared else None
         self.store.open()
+
+    def _prepare_program(self) -> None:
+        """Loads and checks the program (ProgramError reaches main), then opens its variables on the PS."""
+        import keras
+
+        from ttj_trainer.parameters import ParameterStore
+
+        keras.utils.set_random_seed(self.cfg.seed)  # the chief's fresh weights are the same in every run
+        loaded = program.load(self.entrypoint, self.program_args)
+        prepared = program.prepare(self.entrypoint, loaded, self.input_context)
+        self.prepared = prepared
+        self.batches = prepared.batches
+        self.pending = prepared.first
+        self.store = ParameterStore(
+            loaded.model,
+            loaded.optimizer,
+            prepared.step,
+            prepared.shared,
+            prepared.initial,
+            ps_count=len(self.cfg.ps_addresses),
+            worker_slots=len(self.cfg.worker_addresses),
+            local_device=self.local_device,
+        )
+        event(
+            log,
+            "program ready",
+            entrypoint=self.entrypoint,
+            parameters=int(sum(np.prod(v.shape) for v in loaded.model.trainable_variables)),
+            variables=len(prepared.shared),
+        )
 
     def _loop_alive(self, lease_seconds: float) -> bool:
         """The training loop turned within a lease (before the first step, within the start-up allowance: the
@@ -173,7 +217,8 @@ class Worker:
         if self.device is None:
             self.device = compute_device(self.tf, self.cfg.task_index)
             self.local_device = self.device.on_worker(self.cfg.task_index)
-            self.store.local_device = self.local_device
+            if self.store is not None:
+                self.store.local_device = self.local_device
 
     def _progress(self) -> LeaseProgress | None:
         """The report the watcher publishes while the Lease names this pod."""
@@ -226,10 +271,11 @@ class Worker:
             raise Terminated
         self._beat()
 
-    def learning_rate(self, view: LeaseView | None) -> float:
+    def learning_rate_scale(self, view: LeaseView | None) -> float:
+        """ttj's factor on the program's own learning rate: min(1, active/desired) under activeWorkers."""
         active = view.active_workers if view is not None else None
         desired = view.desired_workers if view is not None and view.desired_workers else self.cfg.desired_workers
-        return scaled_learning_rate(self.cfg.learning_rate, self.cfg.learning_rate_scaling, desired, active)
+        return scaled_learning_rate(1.0, self.cfg.learning_rate_scaling, desired, active)
 
     # -- the chief's duties --------------------------------------------------------------------------------
     def _fence(self) -> None:
@@ -265,6 +311,12 @@ class Worker:
         try:
             values = self.store.read_all()
             step = int(values["ttj/global_step"])
+            broken = not_finite(values)
+            if broken:
+                raise LossNotFiniteError(
+                    f"the model's state on the parameter servers is not finite at global step {step} "
+                    f"({', '.join(broken[:3])}): no checkpoint written, the last good one stays"
+                )
             path = checkpoints.save(
                 self.cfg.checkpoint_uri,
                 step,
@@ -295,6 +347,8 @@ class Worker:
             return False
         self.last_error = ""
         self.final_written = step >= self.cfg.train_steps
+        if self.final_written:
+            self.final_values = values
         elapsed = time.monotonic() - started
         self.last_checkpoint_write_seconds = round(elapsed, 3)
         self.last_checkpoint = checkpoints.Latest(step, self.chief_epoch, path)
@@ -389,7 +443,7 @@ class Worker:
                 log, "parameter server restored from checkpoint", step=latest.step, epoch=latest.epoch, path=latest.path
             )
         else:
-            self.store.assign_all(self.store.initial_values(self.cfg.seed))
+            self.store.assign_all(self.store.initial_values())
             event(log, "parameter server initialised with fresh weights")
         self.ready = True
         self.global_step = self.store.global_step()
@@ -526,9 +580,17 @@ class Worker:
             self._sleep(1.0)
 
     def _train_one(self, view: LeaseView | None) -> None:
-        images, labels = next(self.batches)
-        rate = self.learning_rate(view)
-        loss, step = self.store.train_step(images, labels, rate, self.cfg.momentum)
+        if self.pending is not None:
+            (features, labels), self.pending = self.pending, None
+        else:
+            features, labels = next(self.batches)
+        scale = self.learning_rate_scale(view)
+        rate = scale * self.cfg.learning_rate if not self.cfg.program else scale
+        loss, step = self.store.train_step(features, labels, scale)
+        if not math.isfinite(loss):
+            raise LossNotFiniteError(
+                f"the loss is {loss} at global step {step}: stopped; the last good checkpoint stays"
+            )
         if self.simulated_gpu_seconds:  # local cluster only (simulated.py); never on GKE
             time.sleep(self.simulated_gpu_seconds)
         self.global_step = step
@@ -587,6 +649,7 @@ class Worker:
                 raise Terminated
             if self.chief_epoch is not None:
                 if (self.final_written or self.checkpoint("final")) and self._publish_final():
+                    self._export()
                     self._clear_heartbeat()
                     return 0
             else:
@@ -602,6 +665,19 @@ class Worker:
                     event(log, "waiting for the chief's final checkpoint", holder=view and view.holder)
                     waiting_logged = time.monotonic()
             self._sleep(0.5)
+
+    def _export(self) -> None:
+        """The chief's last duty: the final model, beside the checkpoints, for serving (see export.py)."""
+        from ttj_trainer import export
+
+        if self.final_values is None or self.last_checkpoint is None or self.prepared is None:
+            return
+        try:
+            where = export.export(self.store, self.final_values, self.cfg.checkpoint_uri, self.last_checkpoint.step)
+        except Exception as err:  # the checkpoint is written: a model that cannot be exported fails nothing
+            event(log, "could not export the final model", logging.ERROR, error=program.last_line(err))
+            return
+        event(log, "exported the final model", **where)
 
     def _read_lease(self) -> LeaseView | None:
         try:

@@ -127,6 +127,8 @@ class Reason(StrEnum):
     CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
     CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
     TRAINER_MISCONFIGURED = "TrainerMisconfigured"
+    PROGRAM_INVALID = "ProgramInvalid"
+    LOSS_NOT_FINITE = "LossNotFinite"
 
 
 ModelName = Literal["resnet32", "small-cnn"]
@@ -318,6 +320,29 @@ class WorkerSpec(_Model):
         return self
 
 
+#: ``module:function``, each a dotted Python name.
+PROGRAM_ENTRYPOINT_PATTERN = (
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
+
+
+class ProgramSpec(_Model):
+    """The user's own training program, in the trainer image: ``program(args) -> ttj_trainer.program.Program``."""
+
+    entrypoint: str = Field(
+        min_length=3,
+        max_length=256,
+        pattern=PROGRAM_ENTRYPOINT_PATTERN,
+        description="The function that returns the program, as module:function (e.g. my_pkg.train:program); "
+        "its module must be importable in the trainer image (or on PYTHONPATH).",
+    )
+    args: dict[str, Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Arguments passed to the function, as strings (at most 64, each up to 1024 characters).",
+    )
+
+
 class DataSpec(_Model):
     """Where the dataset is. Without it, dataset cifar10 is downloaded once per pod into a cache volume."""
 
@@ -405,6 +430,10 @@ IMMUTABLE_RULES = (
     (_unchanged("model", DEFAULT_MODEL), "model cannot change: the checkpoints hold another model's variables"),
     (_unchanged("dataset", DEFAULT_DATASET), "dataset cannot change: running workers read the old one"),
     (
+        "has(self.program) == has(oldSelf.program) && (!has(self.program) || self.program == oldSelf.program)",
+        "program cannot change: the checkpoints hold its variables and running workers run it",
+    ),
+    (
         "self.checkpoint.uri == oldSelf.checkpoint.uri",
         "checkpoint.uri cannot change: a new chief would not find the checkpoints written so far",
     ),
@@ -423,7 +452,15 @@ IMMUTABLE_RULES = (
 class TransientTrainingJobSpec(_Model):
     """What to train, on which workers, and how to survive preemptions."""
 
-    model_config = ConfigDict(json_schema_extra=_cel(*IMMUTABLE_RULES))
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            *IMMUTABLE_RULES,
+            (
+                "!has(self.program) || (!has(self.model) && !has(self.dataset))",
+                "program is exclusive with model and dataset: the program brings its own",
+            ),
+        )
+    )
 
     image: str = Field(
         default=DEFAULT_TRAINER_IMAGE,
@@ -432,11 +469,19 @@ class TransientTrainingJobSpec(_Model):
         pattern=r"^\S+$",
         description="Trainer image run by every pod of the job.",
     )
-    model: ModelName = Field(default=DEFAULT_MODEL, description="Model to train: resnet32 (the paper's) or small-cnn.")
-    dataset: DatasetName = Field(
-        default=DEFAULT_DATASET,
-        description="Dataset: cifar10 (from data.uri, or downloaded when data is not given) or synthetic "
-        "(CIFAR-shaped, needs no download).",
+    model: ModelName | None = Field(
+        default=None,
+        description="Built-in model to train: resnet32 (the paper's; the default without program) or small-cnn.",
+    )
+    dataset: DatasetName | None = Field(
+        default=None,
+        description="Built-in dataset: cifar10 (the default without program; from data.uri, or downloaded when "
+        "data is not given) or synthetic (CIFAR-shaped, needs no download).",
+    )
+    program: ProgramSpec | None = Field(
+        default=None,
+        description="The user's own Keras training program instead of a built-in model and dataset "
+        "(see docs/programs.md). Cannot change once the job exists.",
     )
     train_steps: int = Field(
         ge=1,
@@ -488,6 +533,22 @@ class TransientTrainingJobSpec(_Model):
         description="Pods deleted when the job finishes: All, Running (those still running, e.g. the "
         "parameter servers), or None.",
     )
+
+    @model_validator(mode="after")
+    def _program_is_exclusive(self) -> TransientTrainingJobSpec:
+        if self.program is not None and (self.model is not None or self.dataset is not None):
+            raise ValueError("program is exclusive with model and dataset: the program brings its own")
+        return self
+
+    @property
+    def built_in_model(self) -> ModelName:
+        """The built-in model a job without a program trains."""
+        return self.model or DEFAULT_MODEL
+
+    @property
+    def built_in_dataset(self) -> DatasetName:
+        """The built-in dataset a job without a program reads (none is read for a program)."""
+        return self.dataset or DEFAULT_DATASET
 
 
 class Condition(_Model):

@@ -103,10 +103,14 @@ def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: st
     def field(path: str) -> Obj:
         return {"fieldRef": {"fieldPath": path}}
 
-    settings: dict[Env, object] = {
-        Env.JOB_NAME: job,
-        Env.MODEL: spec.model,
-        Env.DATASET: spec.dataset,
+    settings: dict[Env, object] = {Env.JOB_NAME: job}
+    if spec.program is not None:
+        settings[Env.PROGRAM] = spec.program.entrypoint
+        settings[Env.PROGRAM_ARGS] = json.dumps(spec.program.args, sort_keys=True, separators=(",", ":"))
+    else:
+        settings[Env.MODEL] = spec.built_in_model
+        settings[Env.DATASET] = spec.built_in_dataset
+    settings |= {
         Env.TRAIN_STEPS: spec.train_steps,
         Env.BATCH_SIZE: spec.batch_size,
         Env.LEARNING_RATE: spec.learning_rate,
@@ -118,7 +122,7 @@ def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: st
     }
     if spec.data is not None:
         settings[Env.DATA_URI] = spec.data.uri
-    elif spec.dataset == "cifar10":
+    elif spec.program is None and spec.built_in_dataset == "cifar10":
         settings[Env.DATA_CACHE] = DATA_CACHE_PATH
     return [
         {"name": Env.TF_CONFIG.value, "value": tf_config(job, namespace, spec, task_type, index)},
@@ -213,7 +217,7 @@ def _data_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[Obj]]:
             ],
             [{"name": DATA_VOLUME, "mountPath": spec.data.uri, "readOnly": True}],
         )
-    if spec.data is None and spec.dataset == "cifar10":
+    if spec.data is None and spec.program is None and spec.built_in_dataset == "cifar10":
         return [{"name": DATA_CACHE_VOLUME, "emptyDir": {}}], [
             {"name": DATA_CACHE_VOLUME, "mountPath": DATA_CACHE_PATH}
         ]

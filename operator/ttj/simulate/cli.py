@@ -196,7 +196,8 @@ def main(args: argparse.Namespace) -> int:
         price_notes = sorted(
             {note for job in jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
         )
-        print(f"job {name}: {template.train_steps} steps of {manifest.spec.model} on {manifest.spec.dataset}")
+        trained = manifest.spec.program.entrypoint if manifest.spec.program else manifest.spec.built_in_model
+        print(f"job {name}: {template.train_steps} steps of {trained} on {manifest.spec.built_in_dataset}")
         capacity_low, capacity_high = throughput.ps_capacity_range
         print(
             f"model (fitted on ICAC'19, K80 runs of 1-{throughput.max_fitted_workers} workers): "

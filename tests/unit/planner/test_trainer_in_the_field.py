@@ -251,6 +251,28 @@ def test_a_corrupt_checkpoint_index_fails_the_job_with_a_clear_reason() -> None:
     assert condition(world, "Failed")["reason"] == "CheckpointIndexCorrupt"
 
 
+def test_a_program_that_cannot_be_trained_fails_the_job_at_once_naming_its_entrypoint() -> None:
+    world = started(trainSteps=1000, backoffLimit=3)
+    message = (
+        "program error: spec.program.entrypoint 'my_pkg.train:program': cannot import 'my_pkg': "
+        "ModuleNotFoundError: No module named 'my_pkg'"
+    )
+    terminate(world, "mnist-worker-0-1", 7, message=message, now=T0 + 5 * S)
+    world.reconcile(T0 + 6 * S)
+    assert world.job["status"]["phase"] == "Failed"
+    failed = condition(world, "Failed")
+    assert failed["reason"] == "ProgramInvalid"
+    assert message in failed["message"]
+
+
+def test_a_loss_that_is_not_finite_fails_the_job_with_its_own_reason() -> None:
+    world = started(trainSteps=1000, backoffLimit=3)
+    terminate(world, "mnist-worker-1-1", 8, message="loss not finite: the loss is nan at global step 412")
+    world.reconcile(T0 + 6 * S)
+    assert world.job["status"]["phase"] == "Failed"
+    assert condition(world, "Failed")["reason"] == "LossNotFinite"
+
+
 # -- the data a worker gets ----------------------------------------------------------------------------
 def worker_of(**spec: Any) -> dict[str, Any]:
     from tests.unit.planner.builders import job
@@ -295,6 +317,19 @@ def test_data_in_a_bucket_needs_no_volume_and_synthetic_needs_nothing() -> None:
     synthetic = worker_of(dataset="synthetic")
     assert not {"TTJ_DATA_URI", "TTJ_DATA_CACHE"} & set(env_of(synthetic))
     assert data_volumes(synthetic) == []
+
+
+def test_a_program_reaches_the_trainer_in_place_of_model_and_dataset() -> None:
+    from tests.unit.planner.builders import job
+    from ttj.api.models import TransientTrainingJobSpec
+    from ttj.planner.children import worker_pod
+
+    manifest = job(program={"entrypoint": "my_pkg.train:program", "args": {"units": "64", "lr": "0.1"}})
+    del manifest["spec"]["model"], manifest["spec"]["dataset"]
+    env = env_of(worker_pod(manifest, TransientTrainingJobSpec.model_validate(manifest["spec"]), 0, 1))
+    assert env["TTJ_PROGRAM"] == "my_pkg.train:program"
+    assert env["TTJ_PROGRAM_ARGS"] == '{"lr":"0.1","units":"64"}'
+    assert not {"TTJ_MODEL", "TTJ_DATASET", "TTJ_DATA_CACHE"} & set(env)
 
 
 def test_a_data_claim_needs_a_path() -> None:

@@ -1,0 +1,77 @@
+"""Run as a script: trains a program for N steps against a real PS (in its own process), as a worker does,
+and writes the program's variables afterwards, the losses and the PS's socket bytes per step to an .npz.
+
+``program_probe.py PS_ADDRESS OWN_ADDRESS ENTRYPOINT ARGS_JSON STEPS BATCH SEED OUT``
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ttj_trainer import devices, program
+from ttj_trainer.parameters import ParameterStore
+
+
+def socket_bytes(ps_port: str, own_port: str) -> int:
+    """Bytes between this worker and the PS so far, both ways, as the kernel counts them: over the
+    connections to the PS's server and the PS's connections back to this worker's server (each counted
+    at its server's end)."""
+    where = f"( sport = :{ps_port} or sport = :{own_port} )"
+    out = subprocess.run(
+        ["ss", "-tinH", "state", "established", where], capture_output=True, text=True, check=True
+    ).stdout
+    return sum(int(n) for n in re.findall(r"bytes_(?:sent|received):(\d+)", out))
+
+
+def main() -> None:
+    ps_address, own, entrypoint, args, steps, batch, seed, out = sys.argv[1:]
+    tf.config.experimental_connect_to_cluster(
+        tf.train.ClusterSpec({"ps": [ps_address], "worker": {0: own}}),
+        job_name="worker",
+        task_index=0,
+        protocol="grpc",
+    )
+    keras.utils.set_random_seed(int(seed))
+    prepared = program.prepare(
+        entrypoint, program.load(entrypoint, json.loads(args)), program.InputContext(0, 1, int(batch), int(seed))
+    )
+    p = prepared.program
+    store = ParameterStore(
+        p.model,
+        p.optimizer,
+        prepared.step,
+        prepared.shared,
+        prepared.initial,
+        ps_count=1,
+        worker_slots=1,
+        local_device=devices.worker_cpu(0),
+    )
+    store.open()
+    store.assign_all(store.initial_values())
+    batches = [prepared.first, *(next(prepared.batches) for _ in range(int(steps) - 1))]
+    losses, moved = [], []
+    for features, labels in batches:
+        before = socket_bytes(ps_address.rsplit(":", 1)[1], own.rsplit(":", 1)[1])
+        loss, _ = store.train_step(features, labels, 1.0)
+        moved.append(socket_bytes(ps_address.rsplit(":", 1)[1], own.rsplit(":", 1)[1]) - before)
+        losses.append(loss)
+    values = store.read_all()
+    np.savez(
+        out,
+        losses=np.array(losses),
+        moved=np.array(moved),
+        **{"model." + str(i): v.numpy() for i, v in enumerate(p.model.variables)},
+        **{"opt." + str(i): v.numpy() for i, v in enumerate(p.optimizer.variables)},
+        **{"ps." + k.replace("/", "_"): v for k, v in values.items()},
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Training programs the trainer tests run: small, deterministic, written as a user would write them."""

@@ -1,0 +1,260 @@
+"""User programs under the trainer: the same training as plain Keras, sparse embedding traffic, fail-fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.trainer.processes import TrainerJob, free_port
+
+pytestmark = pytest.mark.tensorflow
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = str(Path(__file__).with_name("program_probe.py"))
+PROGRAMS = "tests.trainer.programs.models"
+STEPS, BATCH, SEED = 12, 16, 5
+
+
+@pytest.fixture
+def parameter_server(tmp_path: Path) -> Iterator[str]:
+    """A real PS process (``python -m ttj_trainer`` as task ps 0); yields its address."""
+    job = TrainerJob(tmp_path, tmp_path / "unused-kubeconfig", slots=1)
+    job.start("ps", 0)
+    try:
+        yield job.ps_addresses[0]
+    finally:
+        job.stop_all()
+
+
+def train_under_ttj(ps: str, tmp_path: Path, entrypoint: str, args: dict[str, str], steps: int = STEPS) -> Any:
+    out = tmp_path / "trained.npz"
+    env = os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    own = f"127.0.0.7:{free_port()}"
+    command = [
+        sys.executable,
+        PROBE,
+        ps,
+        own,
+        entrypoint,
+        json.dumps(args),
+        str(steps),
+        str(BATCH),
+        str(SEED),
+        str(out),
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return np.load(out)
+
+
+def train_with_keras_fit(entrypoint: str, args: dict[str, str], steps: int = STEPS) -> tuple[Any, Any]:
+    """The same program, model.fit on the same batches in this process: the reference."""
+    import keras
+
+    from ttj_trainer import program
+
+    keras.utils.set_random_seed(SEED)
+    p = program.load(entrypoint, args)
+    dataset = p.train_input(program.InputContext(0, 1, BATCH, SEED))
+    p.model.compile(optimizer=p.optimizer, loss=p.loss, jit_compile=False)
+    p.model.fit(dataset.take(steps), epochs=1, shuffle=False, verbose=0)
+    return p.model, p.optimizer
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_one_worker_one_ps_trains_exactly_as_keras_fit(
+    parameter_server: str, tmp_path: Path, optimizer: str, record_property: Any
+) -> None:
+    """SGD with Nesterov momentum, and Adam with an exponential-decay schedule of the global step, on a model
+    with BatchNormalization, Dropout, an L2 regulariser and a custom layer."""
+    entrypoint, args = f"{PROGRAMS}:mlp", {"optimizer": optimizer}
+    trained = train_under_ttj(parameter_server, tmp_path, entrypoint, args)
+    model, keras_optimizer = train_with_keras_fit(entrypoint, args)
+    assert int(keras_optimizer.iterations.numpy()) == STEPS
+    assert int(trained["ps.ttj_global_step"]) == STEPS
+    worst = 0.0
+    for i, variable in enumerate(model.variables):
+        expected = variable.numpy()
+        np.testing.assert_allclose(trained[f"model.{i}"], expected, rtol=1e-5, atol=1e-6, err_msg=variable.path)
+        worst = max(worst, float(np.max(np.abs(trained[f"model.{i}"] - expected))))
+    slots = [v for v in keras_optimizer.variables if v.name != "learning_rate"]
+    ours = [trained[k] for k in sorted(trained.files) if k.startswith("ps.optimizer_")]
+    assert len(ours) == len(slots) - 1  # all but the iteration count, which is the global step
+    for variable, value in zip([v for v in slots if v.name != "iteration"], ours, strict=True):
+        np.testing.assert_allclose(value, variable.numpy(), rtol=1e-5, atol=1e-6, err_msg=variable.path)
+        worst = max(worst, float(np.max(np.abs(value - variable.numpy()))))
+    record_property("max_abs_difference", worst)
+    print(f"{optimizer}: {STEPS} steps, largest absolute difference from model.fit {worst:.3g}")
+
+
+def test_embedding_gradients_reach_the_ps_as_rows(parameter_server: str, tmp_path: Path) -> None:
+    """A 1M-row table (32 MB) with Adagrad: a step moves kilobytes, growing with the rows it touches."""
+    entrypoint = f"{PROGRAMS}:embedding"
+    moved = {}
+    for ids in (2, 16):
+        trained = train_under_ttj(parameter_server, tmp_path, entrypoint, {"ids": str(ids), "optimizer": "adagrad"}, 6)
+        assert np.all(np.isfinite(trained["losses"]))
+        moved[ids] = float(np.median(trained["moved"][2:]))  # after the first steps' function set-up
+        print(f"1M x 8 table: {moved[ids]:.0f} bytes per step touching {BATCH * ids} ids")
+    table_bytes = 1_000_000 * 8 * 4
+    assert moved[16] < table_bytes / 100
+    assert moved[16] > moved[2] + (16 - 2) * BATCH * 8 * 4  # at least the extra rows read
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("missing_module:program", "cannot import 'missing_module': ModuleNotFoundError: No module named"),
+        ("tests.trainer.programs.bad:NOT_A_FUNCTION", "'NOT_A_FUNCTION' is a int, not a function"),
+        ("tests.trainer.programs.bad:raises", "raised KeyError: \"no argument 'units' in ['lr']\""),
+        ("tests.trainer.programs.bad:wrong_return", "returned a Sequential, not a ttj_trainer.program.Program"),
+        ("tests.trainer.programs.bad:no_trainable", "the model has no trainable variables"),
+        ("tests.trainer.programs.bad:misfit", "the model cannot take train_input's features"),
+        ("no_colon", "must be 'module:function'"),
+    ],
+)
+def test_a_bad_program_is_named_with_its_error(name: str, says: str) -> None:
+    from ttj_trainer import program
+
+    with pytest.raises(program.ProgramError) as info:
+        program.prepare(name, program.load(name, {"lr": "0.1"}), program.InputContext(0, 1, 4, 0))
+    assert str(info.value).startswith(f"spec.program.entrypoint {name!r}: ")
+    assert says in str(info.value)
+
+
+def test_self_check_builds_a_program_and_says_its_bytes_per_ps() -> None:
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", f"{PROGRAMS}:embedding"]
+    command += ["--arg", "rows=1000", "--arg", "width=4", "--ps", "2"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    # The table (1000 x 4) and its momentum on PS 0 with the global step and a heartbeat (8 bytes each),
+    # the dense tower (8 x 1 + 1, and momentum) on PS 1.
+    assert report["parameters"] == 1000 * 4 + 8 + 1
+    assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8, (8 + 1) * 4 * 2]
+    assert np.isfinite(report["first_loss"])
+    bad = subprocess.run(
+        [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", "tests.trainer.programs.bad:misfit"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert "the model cannot take train_input's features" in bad.stderr
+
+
+@pytest.fixture
+def job_with_lease(tmp_path: Path) -> Iterator[Any]:
+    """Makes one job's processes (a PS and workers) with its Lease on the HTTP double; stops them after."""
+    from tests.trainer.lease_double import LeaseDouble
+    from ttj_contract import lease_name
+
+    jobs: list[TrainerJob] = []
+    with LeaseDouble("default", lease_name("job"), holder="job-worker-0") as double:
+
+        def make(**settings: str) -> TrainerJob:
+            job = TrainerJob(tmp_path, double.write_kubeconfig(tmp_path / "kubeconfig"), slots=1, **settings)
+            jobs.append(job)
+            return job
+
+        yield make
+        for job in jobs:
+            job.stop_all()
+
+
+def test_a_program_that_does_not_import_ends_the_worker_with_its_own_exit_code(job_with_lease: Any) -> None:
+    from ttj_contract import TrainerExit
+
+    job = job_with_lease(TTJ_PROGRAM="my_pkg.train:program", TTJ_PROGRAM_ARGS='{"units": "64"}')
+    termination = job.workdir / "termination-log"
+    job.start("ps", 0)
+    job.start("worker", 0, TTJ_TERMINATION_LOG=str(termination))
+    assert job.wait("worker", 0, 240) == TrainerExit.PROGRAM_INVALID
+    message = termination.read_text()
+    assert message.startswith("program error: spec.program.entrypoint 'my_pkg.train:program': cannot import")
+    assert message.endswith("ModuleNotFoundError: No module named 'my_pkg'")
+
+
+def test_a_loss_that_turns_nan_stops_training_and_keeps_the_good_checkpoint(job_with_lease: Any) -> None:
+    from ttj_contract import TrainerExit
+    from ttj_trainer import checkpoints
+
+    job = job_with_lease(TTJ_PROGRAM="tests.trainer.programs.bad:nan_loss", TTJ_TRAIN_STEPS="100")
+    termination = job.workdir / "termination-log"
+    job.start("ps", 0)
+    job.start("worker", 0, TTJ_TERMINATION_LOG=str(termination), PYTHONPATH=str(ROOT))
+    assert job.wait("worker", 0, 240) == TrainerExit.LOSS_NOT_FINITE
+    assert termination.read_text().startswith("loss not finite: the loss is nan at global step 1")
+    latest = checkpoints.latest(job.checkpoint_uri)
+    assert latest is not None
+    assert latest.step == 0  # the chief's first checkpoint, of the fresh weights; nothing after the NaN
+
+
+def test_a_finished_job_exports_a_model_that_predicts_as_its_final_checkpoint(job_with_lease: Any) -> None:
+    """A functional model with BatchNormalization: trained to the end, exported by the chief; a fresh process
+    loads model.keras and the SavedModel and predicts what the final checkpoint, restored into the program's
+    own model with ttj_trainer.program.restore, predicts."""
+    from ttj_trainer import checkpoints, export, program
+
+    job = job_with_lease(TTJ_PROGRAM=f"{PROGRAMS}:mlp", TTJ_PROGRAM_ARGS='{"optimizer": "adam"}', TTJ_TRAIN_STEPS="30")
+    job.start("ps", 0)
+    job.start("worker", 0, PYTHONPATH=str(ROOT))
+    assert job.wait("worker", 0, 240) == 0
+    final = checkpoints.latest(job.checkpoint_uri)
+    assert final is not None
+    assert final.step >= 30
+    where = export.location(job.checkpoint_uri, final.step)
+    batch = np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)
+    np.save(job.workdir / "batch.npy", batch)
+    probe = str(Path(__file__).with_name("export_probe.py"))
+    result = subprocess.run(
+        [sys.executable, probe, where, str(job.workdir / "batch.npy"), PROGRAMS],
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    p = program.load(f"{PROGRAMS}:mlp", {"optimizer": "adam"})
+    model = program.built_model(p)
+    program.restore(model, job.checkpoint_uri)
+    expected = np.asarray(model(batch, training=False))
+    np.testing.assert_allclose(np.asarray(loaded["keras"]), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(loaded["saved_model"]), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("entrypoint", "args"), [("ctr:program", {"rows": "5000"}), ("custom_step:program", {})])
+def test_the_example_programs_build_and_take_a_step(entrypoint: str, args: dict[str, str]) -> None:
+    """examples/programs (the CIFAR-10 one downloads its data, so only its manifest is checked here)."""
+    env = os.environ | {"PYTHONPATH": str(ROOT / "examples" / "programs")}
+    command = [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", entrypoint]
+    command += [f"--arg={key}={value}" for key, value in args.items()]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert np.isfinite(json.loads(result.stdout.strip().splitlines()[-1])["first_loss"])
+
+
+def test_the_example_manifests_are_valid_jobs() -> None:
+    import yaml
+
+    from ttj.api.models import TransientTrainingJob
+
+    manifests = sorted((ROOT / "examples" / "programs").glob("*.yaml"))
+    assert [m.stem for m in manifests] == ["cifar_applications", "ctr", "custom_step"]
+    for manifest in manifests:
+        job = TransientTrainingJob.model_validate(yaml.safe_load(manifest.read_text()))
+        assert job.spec.program is not None
+        assert job.spec.program.entrypoint == f"{manifest.stem}:program"
