@@ -81,6 +81,21 @@ def resnet32() -> Any:
     return keras.Model(inputs, outputs, name="resnet32")
 
 
+def check_data(args: dict[str, str]) -> None:
+    """Has the built-in dataset ready (read or downloaded) before anything waits for the parameter servers, so
+    that data that cannot be had fails at once (DatasetError), with no PS up."""
+    if args.get("dataset", "cifar10") != "cifar10":
+        return
+    if args.get("data_uri"):
+        data.load_cifar10(args["data_uri"])
+    else:
+        data.download_cifar10(
+            args.get("data_cache", "") or data.default_cache(),
+            args.get("cifar10_url", data.CIFAR10_URL),
+            args.get("cifar10_md5", data.CIFAR10_MD5),
+        )
+
+
 def program(args: dict[str, str]) -> Program:
     """Arguments: model, dataset, learning_rate, momentum, seed (the job's), data_uri, data_cache,
     cifar10_url, cifar10_md5 (as the trainer's configuration reads them)."""

@@ -231,11 +231,15 @@ def _program_args(raw: str) -> dict[str, str]:
     return args
 
 
+#: The program that trains the built-in networks (spec.model, spec.dataset).
+BUILTIN_ENTRYPOINT = "ttj_trainer.builtin:program"
+
+
 def program_of(cfg: TrainerConfig) -> tuple[str, dict[str, str]]:
     """The entrypoint and arguments this worker trains: the job's program, else the built-in one."""
     if cfg.program:
         return cfg.program, dict(cfg.program_args or {})
-    return "ttj_trainer.builtin:program", {
+    return BUILTIN_ENTRYPOINT, {
         "model": cfg.model,
         "dataset": cfg.dataset,
         "learning_rate": repr(cfg.learning_rate),

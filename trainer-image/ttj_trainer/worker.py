@@ -21,7 +21,7 @@ import numpy as np
 
 from ttj_contract import LeaseProgress, Role, format_epoch_time
 from ttj_trainer import STARTED_AT, checkpoints, devices, metrics, program, simulated
-from ttj_trainer.config import TrainerConfig, program_of
+from ttj_trainer.config import BUILTIN_ENTRYPOINT, TrainerConfig, program_of
 from ttj_trainer.lease import (
     DEFAULT_LEASE_SECONDS,
     LeaseClient,
@@ -457,6 +457,10 @@ class Worker:
         metrics.serve(self.cfg.pod_ip, self.cfg.metrics_port)
         self.watcher.start()
         try:
+            if self.entrypoint == BUILTIN_ENTRYPOINT:
+                from ttj_trainer.builtin import check_data  # imports Keras: only for the built-in networks
+
+                check_data(self.program_args)
             self._first_connect()
             event(log, "connected", ps=self.cfg.ps_addresses, address=self.serving_address, device=self.local_device)
             return self._loop()
