@@ -49,6 +49,8 @@ class Ended:
     ending: Ending
     #: The spec sets budget.maxCostUSD.
     budget_limited: bool
+    #: The job was suspended before and has been resumed: its Suspended condition stays False, as batch/v1's.
+    resumed: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,13 +231,16 @@ def _stalled(s: Situation) -> Holds | None:
 
 
 def _suspended(s: Situation) -> Holds | None:
+    resumed = (False, Reason.RESUMED, "spec.suspend is false: training resumes from the latest checkpoint")
+    if isinstance(s, Ended) and s.resumed:
+        return resumed
     if not isinstance(s, InProgress) or not s.ever_suspended:
         return None
     if not s.suspended:
-        return False, Reason.RESUMED, "spec.suspend is false: training resumes from the latest checkpoint"
+        return resumed
     if s.stopping:
         return True, Reason.SUSPENDED, f"stopping {s.stopping} worker pod(s); the chief writes a checkpoint first"
-    return True, Reason.SUSPENDED, "no pods run: the workers stopped and the parameter servers scaled to 0"
+    return True, Reason.SUSPENDED, "no pods run: no worker, and the parameter servers scaled to 0"
 
 
 def _succeeded(s: Situation) -> Holds | None:

@@ -350,7 +350,9 @@ def _end(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, failu
         now=run.now,
         budget=reading.costing.budget,
     )
-    return Ended(end, _budget_limited(spec)) if end is not None else None
+    suspension = reading.suspension
+    resumed = suspension.ever and not suspension.suspended
+    return Ended(end, _budget_limited(spec), resumed=resumed) if end is not None else None
 
 
 def _budget_limited(spec: TransientTrainingJobSpec) -> bool:
@@ -454,9 +456,14 @@ def _situation(
     stall: Stall,
     elections: int,
 ) -> InProgress:
+    if reading.suspension.restarting:
+        # a resumed job starts again: only a loss of this pass counts until it is whole
+        lost = servers.lost or servers.preemptions + reading.assessed.preemptions + reading.assessed.failures > 0
+    else:
+        lost = servers.lost or counted.preemptions + counted.failures > 0 or elections > 1
     return InProgress(
         started=elections > 0,
-        lost=servers.lost or counted.preemptions + counted.failures > 0 or elections > 1,
+        lost=lost,
         chief=chief.chief,
         chief_healthy=chief.healthy,
         parameter_servers_ready=servers.ready,

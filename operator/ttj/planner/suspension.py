@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ttj.api.models import Condition, ConditionType, TransientTrainingJobSpec
+from ttj.api.models import Condition, ConditionType, Reason, TransientTrainingJobSpec
 from ttj.planner.observed import Obj, has_role, phase_of
 from ttj_contract import Role
 
@@ -27,6 +27,10 @@ class Suspension:
     resuming: bool
     #: The job has been suspended at some time: its Suspended condition stays, False once resumed.
     ever: bool
+    #: Resumed and not yet whole again: it starts as a new job does, and a shortfall is no loss (the pods the
+    #: suspension stopped, the parameter servers it scaled down and the new chief's election) until the job
+    #: is whole or loses something anew (from the Recovering condition last written: Suspended, then Starting).
+    restarting: bool = False
 
     @property
     def servers_down(self) -> bool:
@@ -45,9 +49,17 @@ def suspension_of(
     before = next((c for c in previous or [] if c.type == ConditionType.SUSPENDED), None)
     stopping = sum(has_role(p, Role.WORKER) and phase_of(p) in (None, "Pending", "Running") for p in pods)
     was_suspended = before is not None and before.status == "True"
+    recovering = next((c for c in previous or [] if c.type == ConditionType.RECOVERING), None)
     return Suspension(
         suspended=spec.suspend,
         stopping=stopping,
         resuming=was_suspended and not spec.suspend,
         ever=spec.suspend or before is not None,
+        restarting=before is not None
+        and not spec.suspend
+        and (was_suspended or (recovering is not None and recovering.reason in _RESTARTING)),
     )
+
+
+#: The Recovering reasons of a job resumed and not yet whole again.
+_RESTARTING = frozenset({Reason.SUSPENDED, Reason.STARTING})

@@ -110,7 +110,7 @@ def test_suspending_stops_the_workers_gracefully_then_scales_the_parameter_serve
     assert condition(down.status, "Suspended") == (
         "True",
         "Suspended",
-        "no pods run: the workers stopped and the parameter servers scaled to 0",
+        "no pods run: no worker, and the parameter servers scaled to 0",
     )
     assert down.status["progress"]["checkpointStep"] == 470
     assert down.status["parameterServerPods"] == [""]
@@ -166,21 +166,31 @@ def test_a_resumed_job_starts_again_from_its_checkpoint_under_a_new_epoch() -> N
     assert status["phase"] == "Pending"
     assert condition(status, "Suspended")[:2] == ("False", "Resumed")  # type: ignore[index]
 
-    # The new PS and workers run: a chief of epoch 2 is elected; nothing was lost on the way.
-    run_ps(world, "mnist-ps-0-def", now=resumed_at)
-    for i, pod in enumerate(pods(world)):
-        run_pod(world, pod["metadata"]["name"], f"gpu-{i}", resumed_at)
+    # Two workers run before the PS does: a chief of epoch 2 is elected, and the job is starting, not recovering.
+    new_workers = [p["metadata"]["name"] for p in pods(world)]
+    for i, name in enumerate(new_workers[:2]):
+        run_pod(world, name, f"gpu-{i}", resumed_at)
     elected = world.reconcile(resumed_at + S, CONFIG)
     status = elected.status
+    assert (status["phase"], status["chief"]["epoch"], status["chiefElections"]) == ("Pending", 2, 2)
+    assert conditions(status)["Recovering"] == ("False", "Starting")
+    assert [e.reason for e in elected.events if e.type == "Warning"] == []
+    # The PS and the last worker run: whole again, nothing was lost on the way.
+    run_ps(world, "mnist-ps-0-def", now=resumed_at)
+    run_pod(world, new_workers[2], "gpu-2", resumed_at)
+    whole = world.reconcile(resumed_at + 2 * S, CONFIG)
+    status = whole.status
+    assert conditions(status)["Recovering"] == ("False", "AtDesiredWorkers")
     assert (status["phase"], status["chief"]["epoch"], status["chiefElections"]) == ("Running", 2, 2)
     assert (status["preemptions"], status["failures"], status["replacements"]) == (0, 0, 0)
     assert status["parameterServerPods"] == ["mnist-ps-0-def"]
-    assert not [e for e in elected.events if e.type == "Warning"]
+    assert [e.reason for e in whole.events if e.type == "Warning"] == []
     assert conditions(status)["Suspended"] == ("False", "Resumed")
     # Still inside the deadline 590 s after the resume (hours after the job first started).
     assert world.reconcile(resumed_at + 590 * S, CONFIG).status["phase"] != "Failed"
     failed = world.reconcile(resumed_at + 601 * S, CONFIG).status
     assert (failed["phase"], condition(failed, "Failed")[1]) == ("Failed", "DeadlineExceeded")  # type: ignore[index]
+    assert conditions(failed)["Suspended"] == ("False", "Resumed")  # kept when the job ends, as batch/v1 keeps it
 
 
 def test_a_job_suspended_while_it_starts_deletes_its_pending_workers_and_never_elects() -> None:
@@ -269,7 +279,7 @@ def test_the_suspended_rows_of_the_condition_rule_table() -> None:
                     C.SUSPENDED,
                     "True",
                     R.SUSPENDED,
-                    "no pods run: the workers stopped and the parameter servers scaled to 0",
+                    "no pods run: no worker, and the parameter servers scaled to 0",
                 ),
             ],
         ),
@@ -293,3 +303,40 @@ def test_the_suspended_rows_of_the_condition_rule_table() -> None:
         assert (phase_of(situation), wanted_conditions(situation)) == (phase, wanted)
     # never suspended: no Suspended condition at all
     assert "Suspended" not in [w.type for w in wanted_conditions(_in_progress())]
+
+
+def test_a_job_created_suspended_creates_no_pod_until_it_is_resumed() -> None:
+    """What Kueue-style queueing does: create the job suspended, admit it later."""
+    world = World(job(suspend=True))
+    first = world.reconcile(T0, CONFIG)
+    created = [(w.kind, w.name) for w in first.of_type(CreateChild)]
+    assert created == [
+        ("Service", "mnist"),
+        ("NetworkPolicy", "mnist"),
+        ("ServiceAccount", "mnist-trainer"),
+        ("Role", "mnist-trainer"),
+        ("RoleBinding", "mnist-trainer"),
+        ("Deployment", "mnist-ps-0"),
+    ]
+    assert first.of_type(CreateChild)[-1].manifest["spec"]["replicas"] == 0
+    assert first.writes == first.of_type(CreateChild)
+    assert first.events == [
+        EmitEvent("Normal", "ChildrenCreated", "Created"),
+        EmitEvent("Normal", "Suspended", "no pods run: no worker, and the parameter servers scaled to 0"),
+    ]
+    assert (first.status["phase"], first.status["startTime"]) == ("Suspended", format_time(T0))
+    again = world.reconcile(T0 + HOUR, CONFIG)
+    assert (again.writes, again.events) == ([], [])
+
+    suspend(world, False)
+    admitted = world.reconcile(T0 + 2 * HOUR, CONFIG)
+    assert [(type(w).__name__, w.name) for w in admitted.writes] == [
+        ("ReplaceChild", "mnist-ps-0"),
+        ("CreateChild", "mnist-worker-0-1"),
+        ("CreateChild", "mnist-worker-1-1"),
+        ("CreateChild", "mnist-worker-2-1"),
+        ("CreateChild", "mnist-chief"),  # the Lease, made with the first election's inputs
+    ]
+    assert admitted.of_type(ReplaceChild) == [ps_scaled(world, 1)]
+    assert admitted.status["startTime"] == format_time(T0 + 2 * HOUR)
+    assert conditions(admitted.status)["Suspended"] == ("False", "Resumed")
