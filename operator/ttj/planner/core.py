@@ -457,7 +457,7 @@ def _situation(
     elections: int,
 ) -> InProgress:
     if reading.suspension.restarting:
-        # a resumed job starts again: only a loss of this pass counts until it is whole
+        # a resumed job starts again: what it lost before, and the election after the resume, are no loss
         lost = servers.lost or servers.preemptions + reading.assessed.preemptions + reading.assessed.failures > 0
     else:
         lost = servers.lost or counted.preemptions + counted.failures > 0 or elections > 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ttj.api.models import Condition, ConditionType, Reason, TransientTrainingJobSpec
+from ttj.api.models import Condition, ConditionType, TransientTrainingJobSpec
 from ttj.planner.observed import Obj, has_role, phase_of
 from ttj_contract import Role
 
@@ -27,9 +27,9 @@ class Suspension:
     resuming: bool
     #: The job has been suspended at some time: its Suspended condition stays, False once resumed.
     ever: bool
-    #: Resumed and not yet whole again: it starts as a new job does, and a shortfall is no loss (the pods the
-    #: suspension stopped, the parameter servers it scaled down and the new chief's election) until the job
-    #: is whole or loses something anew (from the Recovering condition last written: Suspended, then Starting).
+    #: Resumed, and nothing lost since (the Recovering condition last written is not True): the job runs as a
+    #: new one does, and the pods the suspension stopped, the parameter servers it scaled down and the chief
+    #: elected after the resume are no loss. A loss counted after the resume ends it.
     restarting: bool = False
 
     @property
@@ -57,9 +57,5 @@ def suspension_of(
         ever=spec.suspend or before is not None,
         restarting=before is not None
         and not spec.suspend
-        and (was_suspended or (recovering is not None and recovering.reason in _RESTARTING)),
+        and (was_suspended or recovering is None or recovering.status != "True"),
     )
-
-
-#: The Recovering reasons of a job resumed and not yet whole again.
-_RESTARTING = frozenset({Reason.SUSPENDED, Reason.STARTING})

@@ -340,3 +340,47 @@ def test_a_job_created_suspended_creates_no_pod_until_it_is_resumed() -> None:
     assert admitted.of_type(ReplaceChild) == [ps_scaled(world, 1)]
     assert admitted.status["startTime"] == format_time(T0 + 2 * HOUR)
     assert conditions(admitted.status)["Suspended"] == ("False", "Resumed")
+
+
+def resumed_and_whole() -> tuple[World, Any]:
+    """A job suspended (its chief's SIGTERM checkpoint at 470), resumed, and whole again under a chief of epoch 2."""
+    world = training()
+    suspend(world)
+    world.reconcile(T0 + 2 * S, CONFIG)
+    renew(world, T0 + 3 * S, {"globalStep": 470, "checkpointStep": 470, "epoch": 1})
+    kubelet_stops(world, WORKERS, T0 + 3 * S)
+    world.reconcile(T0 + 4 * S, CONFIG)
+    world.observed.pods[:] = [
+        p for p in world.observed.pods if p["metadata"]["labels"]["transient.training/role"] != "ps"
+    ]
+    world.reconcile(T0 + 5 * S, CONFIG)
+    suspend(world, False)
+    now = T0 + HOUR
+    world.reconcile(now, CONFIG)
+    run_ps(world, "mnist-ps-0-def", now=now)
+    for i, pod in enumerate(pods(world)):
+        run_pod(world, pod["metadata"]["name"], f"gpu-{i}", now)
+    whole = world.reconcile(now + S, CONFIG).status
+    assert (whole["phase"], conditions(whole)["Recovering"], whole["chief"]["epoch"]) == (
+        "Running",
+        ("False", "AtDesiredWorkers"),
+        2,
+    )
+    return world, now + S
+
+
+def test_after_a_resume_only_a_new_loss_makes_the_job_recovering() -> None:
+    world, now = resumed_and_whole()
+    chief = world.job["status"]["chief"]["pod"]
+    others = [p["metadata"]["name"] for p in pods(world) if p["metadata"]["name"] != chief]
+    # A worker that reached trainSteps exits 0: short of a worker, nothing lost (the resume's election is none).
+    terminate(world, others[0], 0, now=now + S)
+    finishing = world.reconcile(now + S, CONFIG)
+    assert (finishing.status["phase"], conditions(finishing.status)["Recovering"]) == ("Running", ("False", "Starting"))
+    assert [e for e in finishing.events if e.type == "Warning"] == []
+    # A worker preempted after the resume is a loss like any other.
+    terminate(world, others[1], 143, pod_reason="NodeShutdown", now=now + 2 * S)
+    lost = world.reconcile(now + 2 * S, CONFIG)
+    assert (lost.status["phase"], conditions(lost.status)["Recovering"]) == ("Recovering", ("True", "WorkersLost"))
+    assert lost.status["preemptions"] == 1
+    assert [e.reason for e in lost.events if e.type == "Warning"] == ["WorkerPreempted", "WorkersLost"]
