@@ -74,6 +74,8 @@ class Phase(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
     RECOVERING = "Recovering"
+    #: spec.suspend is true: the workers stop (the chief checkpoints), then the parameter servers scale to 0.
+    SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -92,6 +94,8 @@ class ConditionType(StrEnum):
     #: A write the API refused (a ResourceQuota, Pod Security admission, an invalid pod), as a ReplicaSet says it.
     REPLICA_FAILURE = "ReplicaFailure"
     STALLED = "Stalled"
+    #: spec.suspend (True while suspended, False once resumed), as a batch/v1 Job's ``Suspended``.
+    SUSPENDED = "Suspended"
 
 
 class Reason(StrEnum):
@@ -123,6 +127,8 @@ class Reason(StrEnum):
     FAILED_DELETE = "FailedDelete"
     PROGRESS_STALLED = "ProgressStalled"
     PROGRESSING = "Progressing"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
     DATA_UNAVAILABLE = "DataUnavailable"
     CHECKPOINT_INDEX_CORRUPT = "CheckpointIndexCorrupt"
     CHECKPOINT_LOCATION_TAKEN = "CheckpointLocationTaken"
@@ -521,7 +527,18 @@ class TransientTrainingJobSpec(_Model):
         default=None,
         ge=1,
         le=MAX_INT32,
-        description="Fail the job when it has run this many seconds since it started, as in a Kubernetes Job.",
+        description=(
+            "Fail the job when it has run this many seconds since it started, as in a Kubernetes Job: the timer "
+            "stops while the job is suspended and starts again from zero when it resumes."
+        ),
+    )
+    suspend: bool = Field(
+        default=False,
+        description=(
+            "Pause the job, as in a Kubernetes Job: the workers are stopped (the chief writes a checkpoint "
+            "first), then the parameter servers scale to 0; no pod runs and no cost accrues. Setting it back to "
+            "false resumes training from that checkpoint."
+        ),
     )
     ttl_seconds_after_finished: int | None = Field(
         default=None,

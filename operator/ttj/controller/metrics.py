@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ttj.api.models import Phase
 from ttj_contract import parse_time
 
 LABELS = ("namespace", "job")
@@ -22,8 +23,8 @@ COUNTERS = {
     "chiefElections": "chief_elections",
     "failures": "failures",
 }
-#: The phases ttj_job_phase reports (api.models.Phase).
-PHASES = ("Pending", "Running", "Recovering", "Succeeded", "Failed")
+#: The phases ttj_job_phase reports.
+PHASES = tuple(phase.value for phase in Phase)
 
 
 class Metrics:

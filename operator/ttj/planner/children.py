@@ -302,8 +302,11 @@ def ps_template_fingerprint(spec: TransientTrainingJobSpec) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int, *, with_template: bool = True) -> Obj:
-    """The Deployment of parameter server ``index``, ``parameterServers.template`` merged under ttj's pod."""
+def ps_deployment(
+    job: Obj, spec: TransientTrainingJobSpec, index: int, *, with_template: bool = True, replicas: int = 1
+) -> Obj:
+    """The Deployment of parameter server ``index``, ``parameterServers.template`` merged under ttj's pod;
+    ``replicas`` 0 while the job is suspended."""
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
     labels = {LABEL_JOB: name, LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: str(index)}
@@ -337,7 +340,7 @@ def ps_deployment(job: Obj, spec: TransientTrainingJobSpec, index: int, *, with_
         "kind": "Deployment",
         "metadata": metadata,
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
             # Recreate: never two pods of one PS index (one hostname, one model shard).
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": labels},

@@ -49,6 +49,8 @@ class Ended:
     ending: Ending
     #: The spec sets budget.maxCostUSD.
     budget_limited: bool
+    #: The job was suspended before and has been resumed: its Suspended condition stays False, as batch/v1's.
+    resumed: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,12 @@ class InProgress:
     refused: tuple[Refusal, ...] = ()
     #: Why training is stalled (the global step stood still past spec.progress), empty when it is not.
     stalled: str = ""
+    #: spec.suspend is true.
+    suspended: bool = False
+    #: While suspended: worker pods still stopping (the chief writing its checkpoint).
+    stopping: int = 0
+    #: The job has been suspended at some time (its Suspended condition stays, False once resumed).
+    ever_suspended: bool = False
 
     @property
     def training(self) -> bool:
@@ -96,6 +104,8 @@ def phase_of(situation: Situation) -> Phase | None:
         case Ended(ending=ending):
             return ending.phase
         case InProgress():
+            if situation.suspended:
+                return Phase.SUSPENDED
             if not situation.started:
                 return Phase.PENDING
             if situation.whole:
@@ -142,6 +152,8 @@ def _created(s: Situation) -> Holds | None:
 def _running(s: Situation) -> Holds | None:
     if not isinstance(s, InProgress):
         return None
+    if s.suspended:
+        return False, Reason.SUSPENDED, "spec.suspend is true"
     if s.training:
         return True, Reason.TRAINING, f"{s.active}/{s.desired} workers"
     if not s.started:
@@ -158,6 +170,8 @@ def _running(s: Situation) -> Holds | None:
 def _recovering(s: Situation) -> Holds | None:
     if not isinstance(s, InProgress) or not s.started:
         return None
+    if s.suspended:
+        return False, Reason.SUSPENDED, "spec.suspend is true"
     if s.whole:
         return False, Reason.AT_DESIRED_WORKERS, ""
     if not s.lost:
@@ -185,6 +199,8 @@ def _starting(s: InProgress) -> str:
 def _chief_elected(s: Situation) -> Holds | None:
     if not isinstance(s, InProgress):
         return None
+    if s.suspended:
+        return False, Reason.SUSPENDED, "spec.suspend is true: no chief until the job resumes"
     if s.chief is not None and s.chief.pod and s.chief_healthy:
         return True, Reason.ELECTED, f"chief {s.chief.pod} at epoch {s.chief.epoch}"
     return False, Reason.CHIEF_LOST if s.started else Reason.NO_RUNNING_WORKERS, ""
@@ -212,6 +228,19 @@ def _stalled(s: Situation) -> Holds | None:
     if s.stalled:
         return True, Reason.PROGRESS_STALLED, s.stalled
     return False, Reason.PROGRESSING, ""
+
+
+def _suspended(s: Situation) -> Holds | None:
+    resumed = (False, Reason.RESUMED, "spec.suspend is false: training resumes from the latest checkpoint")
+    if isinstance(s, Ended) and s.resumed:
+        return resumed
+    if not isinstance(s, InProgress) or not s.ever_suspended:
+        return None
+    if not s.suspended:
+        return resumed
+    if s.stopping:
+        return True, Reason.SUSPENDED, f"stopping {s.stopping} worker pod(s); the chief writes a checkpoint first"
+    return True, Reason.SUSPENDED, "no pods run: no worker, and the parameter servers scaled to 0"
 
 
 def _succeeded(s: Situation) -> Holds | None:
@@ -251,6 +280,7 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.CHIEF_ELECTED: Rule(_chief_elected, warns=False, evented=False),
     ConditionType.BUDGET_EXCEEDED: Rule(_budget_exceeded, warns=True),
     ConditionType.STALLED: Rule(_stalled, warns=True),
+    ConditionType.SUSPENDED: Rule(_suspended, warns=False),
     ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
     ConditionType.FAILED: Rule(_failed, warns=True),
     ConditionType.REPLICA_FAILURE: Rule(_replica_failure, warns=True),
@@ -259,7 +289,7 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
 #: Reasons raised as a Warning event on every change, even while their condition is False.
 ALWAYS_WARN = frozenset({Reason.WORKERS_UNSCHEDULABLE})
 #: Reasons raised as a Normal event when they appear, even while their condition is False.
-ANNOUNCED = frozenset({Reason.STARTING})
+ANNOUNCED = frozenset({Reason.STARTING, Reason.RESUMED})
 
 
 def wanted_conditions(situation: Situation) -> list[Wanted]:

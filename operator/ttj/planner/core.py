@@ -6,9 +6,9 @@ finalizer keeps worker pods from vanishing uncounted), the PS pods holding model
 (``status.parameterServerPods``), when the chief was lost (``status.chief.lostAt``), and holder and
 epoch in the Lease. So a restarted operator, or a simulator, reaches the same decisions.
 
-A pass is a list of stages, each a function from values to a value: assess the workers, cost and
-budget, the end, the static children, the parameter servers, the worker slots, the chief, and last
-the phase and conditions (:mod:`ttj.planner.conditions`).
+A pass is a list of stages, each a function from values to a value: spec.suspend, assess the workers,
+cost and budget, the end, the static children, the parameter servers, the worker slots, the chief, and
+last the phase and conditions (:mod:`ttj.planner.conditions`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from ttj.planner.parameter_servers import ParameterServers, parameter_servers, r
 from ttj.planner.slots import WorkerSlots, fill_worker_slots
 from ttj.planner.stall import Stall, stall_of, track_progress
 from ttj.planner.static_children import StaticChildren, static_children
+from ttj.planner.suspension import Suspension, suspension_of
 from ttj_contract import format_time, parse_time, worker_selector
 
 __all__ = ["CostFunction", "Plan", "PlannerConfig", "plan"]
@@ -201,6 +202,7 @@ class _Reading:
     epoch: int
     has_model: bool
     costing: Costing
+    suspension: Suspension
 
     @property
     def holder_verdict(self) -> PodVerdict | None:
@@ -227,10 +229,19 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
     servers = _servers(run, spec)
     counted = _counted(run, reading, server_preemptions=servers.preemptions)
     slots = _slots(run, spec, reading)
+    suspended = reading.suspension.suspended
     stall = stall_of(
-        spec, reading.progress, run.previous.chief, chief_running=reading.holder_is(PodState.RUNNING), now=run.now
+        spec,
+        reading.progress,
+        run.previous.chief,
+        chief_running=reading.holder_is(PodState.RUNNING) and not suspended,
+        now=run.now,
     )
-    chief = _chief(run, spec, reading, servers=servers, slots=slots, stall=stall)
+    chief = (
+        _kept_while_suspended(run)
+        if suspended
+        else _chief(run, spec, reading, servers=servers, slots=slots, stall=stall)
+    )
     interval = _interval(run, spec, reading, chief, slots)
     elections = run.previous.chief_elections + chief.elections
     situation = _situation(
@@ -243,7 +254,10 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             "preemption_costs": losses.costs,
             "savings": losses.savings,
             "phase": derived.phase,
-            "parameter_server_pods": list(servers.pods),
+            # scaled to 0 while suspended, the parameter servers hold no model state: the new ones are no loss
+            "parameter_server_pods": [""] * len(servers.pods)
+            if reading.suspension.servers_down
+            else list(servers.pods),
             "chief": chief.chief,
             "chief_elections": elections,
             "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
@@ -264,27 +278,33 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             *servers.wake,
             chief.wake,
             stall.wake,
-            deadline_of(spec, parse_time(reading.start_time)),
+            None if suspended else deadline_of(spec, parse_time(reading.start_time)),
         ],
     )
 
 
 def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
     previous, observed, now = run.previous, run.observed, run.now
+    suspension = suspension_of(spec, previous.conditions, observed.pods)
     assessed = assess_workers(
         observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
     )
     progress = track_progress(reported_progress(observed.lease, previous.progress), previous.progress, now)
+    if suspension.resuming and progress is not None:
+        # the step stood still while suspended: the stall clock starts again with the job
+        progress = progress.model_copy(update={"last_progress_time": run.now_text})
     epoch = lease_epoch_of(observed.lease) if observed.lease is not None else (previous.chief or ChiefStatus()).epoch
     return _Reading(
-        start_time=previous.start_time or run.now_text,
-        statics=static_children(run.job, spec, observed.children),
+        # as in batch/v1, a resumed job starts again: activeDeadlineSeconds counts from now
+        start_time=run.now_text if suspension.resuming else previous.start_time or run.now_text,
+        statics=static_children(run.job, spec, observed.children, ps_replicas=suspension.parameter_server_replicas),
         assessed=assessed,
         holder=operators_chief(previous.chief),  # never a holder someone else wrote into the Lease
         progress=progress,
         epoch=epoch,
         has_model=final_checkpoint_reported(spec, progress, epoch, renewed=renewed_since_election(observed.lease)),
         costing=cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config),
+        suspension=suspension,
     )
 
 
@@ -325,11 +345,14 @@ def _end(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, failu
         failures=failures,
         last_failure=reading.assessed.last_failure,
         progress=reading.progress,
-        started_at=parse_time(reading.start_time),
+        # the deadline does not run while the job is suspended
+        started_at=None if reading.suspension.suspended else parse_time(reading.start_time),
         now=run.now,
         budget=reading.costing.budget,
     )
-    return Ended(end, _budget_limited(spec)) if end is not None else None
+    suspension = reading.suspension
+    resumed = suspension.ever and not suspension.suspended
+    return Ended(end, _budget_limited(spec), resumed=resumed) if end is not None else None
 
 
 def _budget_limited(spec: TransientTrainingJobSpec) -> bool:
@@ -361,6 +384,8 @@ def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Wor
         recorded=run.previous.slot_incarnations or (),
         # a chief that ended without the model leaves its slot to be filled again
         refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
+        suspended=reading.suspension.suspended,
+        resuming=reading.suspension.resuming,
     )
 
 
@@ -394,6 +419,14 @@ def _chief(
     )
 
 
+def _kept_while_suspended(run: _Pass) -> ChiefPlan:
+    """No election while suspended: the chief being stopped writes its checkpoint at its own epoch, and the
+    chief of the resumed job is elected at a new one."""
+    return ChiefPlan(
+        chief=run.previous.chief, elections=0, healthy=False, writes=(), events=(), observations=(), wake=None
+    )
+
+
 def _interval(
     run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, chief: ChiefPlan, slots: WorkerSlots
 ) -> IntervalPlan:
@@ -423,9 +456,14 @@ def _situation(
     stall: Stall,
     elections: int,
 ) -> InProgress:
+    if reading.suspension.restarting:
+        # a resumed job starts again: what it lost before, and the election after the resume, are no loss
+        lost = servers.lost or servers.preemptions + reading.assessed.preemptions + reading.assessed.failures > 0
+    else:
+        lost = servers.lost or counted.preemptions + counted.failures > 0 or elections > 1
     return InProgress(
         started=elections > 0,
-        lost=servers.lost or counted.preemptions + counted.failures > 0 or elections > 1,
+        lost=lost,
         chief=chief.chief,
         chief_healthy=chief.healthy,
         parameter_servers_ready=servers.ready,
@@ -437,6 +475,9 @@ def _situation(
         budget_limited=_budget_limited(spec),
         refused=(*run.refused, *refused_creates(run.name, spec.parameter_servers.replicas, run.observed.children)),
         stalled=stall.message,
+        suspended=reading.suspension.suspended,
+        stopping=reading.suspension.stopping,
+        ever_suspended=reading.suspension.ever,
     )
 
 

@@ -56,18 +56,24 @@ def fill_worker_slots(
     placement: PlacementCheck | None,
     recorded: Sequence[int] = (),
     refill_finished: bool = False,
+    suspended: bool = False,
+    resuming: bool = False,
 ) -> WorkerSlots:
     """``recorded``: status.slotIncarnations as last written. ``refill_finished``: workers that exited 0
-    free their slots (the chief ended without the final checkpoint, so the job needs a worker to write it)."""
+    free their slots (the chief ended without the final checkpoint, so the job needs a worker to write it).
+    ``suspended``: spec.suspend; every worker stops as when the budget is exceeded. ``resuming``: the first
+    pass after a suspension, whose recorded names all belonged to pods that ran and were stopped: each slot's
+    new pod takes the incarnation above them, so that no name comes back."""
     slots = spec.workers.slots
     desired = min(spec.workers.replicas, slots)
     occupancy = _occupancy(workers, verdicts, refill_finished)
     filled, duplicates = _one_per_slot(occupancy, verdicts, holder, slots)
     filled, scaled_down = _scaled_down(filled, desired, verdicts, holder)
     stops: list[Write] = []
-    if budget is not None and budget.exceeded:
+    stop_reason = Reason.SUSPENDED if suspended else Reason.BUDGET_EXCEEDED if budget and budget.exceeded else None
+    if stop_reason is not None:
         # Checkpoint and stop: SIGTERM every worker (the chief writes its checkpoint), add none.
-        stops = [_delete(pod, Reason.BUDGET_EXCEEDED) for pod in filled.values() if verdicts[name_of(pod)].alive]
+        stops = [_delete(pod, stop_reason) for pod in filled.values() if verdicts[name_of(pod)].alive]
         filled, desired = {}, 0
 
     # Fill empty slots, lowest first, as far as the budget allows.
@@ -79,7 +85,8 @@ def fill_worker_slots(
         incarnations[slot] = max(incarnations.get(slot, 0), seen)
     creates: list[Write] = []
     for slot in [s for s in range(slots) if s not in filled][: max(0, missing)]:
-        incarnations[slot] = max(incarnations.get(slot, 0), occupancy.incarnations.get(slot, 0) + 1)
+        after = max(incarnations.get(slot, 0), occupancy.incarnations.get(slot, 0)) if resuming else 0
+        incarnations[slot] = max(incarnations.get(slot, 0), occupancy.incarnations.get(slot, 0) + 1, after + 1)
         pod = children.worker_pod(job, spec, slot, incarnations[slot])
         creates.append(CreateChild(pod, recovery_since=occupancy.last_loss.get(slot)))
 
@@ -87,7 +94,7 @@ def fill_worker_slots(
     active = sum(v.state == PodState.RUNNING for v in alive)
     pending = sum(v.state == PodState.PENDING for v in alive) + max(0, desired - len(filled))
     unschedulable = _unschedulable(alive)
-    if placement is not None and not placement.ok and active < spec.workers.replicas:
+    if placement is not None and not placement.ok and not suspended and active < spec.workers.replicas:
         # No node pool can hold these pods at all: say why instead of waiting.
         unschedulable = f"{placement.reason}: {placement.message}"
     highest = tuple(incarnations.get(slot, 0) for slot in range(max(incarnations, default=-1) + 1))

@@ -20,15 +20,15 @@ class StaticChildren:
 
 
 def static_children(
-    job: Obj, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj]
+    job: Obj, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj], *, ps_replicas: int = 1
 ) -> StaticChildren:
     """Create the missing ones, bring changed PS Deployments up to the spec, delete PS Deployments past
-    ``parameterServers.replicas``."""
+    ``parameterServers.replicas``. ``ps_replicas``: each PS Deployment's replicas (0 while suspended)."""
     wanted = [
         children.headless_service(job),
         children.network_policy(job),
         *children.trainer_rbac(job, spec),
-        *(children.ps_deployment(job, spec, i) for i in range(spec.parameter_servers.replicas)),
+        *(children.ps_deployment(job, spec, i, replicas=ps_replicas) for i in range(spec.parameter_servers.replicas)),
     ]
     writes: list[Write] = []
     events: list[EmitEvent] = []
@@ -48,6 +48,9 @@ def static_children(
                     "and the chief restores the latest checkpoint",
                 )
             )
+        elif key[0] == "Deployment" and _replicas(observed[key]) != _replicas(manifest):
+            # spec.suspend: 0 once the workers are gone, 1 again on resume
+            writes.append(ReplaceChild(manifest))
         elif key[0] == "RoleBinding" and observed[key].get("subjects") != manifest.get("subjects"):
             # workers.template.spec.serviceAccountName changed: that account needs the Lease too.
             writes.append(ReplaceChild(manifest))
@@ -62,3 +65,8 @@ def static_children(
 
 def _ps_template(deployment: Obj) -> str | None:
     return annotations_of(deployment).get(ANNOTATION_PS_TEMPLATE)
+
+
+def _replicas(deployment: Obj) -> int:
+    replicas = (deployment.get("spec") or {}).get("replicas")
+    return 1 if replicas is None else int(replicas)
