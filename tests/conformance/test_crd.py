@@ -37,7 +37,8 @@ def test_defaulting_and_pruning(custom: client.CustomObjectsApi, namespace: str)
     spec = created["spec"]
     assert "notAField" not in spec
     # model and dataset have no schema default (a program excludes them); the operator reads resnet32/cifar10
-    assert "model" not in spec and "dataset" not in spec
+    assert "model" not in spec
+    assert "dataset" not in spec
     assert spec["backoffLimit"] == 3
     assert spec["learningRateScaling"] == "activeWorkers"
     assert spec["checkpoint"]["uri"] == "/tmp/x"
