@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -326,14 +326,20 @@ class Handlers:
             self.ctx.state.jobs.pop(key, None)
             if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
                 self.ctx.metrics.forget(namespace, name)
-                await asyncio.shield(asyncio.to_thread(self._release_workers, key, pods_by_job))
+                # Read the index here, on the loop that updates it: a thread iterating it would race its updates.
+                held = _finalized_pods(pods_by_job.get(key, []))
+                await asyncio.shield(asyncio.to_thread(self._release_workers, key[0], held))
 
-    def _release_workers(self, key: JobKey, pods_by_job: kopf.Index[JobKey, Any]) -> None:
+    def _release_workers(self, namespace: str, pod_names: list[str]) -> None:
         """The job is gone: its workers must not hang on our finalizer (the garbage collector deletes them; a
         pod deleted later is caught by :meth:`orphan_pod`)."""
-        for _kind, pod_name, pod in pods_by_job.get(key, []):
-            if FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or []):
-                self.ctx.applier.release_finalizer(key[0], pod_name)
+        for pod_name in pod_names:
+            self.ctx.applier.release_finalizer(namespace, pod_name)
+
+
+def _finalized_pods(indexed: Iterable[tuple[str, str, Any]]) -> list[str]:
+    """The names of the indexed pods that still carry our finalizer."""
+    return [name for _kind, name, pod in indexed if FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or [])]
 
 
 def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
