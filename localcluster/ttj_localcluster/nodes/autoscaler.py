@@ -30,11 +30,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ttj.kubeapi import JSON, KubeClient
 
-from .kube import obj_key
+from .kube import obj_key, pod_event
 from .pools import CLUSTER_NAME, NODE_INTERNAL_IP, NodePool, instance_group_name, node_object, now_rfc3339
 from .scheduling import (
     NodeUsage,
@@ -301,7 +300,9 @@ class ClusterAutoscaler:
                     self._posted[key] = (name, count + 1, first)
                 return
             name = f"{meta['name']}.{time.time_ns():x}"
-            self.client.create(path, _event_object(pod, name, event_type, reason, message=message, now=now))
+            self.client.create(
+                path, pod_event(pod, name, event_type, reason, message=message, component=COMPONENT, now=now)
+            )
             with self._lock:
                 self._posted[key] = (name, 1, now)
         except Exception as exc:  # an Event is best effort, as in kube
@@ -317,27 +318,3 @@ class ClusterAutoscaler:
             return False
         self._tokens[uid] = (tokens - 1, now)
         return True
-
-
-def _event_object(pod: JSON, name: str, event_type: str, reason: str, *, message: str, now: str) -> dict[str, Any]:
-    meta = pod["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": name, "namespace": meta["namespace"]},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta.get("uid"),
-        },
-        "type": event_type,
-        "reason": reason,
-        "message": message,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }

@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -207,3 +207,30 @@ def wait_synced(informers: Sequence[Informer], timeout: float = 30.0) -> None:
     for informer in informers:
         if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
             raise TimeoutError(f"informer {informer.name} did not sync within {timeout:.0f}s")
+
+
+def pod_event(
+    pod: JSON, name: str, event_type: str, reason: str, *, message: str, component: str, now: str
+) -> dict[str, Any]:
+    """A core/v1 Event about ``pod``, first seen ``now``, as a control-plane component writes one."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "type": event_type,
+        "reason": reason,
+        "message": message,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }

@@ -18,12 +18,11 @@ import queue
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from ttj import kubeapi
 from ttj.kubeapi import JSON, KubeClient, KubeError
 
-from .kube import Informer, WorkQueue, obj_key, wait_synced
+from .kube import Informer, WorkQueue, obj_key, pod_event, wait_synced
 from .pools import now_rfc3339
 from .scheduling import (
     NodeUsage,
@@ -404,24 +403,13 @@ class Scheduler:
         meta = pod["metadata"]
         now = now_rfc3339()
         suffix = f"{self._rng.getrandbits(48):012x}"
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{suffix}", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "type": event_type,
-            "reason": reason,
-            "message": message,
-            "source": {"component": SCHEDULER_NAME},
-            "reportingComponent": SCHEDULER_NAME,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        event = pod_event(
+            pod,
+            f"{meta['name']}.{suffix}",
+            event_type,
+            reason,
+            message=message,
+            component=SCHEDULER_NAME,
+            now=now,
+        )
         self.events.record(self.client, event)
