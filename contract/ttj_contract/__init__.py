@@ -288,6 +288,12 @@ class LeaseProgress:
     epoch: int | None = None
     #: The chief's latest error while training is held up (storage, parameter servers), for the operator.
     last_error: str | None = None
+    #: The latest evaluation of a program with an evaluation set: the global step it evaluated...
+    evaluation_step: int | None = None
+    #: ...and its metrics by Keras metric name (the loss as ``loss``).
+    evaluation: Mapping[str, float] | None = None
+    #: Where the chief exported the final model (the directory holding ``model.keras`` and ``saved_model/``).
+    export_path: str | None = None
 
     def to_annotation(self) -> str:
         fields = {
@@ -298,6 +304,9 @@ class LeaseProgress:
             "checkpointWriteSeconds": self.checkpoint_write_seconds,
             "epoch": self.epoch,
             "lastError": self.last_error,
+            "evaluationStep": self.evaluation_step,
+            "evaluation": None if self.evaluation is None else dict(self.evaluation),
+            "exportPath": self.export_path,
         }
         return json.dumps({k: v for k, v in fields.items() if v is not None}, separators=(",", ":"))
 
@@ -314,6 +323,9 @@ class LeaseProgress:
             write = data.get("checkpointWriteSeconds")
             epoch = data.get("epoch")
             error = data.get("lastError")
+            evaluation_step = data.get("evaluationStep")
+            evaluation = data.get("evaluation")
+            export = data.get("exportPath")
             return cls(
                 global_step=max(0, int(data.get("globalStep", 0))),
                 checkpoint_step=None if step is None else int(step),
@@ -322,6 +334,9 @@ class LeaseProgress:
                 checkpoint_write_seconds=None if write is None else max(0.0, float(write)),
                 epoch=None if epoch is None else int(epoch),
                 last_error=None if error is None else str(error),
+                evaluation_step=None if evaluation_step is None else int(evaluation_step),
+                evaluation=None if evaluation is None else {str(k): float(v) for k, v in evaluation.items()},
+                export_path=None if export is None else str(export),
             )
         except (ValueError, TypeError, AttributeError):
             return None

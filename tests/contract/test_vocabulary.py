@@ -57,6 +57,9 @@ def test_the_progress_record_has_the_documented_keys() -> None:
         checkpoint_write_seconds=1.5,
         epoch=2,
         last_error="e",
+        evaluation_step=4,
+        evaluation={"loss": 0.5, "accuracy": 0.75},
+        export_path="/ckpt/export/step-5",
     )
     assert list(json.loads(full.to_annotation())) == keys
 
