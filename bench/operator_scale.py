@@ -6,6 +6,10 @@ Measures, from the pod watch of this process (both ends of each interval seen th
   DisruptionTarget) to the ADDED event of the pod that takes its slot;
 - chief lost → new chief labelled: from the first event showing the chief lost to the event where
   another worker of the job carries ``transient.training/chief=true``;
+- both again from the event where the lost pod stopped (phase Failed, or deleted): a worker being
+  stopped (DisruptionTarget) keeps its slot, and a chief stays chief, until its container has stopped
+  (its SIGTERM checkpoint), so the first pair includes the node's graceful shutdown and the second is the
+  operator's own reaction;
 and the operator process's memory (RSS now, and its peak). Nodes of the spot pool (8 T4s each) are
 preempted one by one, as GKE does, while every job runs. The chief's Lease is not renewed (no trainer
 runs), so the operator runs with a long ``--chief-startup``.
@@ -92,6 +96,7 @@ class PodLog:
         self.api, self.namespace = api, namespace
         self.added: dict[str, float] = {}
         self.lost: dict[str, float] = {}
+        self.stopped: dict[str, float] = {}
         self.chief_at: dict[str, float] = {}
         self.slot: dict[str, tuple[str, str]] = {}
         self.stop = threading.Event()
@@ -132,8 +137,43 @@ class PodLog:
         disrupted = any(c.type == "DisruptionTarget" and c.status == "True" for c in pod.status.conditions or [])
         if (pod.status.phase == "Failed" or disrupted) and name not in self.lost:
             self.lost[name] = now
+        if (pod.status.phase == "Failed" or kind == "DELETED") and name not in self.stopped:
+            self.stopped[name] = now
         if labels.get(LABEL_CHIEF) == "true" and name not in self.chief_at:
             self.chief_at[name] = now
+
+
+def intervals(pods: PodLog, moments: Mapping[str, float], chiefs_before: set[str]) -> tuple[list[float], list[float]]:
+    """From each lost pod's moment to the pod that took its slot, and (for a chief) to the next chief."""
+    recovery, handover = [], []
+    by_slot: dict[tuple[str, str], list[str]] = {}
+    for name, key in pods.slot.items():
+        by_slot.setdefault(key, []).append(name)
+    for name, lost_at in moments.items():
+        key = pods.slot.get(name)
+        if key is None or name not in pods.lost:
+            continue
+        first_seen = pods.lost[name]
+        later = [pods.added[n] for n in by_slot.get(key, []) if n != name and pods.added.get(n, 0) > first_seen - 5]
+        if later:
+            recovery.append(max(0.0, min(later) - lost_at))
+        if name in chiefs_before or name in pods.chief_at:
+            job = key[0]
+            new = [t for n, t in pods.chief_at.items() if n != name and pods.slot.get(n, ("", ""))[0] == job]
+            new = [t for t in new if t >= first_seen]
+            if new:
+                handover.append(max(0.0, min(new) - lost_at))
+    return recovery, handover
+
+
+def summary(values: list[float]) -> str:
+    if not values:
+        return "no samples"
+    p50, p90, p99 = (percentile(values, q) for q in (50, 90, 99))
+    return (
+        f"n={len(values)} p50={p50 * 1000:.0f} ms p90={p90 * 1000:.0f} ms p99={p99 * 1000:.0f} ms "
+        f"max={max(values) * 1000:.0f} ms mean={statistics.mean(values) * 1000:.0f} ms"
+    )
 
 
 def progress(core: Any, namespace: str, phases: dict[str, str]) -> str:
@@ -264,33 +304,14 @@ def main() -> int:
             api.close()
 
     # Pair each lost worker with the pod that took its slot, and each lost chief with the next chief.
-    recovery, handover = [], []
-    by_slot: dict[tuple[str, str], list[str]] = {}
-    for name, key in pods.slot.items():
-        by_slot.setdefault(key, []).append(name)
-    for name, lost_at in pods.lost.items():
-        key = pods.slot.get(name)
-        if key is None:
-            continue
-        later = [pods.added[n] for n in by_slot.get(key, []) if n != name and pods.added.get(n, 0) > lost_at - 5]
-        if later:
-            recovery.append(min(later) - lost_at)
-        if name in chiefs_before or name in pods.chief_at:
-            job = key[0]
-            new = [t for n, t in pods.chief_at.items() if n != name and pods.slot.get(n, ("", ""))[0] == job]
-            new = [t for t in new if t >= lost_at]
-            if new:
-                handover.append(min(new) - lost_at)
-    print(f"preempted nodes: {len(victims)}; workers lost: {len(pods.lost)}; chiefs among them: {len(handover)}")
-    for label, values in (("preemption seen -> replacement created", recovery), ("chief lost -> new chief", handover)):
-        if not values:
-            print(f"{label}: no samples")
-            continue
-        p50, p90, p99 = (percentile(values, q) for q in (50, 90, 99))
-        print(
-            f"{label}: n={len(values)} p50={p50 * 1000:.0f} ms p90={p90 * 1000:.0f} ms p99={p99 * 1000:.0f} ms "
-            f"max={max(values) * 1000:.0f} ms mean={statistics.mean(values) * 1000:.0f} ms; p99/1s = {p99:.2f}"
-        )
+    print(f"preempted nodes: {len(victims)}; workers lost: {len(pods.lost)}")
+    for since, moments in (("seen", pods.lost), ("stopped", pods.stopped)):
+        recovery, handover = intervals(pods, moments, chiefs_before)
+        for label, values in (
+            (f"preemption {since} -> replacement created", recovery),
+            (f"chief {since} -> new chief", handover),
+        ):
+            print(f"{label}: {summary(values)}")
     print(f"operator RSS: {rss / 1024:.0f} MiB now, peak {max(hwm, peak_rss) / 1024:.0f} MiB (VmHWM)")
     print(f"operator log: {logs / 'operator.log'}")
     return 0
