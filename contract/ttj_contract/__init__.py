@@ -29,6 +29,8 @@ LABEL_JOB = f"{GROUP}/job-name"
 LABEL_ROLE = f"{GROUP}/role"
 LABEL_SLOT = f"{GROUP}/slot"
 LABEL_PS_INDEX = f"{GROUP}/ps-index"
+#: On worker pods of a job with ``spec.workers.groups``: the name of the group the pod was made for.
+LABEL_WORKER_GROUP = f"{GROUP}/worker-group"
 #: "true" on the worker pod that holds the Lease.
 LABEL_CHIEF = f"{GROUP}/chief"
 #: On the Lease: the number of Running workers, for the learning rate.

@@ -88,6 +88,9 @@ def test_cross_field_rules_are_cel_with_the_models_messages() -> None:
     rules = {r["rule"]: r["message"] for r in workers["x-kubernetes-validations"]}
     assert rules["self.minReplicas <= self.replicas"] == "workers.minReplicas must not exceed workers.replicas"
     assert "!has(self.maxReplicas) || self.replicas <= self.maxReplicas" in rules
+    unique = "!has(self.groups) || self.groups.all(g, self.groups.exists_one(h, h.name == g.name))"
+    assert rules[unique] == "workers.groups: each group needs a name of its own"
+    assert workers["properties"]["groups"]["maxItems"] == 8
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -127,3 +127,43 @@ def test_a_program_is_exclusive_with_model_and_dataset() -> None:
     assert parsed.program.args == {"units": "64"}
     assert "program is exclusive with model and dataset" in errors(spec(program=program, model="small-cnn"))
     assert "entrypoint" in errors(spec(program={"entrypoint": "not a function"}))
+
+
+GROUPS = [
+    {"name": "l4-spot", "acceleratorType": "nvidia-l4", "batchSize": 256},
+    {"name": "t4-spot-b", "zone": "us-central1-b"},
+    {"name": "t4-on-demand", "provisioning": "on-demand", "maxReplicas": 2},
+]
+
+
+def test_worker_groups_leave_unset_fields_to_the_workers_defaults() -> None:
+    parsed = TransientTrainingJobSpec.model_validate(spec(workers={"replicas": 4, "groups": GROUPS}))
+    groups = parsed.workers.groups
+    assert groups is not None
+    assert [(g.name, g.accelerator_type, g.provisioning, g.max_replicas, g.batch_size, g.zone) for g in groups] == [
+        ("l4-spot", "nvidia-l4", None, None, 256, None),
+        ("t4-spot-b", None, None, None, None, "us-central1-b"),
+        ("t4-on-demand", None, "on-demand", 2, None, None),
+    ]
+    # the job's counts are the total over its groups; without groups nothing changes
+    assert (parsed.workers.replicas, parsed.workers.slots) == (4, 4)
+    assert TransientTrainingJobSpec.model_validate(spec()).workers.groups is None
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ([{"name": "a"}, {"name": "a", "provisioning": "on-demand"}], "a name of its own (a repeated)"),
+        ([{"name": "A"}], "should match pattern"),
+        ([], "at least 1 item"),
+        ([{"name": f"g{i}"} for i in range(9)], "at most 8 items"),
+        (
+            [{"name": "a", "zone": "z1", "nodeSelector": {"topology.kubernetes.io/zone": "z2"}}],
+            "a group with zone may not also set topology.kubernetes.io/zone in its nodeSelector",
+        ),
+        ([{"name": "a", "maxReplicas": 300}], "less than or equal to 256"),
+        ([{"name": "a", "template": {}}], "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_worker_groups_are_refused(groups: list[dict[str, Any]], message: str) -> None:
+    assert message in errors(spec(workers={"groups": groups}))

@@ -108,6 +108,40 @@ def test_scale_subresource_and_cel_on_scale(custom: client.CustomObjectsApi, nam
     assert "workers.replicas must not exceed workers.maxReplicas" in json.loads(info.value.body)["message"]
 
 
+def test_worker_groups_are_stored_in_order_and_scale_counts_all_of_them(
+    custom: client.CustomObjectsApi, namespace: str
+) -> None:
+    groups = [
+        {"name": "l4", "acceleratorType": "nvidia-l4", "batchSize": 256},
+        {"name": "t4", "zone": "zone-b"},
+        {"name": "t4-od", "provisioning": "on-demand", "maxReplicas": 1},
+    ]
+    created = _create(
+        custom, namespace, minimal_job("grp", workers={"replicas": 2, "maxReplicas": 4, "groups": groups})
+    )
+    assert created["spec"]["workers"]["groups"] == groups  # no defaults written into a group: it inherits
+    custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "grp", {"spec": {"replicas": 4}})
+    job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "grp")
+    assert job["spec"]["workers"]["replicas"] == 4
+
+
+@pytest.mark.parametrize(
+    ("groups", "words"),
+    [
+        ([{"name": "a"}, {"name": "a"}], "each group needs a name of its own"),
+        ([{"name": "a", "zone": "z", "nodeSelector": {"topology.kubernetes.io/zone": "y"}}], "a group with zone"),
+        ([{"name": f"g{i}"} for i in range(9)], "must have at most 8 items"),
+    ],
+)
+def test_bad_worker_groups_are_refused(
+    custom: client.CustomObjectsApi, namespace: str, groups: list[dict[str, Any]], words: str
+) -> None:
+    with pytest.raises(client.ApiException) as info:
+        _create(custom, namespace, minimal_job("badgrp", workers={"groups": groups}))
+    assert info.value.status == 422
+    assert words in json.loads(info.value.body)["message"]
+
+
 def test_strategic_merge_is_refused_for_custom_resources(
     k8s_api: client.ApiClient, custom: client.CustomObjectsApi, namespace: str
 ) -> None:

@@ -28,6 +28,7 @@ DOC = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text()
         contract.LABEL_ROLE,
         contract.LABEL_SLOT,
         contract.LABEL_CHIEF,
+        contract.LABEL_WORKER_GROUP,
         contract.ANNOTATION_ACTIVE_WORKERS,
         contract.ANNOTATION_DESIRED_WORKERS,
         contract.ANNOTATION_PROGRESS,

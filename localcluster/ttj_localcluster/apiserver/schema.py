@@ -80,6 +80,10 @@ def _field_error(error: jsonschema.ValidationError) -> tuple[str, str]:
             path,
             f"Invalid value: {_show(error.instance)}: {path} in body should be {relation} {error.validator_value}",
         )
+    if kind in ("maxItems", "maxProperties"):
+        # kube answers both with field.TooMany, worded for items
+        count = len(cast(list[Any] | dict[str, Any], error.instance))
+        return (path, f"Too many: {count}: must have at most {error.validator_value} items")
     return (path, f"Invalid value: {_show(error.instance)}: {error.message}")
 
 

@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from ttj.api.objects import JobStatusBody
 from ttj.api.podtemplate import (
+    DNS_1123_LABEL,
     DNS_1123_SUBDOMAIN,
     LABEL_VALUE,
     NodeSelector,
@@ -96,6 +97,8 @@ class ConditionType(StrEnum):
     STALLED = "Stalled"
     #: spec.suspend (True while suspended, False once resumed), as a batch/v1 Job's ``Suspended``.
     SUSPENDED = "Suspended"
+    #: True while some worker runs in a later group than it first went to because the earlier one had no capacity.
+    CAPACITY_FALLBACK = "CapacityFallback"
 
 
 class Reason(StrEnum):
@@ -135,6 +138,8 @@ class Reason(StrEnum):
     TRAINER_MISCONFIGURED = "TrainerMisconfigured"
     PROGRAM_INVALID = "ProgramInvalid"
     LOSS_NOT_FINITE = "LossNotFinite"
+    GROUP_CAPACITY_UNAVAILABLE = "GroupCapacityUnavailable"
+    PREFERRED_GROUPS = "PreferredGroups"
 
 
 ModelName = Literal["resnet32", "small-cnn"]
@@ -237,6 +242,88 @@ class ParameterServerSpec(_Model):
     )
 
 
+#: The most worker groups a job may list: each is a fallback step, and CEL rules over the list are priced per item.
+MAX_WORKER_GROUPS = 8
+#: The node label naming a node's zone (well-known, set by every cloud provider).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+#: How long a worker may stay unschedulable before its slot is filled from the next group, without
+#: ``workers.fallbackAfterSeconds``.
+DEFAULT_FALLBACK_AFTER_SECONDS = 600
+
+
+class WorkerGroupSpec(_Model):
+    """One kind of worker node; a field left unset takes the value of spec.workers' field (batchSize: spec's)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                f"!has(self.zone) || !has(self.nodeSelector) || !('{ZONE_LABEL}' in self.nodeSelector)",
+                f"a group with zone may not also set {ZONE_LABEL} in its nodeSelector",
+            ),
+        )
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS_1123_LABEL,
+        description="The group's name, unique in the job (a DNS label); worker pods carry it in the label "
+        "transient.training/worker-group.",
+    )
+    accelerator_type: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE,
+        description="GPU type of the group's nodes (the node label cloud.google.com/gke-accelerator); "
+        "default: workers.acceleratorType.",
+    )
+    gpus_per_worker: int | None = Field(
+        default=None, ge=0, le=16, description="nvidia.com/gpu limit of each worker; default: workers.gpusPerWorker."
+    )
+    provisioning: Provisioning | None = Field(
+        default=None,
+        description="How the group's nodes are bought: spot, preemptible or on-demand; default: workers.provisioning.",
+    )
+    max_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        le=256,
+        description="The most worker slots this group may hold at once (e.g. a cap on on-demand workers); "
+        "unset: as many as the job has.",
+    )
+    resources: ResourceRequirements | None = Field(
+        default=None,
+        description="Compute resources of each of the group's worker containers, besides GPUs; default: "
+        "workers.resources.",
+    )
+    node_selector: NodeSelector | None = Field(
+        default=None,
+        description="Extra node labels the group's nodes must carry, added over workers.nodeSelector's; "
+        "ttj's own (spot, preemptible, accelerator) are refused.",
+    )
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] | None = Field(
+        default=None, description="Extra tolerations of the group's worker pods, before workers.tolerations."
+    )
+    batch_size: int | None = Field(
+        default=None, ge=1, le=65536, description="Per-worker batch size of the group's workers; default: batchSize."
+    )
+    zone: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE,
+        description=f"Pin the group to one zone (the node label {ZONE_LABEL}), e.g. to fall back to another "
+        "zone's spot capacity; unset: any zone.",
+    )
+
+    @model_validator(mode="after")
+    def _zone_once(self) -> WorkerGroupSpec:
+        if self.zone is not None and ZONE_LABEL in (self.node_selector or {}):
+            raise ValueError(f"a group with zone may not also set {ZONE_LABEL} in its nodeSelector")
+        return self
+
+
 class WorkerSpec(_Model):
     """The workers: bare pods, one per active slot, on GPU nodes bought as `provisioning` says."""
 
@@ -246,6 +333,10 @@ class WorkerSpec(_Model):
             (
                 "!has(self.maxReplicas) || self.replicas <= self.maxReplicas",
                 "workers.replicas must not exceed workers.maxReplicas",
+            ),
+            (
+                "!has(self.groups) || self.groups.all(g, self.groups.exists_one(h, h.name == g.name))",
+                "workers.groups: each group needs a name of its own",
             ),
         )
     )
@@ -307,6 +398,21 @@ class WorkerSpec(_Model):
         "and its env, the Lease access, its volumes, GPU and spot/preemptible placement, the security context) "
         "cannot be overridden.",
     )
+    groups: Annotated[list[WorkerGroupSpec], Field(min_length=1, max_length=MAX_WORKER_GROUPS)] | None = Field(
+        default=None,
+        description="Kinds of worker nodes in order of preference (at most 8), e.g. spot L4, else spot T4, else "
+        "on-demand T4. A new worker goes to the first group with room whose capacity is not known to be out; a "
+        "worker unschedulable for fallbackAfterSeconds moves to the next group. replicas, minReplicas and "
+        "maxReplicas count the workers of all groups together. Without groups the job has one group, made of "
+        "the fields above.",
+    )
+    fallback_after_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT32,
+        description="With groups: how long a worker may stay unschedulable (no node can take it, none is being "
+        f"added) before its slot is filled from the next group; default {DEFAULT_FALLBACK_AFTER_SECONDS}.",
+    )
 
     @property
     def slots(self) -> int:
@@ -323,6 +429,14 @@ class WorkerSpec(_Model):
             raise ValueError(
                 f"workers.replicas ({self.replicas}) must not exceed workers.maxReplicas ({self.max_replicas})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _group_names_unique(self) -> WorkerSpec:
+        names = [g.name for g in self.groups or []]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"workers.groups: each group needs a name of its own ({', '.join(repeated)} repeated)")
         return self
 
 
@@ -615,6 +729,29 @@ class ChiefStatus(_Model):
     )
 
 
+class WorkerGroupStatus(_Model):
+    """One worker group's workers and cost (spec.workers.groups, in their order)."""
+
+    name: str = Field(description="The group's name.")
+    accelerator_type: str | None = Field(default=None, description="GPU type of the group's nodes.")
+    provisioning: str | None = Field(default=None, description="How the group's nodes are bought.")
+    desired: int = Field(default=0, ge=0, description="Worker slots the group is to hold now.")
+    active: int = Field(default=0, ge=0, description="The group's workers running.")
+    pending: int = Field(default=0, ge=0, description="The group's workers created but not yet running.")
+    usd: float = Field(
+        default=0.0, ge=0, description="Cost accrued by the group's worker pods that still exist, in US dollars."
+    )
+    capacity_unavailable_since: str | None = Field(
+        default=None,
+        description="Since when new workers skip this group: one of its workers stayed unschedulable for "
+        "workers.fallbackAfterSeconds (RFC 3339); cleared once one of its workers runs.",
+        json_schema_extra={"format": "date-time"},
+    )
+    capacity_unavailable_reason: str | None = Field(
+        default=None, description="Why the group's capacity was taken to be out (the scheduler's message)."
+    )
+
+
 class WorkerCounts(_Model):
     """How many workers the job wants and has."""
 
@@ -849,6 +986,10 @@ class TransientTrainingJobStatus(_Model):
     )
     chief: ChiefStatus | None = Field(default=None, description="The current checkpointing chief.")
     workers: WorkerCounts | None = Field(default=None, description="Worker counts.")
+    worker_groups: list[WorkerGroupStatus] | None = Field(
+        default=None,
+        description="Workers and cost by worker group, in the order of spec.workers.groups (jobs with groups only).",
+    )
     preemptions: int = Field(default=0, ge=0, description="Workers and parameter servers lost to preemption.")
     replacements: int = Field(default=0, ge=0, description="Worker pods created to replace lost ones.")
     chief_elections: int = Field(default=0, ge=0, description="Chiefs elected over the job's life.")

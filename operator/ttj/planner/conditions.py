@@ -82,6 +82,9 @@ class InProgress:
     stopping: int = 0
     #: The job has been suspended at some time (its Suspended condition stays, False once resumed).
     ever_suspended: bool = False
+    #: With worker groups: which groups new workers skip for want of capacity, in words ("" when none); None
+    #: for a job without groups.
+    capacity_fallback: str | None = None
 
     @property
     def training(self) -> bool:
@@ -243,6 +246,14 @@ def _suspended(s: Situation) -> Holds | None:
     return True, Reason.SUSPENDED, "no pods run: no worker, and the parameter servers scaled to 0"
 
 
+def _capacity_fallback(s: Situation) -> Holds | None:
+    if not isinstance(s, InProgress) or s.capacity_fallback is None:
+        return None
+    if s.capacity_fallback:
+        return True, Reason.GROUP_CAPACITY_UNAVAILABLE, s.capacity_fallback
+    return False, Reason.PREFERRED_GROUPS, "no worker group is skipped for want of capacity"
+
+
 def _succeeded(s: Situation) -> Holds | None:
     if isinstance(s, Ended) and s.ending.phase == Phase.SUCCEEDED:
         return True, s.ending.reason, s.ending.message
@@ -281,6 +292,8 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.BUDGET_EXCEEDED: Rule(_budget_exceeded, warns=True),
     ConditionType.STALLED: Rule(_stalled, warns=True),
     ConditionType.SUSPENDED: Rule(_suspended, warns=False),
+    # the slots stage posts the Event, naming the slot, the group it left, why, and the group it went to
+    ConditionType.CAPACITY_FALLBACK: Rule(_capacity_fallback, warns=True, evented=False),
     ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
     ConditionType.FAILED: Rule(_failed, warns=True),
     ConditionType.REPLICA_FAILURE: Rule(_replica_failure, warns=True),
