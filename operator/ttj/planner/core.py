@@ -31,6 +31,7 @@ from ttj.api.models import (
     TransientTrainingJobSpec,
     TransientTrainingJobStatus,
     WorkerCounts,
+    WorkerGroupStatus,
     status_body,
 )
 from ttj.api.objects import JobStatusBody
@@ -43,17 +44,18 @@ from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, Invali
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import Costing, cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
+from ttj.planner.groups import group_problems, groups_of, groups_status, recorded_unavailable
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.lost import ServerLoss
-from ttj.planner.observed import Observed, meta, name_of
+from ttj.planner.observed import Observed, has_role, meta, name_of
 from ttj.planner.ownership import name_problems, ownership_problems
 from ttj.planner.parameter_servers import ParameterServers, parameter_servers, refused_creates
 from ttj.planner.slots import WorkerSlots, fill_worker_slots
 from ttj.planner.stall import Stall, stall_of, track_progress
 from ttj.planner.static_children import StaticChildren, static_children
 from ttj.planner.suspension import Suspension, suspension_of
-from ttj_contract import format_time, parse_time, worker_selector
+from ttj_contract import Role, format_time, parse_time, worker_selector
 
 __all__ = ["CostFunction", "Plan", "PlannerConfig", "plan"]
 
@@ -129,7 +131,7 @@ def plan(
         spec = TransientTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as exc:
         return _invalid(run, [f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()])
-    problems = name_problems(name, spec) or ownership_problems(job, spec)
+    problems = name_problems(name, spec) or ownership_problems(job, spec) or group_problems(spec)
     if problems:
         return _invalid(run, problems)
     if previous.phase is not None and previous.phase in TERMINAL:
@@ -261,6 +263,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             "chief": chief.chief,
             "chief_elections": elections,
             "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
+            "worker_groups": _groups(run, spec, slots, counted),
             "slot_incarnations": list(slots.incarnations) or None,
             "conditions": derived.conditions,
             "checkpoint_interval": interval.status,
@@ -271,13 +274,21 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
         run,
         status,
         writes=[*_read_writes(reading), *servers.writes, *slots.writes, *chief.writes, *interval.writes],
-        events=[*_read_events(reading), *servers.events, *chief.events, *derived.events, *losses.events],
+        events=[
+            *_read_events(reading),
+            *servers.events,
+            *slots.events,
+            *chief.events,
+            *derived.events,
+            *losses.events,
+        ],
         observations=chief.observations,
         wake=[
             *reading.assessed.wake,
             *servers.wake,
             chief.wake,
             stall.wake,
+            slots.wake,
             None if suspended else deadline_of(spec, parse_time(reading.start_time)),
         ],
     )
@@ -386,6 +397,8 @@ def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Wor
         refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
         suspended=reading.suspension.suspended,
         resuming=reading.suspension.resuming,
+        now=run.now,
+        unavailable=recorded_unavailable(run.previous.worker_groups or [], run.now),
     )
 
 
@@ -478,6 +491,18 @@ def _situation(
         suspended=reading.suspension.suspended,
         stopping=reading.suspension.stopping,
         ever_suspended=reading.suspension.ever,
+        capacity_fallback=_capacity_fallback(spec, slots),
+    )
+
+
+def _capacity_fallback(spec: TransientTrainingJobSpec, slots: WorkerSlots) -> str | None:
+    """The CapacityFallback condition's message: the groups new workers skip, and why ("" for none); None
+    without groups."""
+    if not spec.workers.groups:
+        return None
+    return "; ".join(
+        f"group {name} skipped since {format_time(mark.since)}: {mark.reason}"
+        for name, mark in sorted(slots.unavailable.items())
     )
 
 
@@ -523,6 +548,20 @@ def _losses(
         progress=counted.progress,
         cost=counted.cost,
         now=run.now,
+    )
+
+
+def _groups(
+    run: _Pass, spec: TransientTrainingJobSpec, slots: WorkerSlots, counted: TransientTrainingJobStatus
+) -> list[WorkerGroupStatus] | None:
+    ledger = (counted.cost.pods if counted.cost is not None else None) or []
+    return groups_status(
+        groups_of(spec),
+        held=slots.held,
+        running=slots.running,
+        unavailable=slots.unavailable,
+        pods=[p for p in run.observed.pods if has_role(p, Role.WORKER)],
+        pod_usd={entry.name: entry.usd for entry in ledger if entry.role == "worker"},
     )
 
 

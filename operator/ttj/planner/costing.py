@@ -14,6 +14,7 @@ from ttj.cost.prices import PriceTable
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
+from ttj.planner.groups import worker_gpus
 from ttj.planner.observed import (
     Obj,
     Observed,
@@ -68,7 +69,7 @@ def observations(
                 started_at=started,
                 ended_at=_ended_at(pod, verdicts.get(name_of(pod))) if started is not None else None,
                 node=shape,
-                gpus=spec.workers.gpus_per_worker if label == Role.WORKER else 0,
+                gpus=worker_gpus(spec, pod) if label == Role.WORKER else 0,
             )
         )
     return out

@@ -1,0 +1,205 @@
+"""Worker groups: which kind of node a new worker goes to, and when a slot falls back to the next kind.
+
+A job with ``spec.workers.groups`` lists kinds of worker nodes in order of preference; a job without has one
+group made of the ``spec.workers`` fields, whose pods are exactly those ttj always made (no group label). A
+group's pods are built from the job's spec as the group sees it (:func:`group_spec`): the same builder, so a
+group can differ from the job's one group only in what its fields say.
+
+A new worker goes to the first group with room (``maxReplicas``) whose capacity is not known to be out. A
+worker pending as unschedulable for ``workers.fallbackAfterSeconds`` shows that its group's capacity is out:
+it is deleted, its group is marked (``status.workerGroups[].capacityUnavailableSince``), and its slot goes to
+the next group with room. The mark is the only memory, and it lives in the status: a restarted operator
+skips the same groups. It lasts until a worker of the group runs (a group can still get workers while
+marked: when every later group is full or marked too) or :data:`CAPACITY_RETRY_SECONDS` pass, after which
+new workers try the group again.
+
+Why the wait and not the cluster autoscaler's ``NotTriggerScaleUp``/``FailedScaleUp`` Events: the pod's own
+``PodScheduled=False Unschedulable`` condition is level state the planner already observes; Events are
+best-effort (rate-limited, deduplicated, gone after an hour, absent on clusters without an autoscaler), so
+the wait is needed as the fallback anyway, and it alone keeps the planner a function of the observed pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ttj.api.models import (
+    DEFAULT_FALLBACK_AFTER_SECONDS,
+    ZONE_LABEL,
+    TransientTrainingJobSpec,
+    WorkerGroupSpec,
+    WorkerGroupStatus,
+)
+from ttj.planner import children
+from ttj.planner.classify import PodState, PodVerdict
+from ttj.planner.observed import Obj, condition, labels_of, meta, name_of
+from ttj_contract import ACCELERATOR_LABEL, LABEL_WORKER_GROUP, PREEMPTIBLE_LABEL, SPOT_LABEL, format_time, parse_time
+
+#: How long new workers skip a group whose capacity was found out, unless one of its workers runs sooner.
+CAPACITY_RETRY_SECONDS = 1800
+#: Node labels ttj sets from a group's fields: a group's nodeSelector may not set them.
+GROUP_PLACEMENT_LABELS = (SPOT_LABEL, PREEMPTIBLE_LABEL, ACCELERATOR_LABEL)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A kind of worker node: its name (None for the one group of a job without groups), the job's spec as its
+    pods see it, and the most slots it may hold (None: no cap)."""
+
+    name: str | None
+    spec: TransientTrainingJobSpec
+    max_slots: int | None = None
+
+    def has_room(self, held: int) -> bool:
+        return self.max_slots is None or held < self.max_slots
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A group whose capacity is out: since when, and the scheduler's words."""
+
+    since: datetime
+    reason: str
+
+
+def groups_of(spec: TransientTrainingJobSpec) -> tuple[Group, ...]:
+    """The job's worker groups in order of preference."""
+    if not spec.workers.groups:
+        return (Group(None, spec),)
+    return tuple(Group(g.name, group_spec(spec, g), g.max_replicas) for g in spec.workers.groups)
+
+
+def group_spec(spec: TransientTrainingJobSpec, group: WorkerGroupSpec) -> TransientTrainingJobSpec:
+    """The job's spec as ``group``'s pods see it: the group's fields over spec.workers' (selectors and
+    tolerations added to them), its batch size over spec.batchSize."""
+    workers = spec.workers
+    selector = {**(workers.node_selector or {}), **(group.node_selector or {})}
+    if group.zone is not None:
+        selector[ZONE_LABEL] = group.zone
+    tolerations = [*(group.tolerations or []), *(workers.tolerations or [])]
+    own = workers.model_copy(
+        update={
+            "accelerator_type": group.accelerator_type or workers.accelerator_type,
+            "gpus_per_worker": workers.gpus_per_worker if group.gpus_per_worker is None else group.gpus_per_worker,
+            "provisioning": group.provisioning or workers.provisioning,
+            "resources": group.resources if group.resources is not None else workers.resources,
+            "node_selector": selector or None,
+            "tolerations": tolerations or None,
+            "groups": None,
+        }
+    )
+    return spec.model_copy(update={"workers": own, "batch_size": group.batch_size or spec.batch_size})
+
+
+def group_problems(spec: TransientTrainingJobSpec) -> list[str]:
+    """Why a group's nodeSelector would override ttj's placement."""
+    return [
+        f"workers.groups[{i}] ({g.name}): nodeSelector may not set {key}: ttj places the pods by provisioning and "
+        "acceleratorType"
+        for i, g in enumerate(spec.workers.groups or [])
+        for key in sorted(set(g.node_selector or {}) & set(GROUP_PLACEMENT_LABELS))
+    ]
+
+
+def group_of(pod: Obj) -> str | None:
+    """The group a worker pod was made for; None without the label (a job without groups)."""
+    return labels_of(pod).get(LABEL_WORKER_GROUP)
+
+
+def worker_gpus(spec: TransientTrainingJobSpec, pod: Obj) -> int:
+    """The GPUs a worker pod was made with: its group's gpusPerWorker (spec.workers' without groups)."""
+    name = group_of(pod)
+    group = next((g for g in spec.workers.groups or [] if g.name == name), None) if name is not None else None
+    return spec.workers.gpus_per_worker if group is None or group.gpus_per_worker is None else group.gpus_per_worker
+
+
+def group_worker_pod(job: Obj, group: Group, slot: int, incarnation: int) -> Obj:
+    """Worker pod ``incarnation`` of ``slot`` in ``group``."""
+    pod = children.worker_pod(job, group.spec, slot, incarnation)
+    if group.name is not None:
+        pod["metadata"]["labels"][LABEL_WORKER_GROUP] = group.name
+    return pod
+
+
+def fallback_after(spec: TransientTrainingJobSpec) -> timedelta:
+    seconds = spec.workers.fallback_after_seconds
+    return timedelta(seconds=DEFAULT_FALLBACK_AFTER_SECONDS if seconds is None else seconds)
+
+
+def recorded_unavailable(previous: Iterable[WorkerGroupStatus], now: datetime) -> dict[str, Unavailable]:
+    """The groups status marks as out of capacity, less the marks older than :data:`CAPACITY_RETRY_SECONDS`."""
+    marks: dict[str, Unavailable] = {}
+    for entry in previous:
+        since = parse_time(entry.capacity_unavailable_since)
+        if since is not None and now - since < timedelta(seconds=CAPACITY_RETRY_SECONDS):
+            marks[entry.name] = Unavailable(since, entry.capacity_unavailable_reason or "")
+    return marks
+
+
+def unschedulable_since(pod: Obj, verdict: PodVerdict) -> datetime | None:
+    """Since when a pending worker has been unschedulable (its PodScheduled=False Unschedulable condition), or
+    None when it is not."""
+    if verdict.state != PodState.PENDING or not verdict.pending_reason:
+        return None
+    scheduled = condition(pod, "PodScheduled")
+    if scheduled is None or scheduled.get("reason") != "Unschedulable":
+        return None
+    return parse_time(scheduled.get("lastTransitionTime")) or parse_time(meta(pod).get("creationTimestamp"))
+
+
+def choose_group(
+    groups: tuple[Group, ...], held: Mapping[str | None, int], unavailable: Mapping[str, Unavailable]
+) -> Group | None:
+    """The group a new worker goes to: the first with room whose capacity is not known to be out, else the first
+    with room (every group with room is out: try the preferred one again); None when no group has room."""
+    roomy = [g for g in groups if g.has_room(held.get(g.name, 0))]
+    available = [g for g in roomy if g.name not in unavailable]
+    candidates = available or roomy
+    return candidates[0] if candidates else None
+
+
+def next_group(groups: tuple[Group, ...], after: str | None, held: Mapping[str | None, int]) -> Group | None:
+    """The first group after ``after`` with room, or None."""
+    names = [g.name for g in groups]
+    if after not in names:
+        return None
+    return next((g for g in groups[names.index(after) + 1 :] if g.has_room(held.get(g.name, 0))), None)
+
+
+def groups_status(
+    groups: tuple[Group, ...],
+    *,
+    held: Mapping[str | None, int],
+    running: Mapping[str | None, int],
+    unavailable: Mapping[str, Unavailable],
+    pods: Iterable[Obj],
+    pod_usd: Mapping[str, float],
+) -> list[WorkerGroupStatus] | None:
+    """status.workerGroups: each group's live workers after this pass (``held``, creates included) and those
+    running, its capacity mark, and the cost of its pods that still exist (``pod_usd``: by pod name); None for
+    a job without groups."""
+    if groups[0].name is None:
+        return None
+    usd: dict[str | None, float] = {}
+    for pod in pods:
+        usd[group_of(pod)] = usd.get(group_of(pod), 0.0) + pod_usd.get(name_of(pod), 0.0)
+    entries = []
+    for group in groups:
+        mark = unavailable.get(group.name or "")
+        desired, active = held.get(group.name, 0), running.get(group.name, 0)
+        entries.append(
+            WorkerGroupStatus(
+                name=group.name or "",
+                accelerator_type=group.spec.workers.accelerator_type,
+                provisioning=str(group.spec.workers.provisioning),
+                desired=desired,
+                active=active,
+                pending=max(0, desired - active),
+                usd=round(usd.get(group.name, 0.0), 6),
+                capacity_unavailable_since=format_time(mark.since) if mark else None,
+                capacity_unavailable_reason=mark.reason if mark else None,
+            )
+        )
+    return entries
