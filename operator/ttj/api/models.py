@@ -738,8 +738,12 @@ class WorkerGroupStatus(_Model):
     desired: int = Field(default=0, ge=0, description="Worker slots the group is to hold now.")
     active: int = Field(default=0, ge=0, description="The group's workers running.")
     pending: int = Field(default=0, ge=0, description="The group's workers created but not yet running.")
-    usd: float = Field(
-        default=0.0, ge=0, description="Cost accrued by the group's worker pods that still exist, in US dollars."
+    usd: float = Field(default=0.0, ge=0, description="Cost accrued by the group's workers so far, in US dollars.")
+    settled_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="settledUSD",
+        description="Of usd: the cost of the group's worker pods that no longer exist, in US dollars.",
     )
     capacity_unavailable_since: str | None = Field(
         default=None,
@@ -807,6 +811,7 @@ class PodCost(_Model):
     name: str = Field(description="Pod name.")
     uid: str = Field(description="Pod UID (a replacement pod of the same name is another entry).")
     role: Literal["ps", "worker"] = Field(description="ps or worker.")
+    group: str | None = Field(default=None, description="The worker group the pod was made for (with groups).")
     provisioning: str | None = Field(default=None, description="How the pod's node was bought.")
     started_at: str = Field(
         description="When the pod started running (RFC 3339).", json_schema_extra={"format": "date-time"}

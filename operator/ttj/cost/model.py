@@ -100,6 +100,8 @@ class PodObservation:
     #: Share of the node the pod pays when not derived from GPUs (e.g. its CPU request over the node's
     #: allocatable CPU for a parameter server sharing a node); ``None``: the whole node.
     node_share: float | None = None
+    #: The worker group the pod was made for (spec.workers.groups); None without groups.
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,7 @@ def accrue(
                 name=pod.name,
                 uid=pod.uid,
                 role=pod.role,
+                group=pod.group if pod.group is not None else old.group if old is not None else None,
                 provisioning=str(provisioning) if provisioning is not None else None,
                 started_at=format_micro_time(started),
                 ended_at=format_micro_time(ended) if ended is not None else None,

@@ -48,14 +48,14 @@ from ttj.planner.groups import group_problems, groups_of, groups_status, recorde
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.lost import ServerLoss
-from ttj.planner.observed import Observed, has_role, meta, name_of
+from ttj.planner.observed import Observed, meta, name_of
 from ttj.planner.ownership import name_problems, ownership_problems
 from ttj.planner.parameter_servers import ParameterServers, parameter_servers, refused_creates
 from ttj.planner.slots import WorkerSlots, fill_worker_slots
 from ttj.planner.stall import Stall, stall_of, track_progress
 from ttj.planner.static_children import StaticChildren, static_children
 from ttj.planner.suspension import Suspension, suspension_of
-from ttj_contract import Role, format_time, parse_time, worker_selector
+from ttj_contract import format_time, parse_time, worker_selector
 
 __all__ = ["CostFunction", "Plan", "PlannerConfig", "plan"]
 
@@ -554,14 +554,15 @@ def _losses(
 def _groups(
     run: _Pass, spec: TransientTrainingJobSpec, slots: WorkerSlots, counted: TransientTrainingJobStatus
 ) -> list[WorkerGroupStatus] | None:
-    ledger = (counted.cost.pods if counted.cost is not None else None) or []
+    before = run.previous.cost
     return groups_status(
         groups_of(spec),
         held=slots.held,
         running=slots.running,
         unavailable=slots.unavailable,
-        pods=[p for p in run.observed.pods if has_role(p, Role.WORKER)],
-        pod_usd={entry.name: entry.usd for entry in ledger if entry.role == "worker"},
+        previous=run.previous.worker_groups or [],
+        ledger_before=(before.pods if before is not None else None) or [],
+        ledger=(counted.cost.pods if counted.cost is not None else None) or [],
     )
 
 

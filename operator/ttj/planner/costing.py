@@ -14,7 +14,7 @@ from ttj.cost.prices import PriceTable
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
-from ttj.planner.groups import worker_gpus
+from ttj.planner.groups import group_of, worker_gpus
 from ttj.planner.observed import (
     Obj,
     Observed,
@@ -70,6 +70,7 @@ def observations(
                 ended_at=_ended_at(pod, verdicts.get(name_of(pod))) if started is not None else None,
                 node=shape,
                 gpus=worker_gpus(spec, pod) if label == Role.WORKER else 0,
+                group=group_of(pod),
             )
         )
     return out

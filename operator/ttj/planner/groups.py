@@ -21,20 +21,21 @@ the wait is needed as the fallback anyway, and it alone keeps the planner a func
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ttj.api.models import (
     DEFAULT_FALLBACK_AFTER_SECONDS,
     ZONE_LABEL,
+    PodCost,
     TransientTrainingJobSpec,
     WorkerGroupSpec,
     WorkerGroupStatus,
 )
 from ttj.planner import children
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.observed import Obj, condition, labels_of, meta, name_of
+from ttj.planner.observed import Obj, condition, labels_of, meta
 from ttj_contract import ACCELERATOR_LABEL, LABEL_WORKER_GROUP, PREEMPTIBLE_LABEL, SPOT_LABEL, format_time, parse_time
 
 #: How long new workers skip a group whose capacity was found out, unless one of its workers runs sooner.
@@ -174,30 +175,40 @@ def groups_status(
     held: Mapping[str | None, int],
     running: Mapping[str | None, int],
     unavailable: Mapping[str, Unavailable],
-    pods: Iterable[Obj],
-    pod_usd: Mapping[str, float],
+    previous: Sequence[WorkerGroupStatus],
+    ledger_before: Sequence[PodCost],
+    ledger: Sequence[PodCost],
 ) -> list[WorkerGroupStatus] | None:
     """status.workerGroups: each group's live workers after this pass (``held``, creates included) and those
-    running, its capacity mark, and the cost of its pods that still exist (``pod_usd``: by pod name); None for
-    a job without groups."""
+    running, its capacity mark, and its cost: what its pods in the cost ledger (status.cost.pods, ``ledger``
+    now and ``ledger_before`` as last written) have accrued, plus what its pods gone from the ledger had, as
+    the job's own settledUSD keeps it. None for a job without groups."""
     if groups[0].name is None:
         return None
-    usd: dict[str | None, float] = {}
-    for pod in pods:
-        usd[group_of(pod)] = usd.get(group_of(pod), 0.0) + pod_usd.get(name_of(pod), 0.0)
+    settled = {entry.name: entry.settled_usd for entry in previous}
+    now_in = {entry.uid for entry in ledger}
+    for entry in ledger_before:
+        if entry.group is not None and entry.uid not in now_in:
+            settled[entry.group] = settled.get(entry.group, 0.0) + entry.usd
+    running_usd: dict[str, float] = {}
+    for entry in ledger:
+        if entry.group is not None:
+            running_usd[entry.group] = running_usd.get(entry.group, 0.0) + entry.usd
     entries = []
     for group in groups:
-        mark = unavailable.get(group.name or "")
+        name = group.name or ""
+        mark = unavailable.get(name)
         desired, active = held.get(group.name, 0), running.get(group.name, 0)
         entries.append(
             WorkerGroupStatus(
-                name=group.name or "",
+                name=name,
                 accelerator_type=group.spec.workers.accelerator_type,
                 provisioning=str(group.spec.workers.provisioning),
                 desired=desired,
                 active=active,
                 pending=max(0, desired - active),
-                usd=round(usd.get(group.name, 0.0), 6),
+                usd=round(settled.get(name, 0.0) + running_usd.get(name, 0.0), 6),
+                settled_usd=round(settled.get(name, 0.0), 6),
                 capacity_unavailable_since=format_time(mark.since) if mark else None,
                 capacity_unavailable_reason=mark.reason if mark else None,
             )

@@ -221,3 +221,44 @@ def test_scaling_down_releases_the_least_preferred_groups_first() -> None:
     result = world.reconcile(T0 + timedelta(seconds=1))
     # the fallback group's workers go, though their slots are the lowest
     assert sorted(d.name for d in result.of_type(DeleteChild)) == ["mnist-worker-0-1", "mnist-worker-1-1"]
+
+
+def test_each_groups_cost_is_its_pods_at_their_nodes_prices_and_outlives_the_pods() -> None:
+    from ttj.cost.prices import load_price_table
+    from ttj.planner import PlannerConfig
+
+    config = PlannerConfig(prices=load_price_table())
+    groups = [
+        {"name": "l4", "acceleratorType": "nvidia-l4", "maxReplicas": 1},
+        {"name": "od", "provisioning": "on-demand"},
+    ]
+    world = World(grouped(replicas=2, minReplicas=1, groups=groups))
+    l4, od = node("l4-0"), node("od-0", "on-demand")
+    l4["metadata"]["labels"]["cloud.google.com/gke-accelerator"] = "nvidia-l4"
+    world.observed.nodes |= {"cpu-0": node("cpu-0", "on-demand"), "l4-0": l4, "od-0": od}
+    world.reconcile(T0, config)
+    run_ps(world, "mnist-ps-0-abc")
+    run_pod(world, "mnist-worker-0-1", "l4-0")
+    run_pod(world, "mnist-worker-1-1", "od-0")
+    hour = world.reconcile(T0 + timedelta(hours=1), config).status
+    ledger = {
+        e["name"]: (e["group"], e["usd"], e["provisioning"]) for e in hour["cost"]["pods"] if e["role"] == "worker"
+    }
+    l4_usd, od_usd = ledger["mnist-worker-0-1"][1], ledger["mnist-worker-1-1"][1]
+    assert ledger == {
+        "mnist-worker-0-1": ("l4", l4_usd, "spot"),
+        "mnist-worker-1-1": ("od", od_usd, "on-demand"),
+    }
+    assert 0 < l4_usd < od_usd  # a spot L4 VM costs less than an on-demand T4 VM
+    assert [(g["name"], g["usd"], g["settledUSD"]) for g in hour["workerGroups"]] == [
+        ("l4", l4_usd, 0.0),
+        ("od", od_usd, 0.0),
+    ]
+    assert hour["chief"]["pod"] == "mnist-worker-1-1"  # on-demand: the safest node
+    # the L4 worker goes; its group keeps what it cost
+    world.observed.pods.remove(world.pod("mnist-worker-0-1"))  # type: ignore[arg-type]
+    world.job["spec"]["workers"]["replicas"] = 1
+    later = world.reconcile(T0 + timedelta(hours=2), config).status
+    by_group = {g["name"]: (g["usd"], g["settledUSD"], g["desired"]) for g in later["workerGroups"]}
+    assert by_group["l4"] == (l4_usd, l4_usd, 0)
+    assert by_group["od"] == (2 * od_usd, 0.0, 1)
