@@ -54,12 +54,29 @@ class Candidate:
 
 
 def choose_chief(candidates: Sequence[Candidate], now: datetime) -> Candidate | None:
-    """Lowest preemption risk; ties go to the pod running longest, then the lowest slot."""
+    """The safest running worker, by these rules in turn:
+
+    1. on an on-demand node (a worker of an on-demand group lands on one: its pods require it);
+    2. the lowest preemption risk over the horizon (:func:`preemption_risk`: the node's provisioning, age and
+       the ICAC'19 lifetimes), so the node expected to live longest;
+    3. the pod running longest, then the lowest slot (a stable choice).
+
+    Speed never counts: a worker of a faster group is chosen only as the safer one. And an election happens
+    only when there is no chief or it is lost (:mod:`ttj.planner.chief`), never because a faster or safer worker
+    appeared: moving a healthy chief costs a handover and risks its checkpoint.
+    """
     if not candidates:
         return None
 
-    def key(c: Candidate) -> tuple[float, float, int, str]:
+    def key(c: Candidate) -> tuple[bool, float, float, int, str]:
         started = parse_time(pod_status(c.pod).get("startTime")) or now
-        return (round(preemption_risk(c.node, now), 6), -(now - started).total_seconds(), c.slot, name_of(c.pod))
+        transient = provisioning_of(labels_of(c.node or {})) != Provisioning.ON_DEMAND
+        return (
+            transient,
+            round(preemption_risk(c.node, now), 6),
+            -(now - started).total_seconds(),
+            c.slot,
+            name_of(c.pod),
+        )
 
     return min(candidates, key=key)

@@ -81,3 +81,47 @@ def test_risk_follows_the_icac19_lifetimes() -> None:
     assert preemption_risk(node("c", "preemptible", 23 * H), T0) >= 1.0
     assert preemption_risk(node("d", "spot", 23 * H), T0) < 0.1  # spot VMs have no 24 h limit
     assert preemption_risk(node("e", "on-demand", 1 * H), T0) == 0.0
+
+
+def grouped_candidate(name: str, kind: str, accelerator: str, age: timedelta, slot: int) -> Candidate:
+    the_node = node(name, kind, age)
+    the_node["metadata"]["labels"]["cloud.google.com/gke-accelerator"] = accelerator
+    return candidate(name, the_node, slot)
+
+
+@pytest.mark.parametrize(
+    ("case", "candidates", "winner"),
+    [
+        (
+            "an on-demand group's worker over a faster spot one on an old node",
+            [
+                grouped_candidate("l4-spot", "spot", "nvidia-l4", 20 * H, 0),
+                grouped_candidate("t4-od", "on-demand", "nvidia-tesla-t4", 1 * H, 1),
+            ],
+            "t4-od",
+        ),
+        (
+            "the slower group's worker on the node expected to live longer, not the faster one",
+            [
+                grouped_candidate("l4-spot", "spot", "nvidia-l4", 1 * H, 0),
+                grouped_candidate("t4-spot", "spot", "nvidia-tesla-t4", 12 * H, 1),
+            ],
+            "t4-spot",
+        ),
+        (
+            "a spot node over a preemptible one that will be reclaimed within the horizon",
+            [
+                grouped_candidate("p100-pre", "preemptible", "nvidia-tesla-p100", 23 * H, 0),
+                grouped_candidate("t4-spot", "spot", "nvidia-tesla-t4", 1 * H, 1),
+            ],
+            "t4-spot",
+        ),
+    ],
+)
+def test_the_chief_goes_where_it_is_safest_never_where_it_is_fastest(
+    case: str, candidates: list[Candidate], winner: str
+) -> None:
+    for order in (candidates, candidates[::-1]):
+        chosen = choose_chief(order, T0)
+        assert chosen is not None
+        assert chosen.pod["metadata"]["name"] == winner, case

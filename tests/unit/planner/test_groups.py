@@ -262,3 +262,26 @@ def test_each_groups_cost_is_its_pods_at_their_nodes_prices_and_outlives_the_pod
     by_group = {g["name"]: (g["usd"], g["settledUSD"], g["desired"]) for g in later["workerGroups"]}
     assert by_group["l4"] == (l4_usd, l4_usd, 0)
     assert by_group["od"] == (2 * od_usd, 0.0, 1)
+
+
+def test_a_running_chief_stays_when_a_safer_or_faster_worker_starts() -> None:
+    groups = [
+        {"name": "t4", "maxReplicas": 1},
+        {"name": "l4-od", "acceleratorType": "nvidia-l4", "provisioning": "on-demand"},
+    ]
+    world = World(grouped(replicas=1, minReplicas=1, groups=groups))
+    world.observed.nodes |= {"cpu-0": node("cpu-0", "on-demand"), "t4-0": node("t4-0", age=timedelta(hours=1))}
+    world.reconcile(T0)
+    run_ps(world, "mnist-ps-0-abc")
+    run_pod(world, "mnist-worker-0-1", "t4-0")
+    world.reconcile(T0)
+    assert (world.job["status"]["chief"]["pod"], world.job["status"]["chief"]["epoch"]) == ("mnist-worker-0-1", 1)
+    world.job["spec"]["workers"]["replicas"] = 2
+    world.reconcile(T0 + timedelta(seconds=1))
+    assert live(world) == [("mnist-worker-0-1", "t4"), ("mnist-worker-1-1", "l4-od")]
+    l4 = node("l4-0", "on-demand")
+    l4["metadata"]["labels"]["cloud.google.com/gke-accelerator"] = "nvidia-l4"
+    world.observed.nodes["l4-0"] = l4
+    run_pod(world, "mnist-worker-1-1", "l4-0", T0 + timedelta(seconds=2))
+    world.reconcile(T0 + timedelta(seconds=3))
+    assert (world.job["status"]["chief"]["pod"], world.job["status"]["chief"]["epoch"]) == ("mnist-worker-0-1", 1)
