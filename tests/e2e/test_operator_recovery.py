@@ -515,3 +515,38 @@ def test_the_operator_never_met_a_403(stack: dict[str, Any]) -> None:
         f"403s to anyone: {stack['access'].denied_total}"
     )
     assert refused == [], "\n".join(f"{d.method} {d.path}: {d.message}" for d in refused)
+
+
+def test_a_group_without_capacity_falls_back_to_the_next(env: dict[str, Any]) -> None:
+    nodes = client.CoreV1Api(env["api"]).list_node().items
+    if any((n.metadata.labels or {}).get("cloud.google.com/gke-accelerator") == "nvidia-tesla-v100" for n in nodes):
+        pytest.skip("this cluster has V100 nodes")
+    groups = [{"name": "v100", "acceleratorType": "nvidia-tesla-v100"}, {"name": "t4"}]
+    create_job(env, replicas=2, workers={"groups": groups, "fallbackAfterSeconds": 3})
+
+    def in_t4() -> list[Any]:
+        running = [p for p in workers(env) if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+        return (
+            running
+            if len(running) == 2 and all(p.metadata.labels["transient.training/worker-group"] == "t4" for p in running)
+            else []
+        )
+
+    wait_for("both workers running in group t4", in_t4, timeout=60)
+    status = wait_for(
+        "the job running with v100 marked out of capacity",
+        lambda: (s := job_status(env)).get("phase") == "Running" and (s.get("workers") or {}).get("active") == 2 and s,
+        timeout=60,
+    )
+    fallback = next(c for c in status["conditions"] if c["type"] == "CapacityFallback")
+    assert (fallback["status"], fallback["reason"]) == ("True", "GroupCapacityUnavailable")
+    assert "group v100 skipped since" in fallback["message"]
+    by_group = {g["name"]: g for g in status["workerGroups"]}
+    assert (by_group["v100"]["desired"], by_group["t4"]["desired"], by_group["t4"]["active"]) == (0, 2, 2)
+    assert by_group["v100"]["capacityUnavailableSince"]
+    moved = [e for e in job_events(env) if e.reason == "CapacityFallback"]
+    assert {e.type for e in moved} == {"Warning"}
+    assert sorted(e.message.split(" left")[0] for e in moved) == ["worker slot 0", "worker slot 1"]
+    for event in moved:
+        assert "left group v100 (unschedulable for" in event.message, event.message
+        assert event.message.endswith("for group t4"), event.message

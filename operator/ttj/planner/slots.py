@@ -108,7 +108,8 @@ def fill_worker_slots(
     # Fill empty slots, lowest first, as far as the budget allows.
     missing = desired - len(filled)
     if budget is not None:
-        missing = budget.cap(missing)
+        # a slot that falls back swaps a pending worker the budget already counted for another: no new worker
+        missing = budget.cap(missing - len(fallen.slots)) + len(fallen.slots)
     incarnations = {slot: n for slot, n in enumerate(recorded) if n > 0}
     for slot, seen in occupancy.incarnations.items():
         incarnations[slot] = max(incarnations.get(slot, 0), seen)

@@ -285,3 +285,24 @@ def test_a_running_chief_stays_when_a_safer_or_faster_worker_starts() -> None:
     run_pod(world, "mnist-worker-1-1", "l4-0", T0 + timedelta(seconds=2))
     world.reconcile(T0 + timedelta(seconds=3))
     assert (world.job["status"]["chief"]["pod"], world.job["status"]["chief"]["epoch"]) == ("mnist-worker-0-1", 1)
+
+
+def test_with_prices_the_slot_falling_back_is_refilled_in_the_same_pass() -> None:
+    from ttj.cost.prices import load_price_table
+    from ttj.planner import PlannerConfig
+
+    config = PlannerConfig(prices=load_price_table())
+    world = World(grouped(replicas=2, minReplicas=1, fallbackAfterSeconds=3))
+    world.observed.nodes["cpu-0"] = node("cpu-0", "on-demand")
+    world.reconcile(T0, config)
+    run_ps(world, "mnist-ps-0-abc")
+    unschedulable(world, T0)
+    slot_1 = world.pod("mnist-worker-1-1")
+    assert slot_1 is not None
+    slot_1["status"]["conditions"][0]["lastTransitionTime"] = format_time(T0 + timedelta(seconds=2))
+    result = world.reconcile(T0 + timedelta(seconds=3), config)
+    assert [(a.name, type(a).__name__) for a in result.writes if a.kind == "Pod"] == [
+        ("mnist-worker-0-1", "DeleteChild"),
+        ("mnist-worker-0-2", "CreateChild"),
+    ]
+    assert live(world) == [("mnist-worker-0-2", "t4"), ("mnist-worker-1-1", "l4")]
