@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.cost.gke import GkeError, GkeNodePools, GkeSettings
 from ttj.cost.pools import NodePool, ObservedNode, PlacementCheck, pools_from_nodes, validate_placement
+from ttj.planner.groups import groups_of
 
 log = logging.getLogger("ttj.controller")
 
@@ -88,4 +89,9 @@ class PlacementSource:
         except ValidationError:
             return None  # the planner reports an invalid spec itself
         pools = await self.pools(nodes)
-        return validate_placement(parsed, pools) if pools is not None else None
+        if pools is None:
+            return None
+        # with worker groups, the job can run when one group's workers can: the first such group's verdict (its
+        # pools, its capacity), else the most preferred group's, naming what it asked for
+        checks = [validate_placement(group.spec, pools) for group in groups_of(parsed)]
+        return next((check for check in checks if check.ok), checks[0])

@@ -56,6 +56,14 @@ def spec(**workers: Any) -> dict[str, Any]:
         (T4_SPOT, {"nodeSelector": {"team": "vision"}}, False, "with labels {'team': 'vision'}"),
         (T4_SPOT[1:], {}, False, "no node pool has on-demand nodes for the parameter servers"),
         (T4_SPOT, {"provisioning": "on-demand", "gpusPerWorker": 0}, True, ""),
+        # with groups: the job can run when one group can; else the most preferred group's words
+        (T4_SPOT, {"groups": [{"name": "v100", "acceleratorType": "nvidia-tesla-v100"}, {"name": "t4"}]}, True, ""),
+        (
+            T4_SPOT,
+            {"groups": [{"name": "l4", "acceleratorType": "nvidia-l4"}, {"name": "od", "provisioning": "on-demand"}]},
+            False,
+            "no node pool has spot nodes with 1 x nvidia-l4",
+        ),
     ],
 )
 def test_node_label_pools_judge_the_job(
