@@ -152,24 +152,16 @@ def test_the_messages_read_back_and_a_long_evaluation_fits_one_event() -> None:
 def test_over_a_jobs_life_each_evaluation_is_told_once_and_a_late_export_still_reaches_the_status() -> None:
     world = World(job())
     start(world, [node(f"gpu-{i}", age=timedelta(hours=2 + 5 * i)) for i in range(3)])
-    evaluated = {
-        "globalStep": 500,
-        "checkpointStep": 500,
-        "epoch": 1,
-        "evaluationStep": 500,
-        "evaluation": {"loss": 1.5},
-    }
-    renew(world, T0 + 5 * S, evaluated)
+
+    def report(step: int, evaluated_at: int, loss: float) -> dict[str, Any]:
+        at = {"checkpointStep": evaluated_at, "evaluationStep": evaluated_at, "evaluation": {"loss": loss}}
+        return {"globalStep": step, "epoch": 1, **at}
+
+    renew(world, T0 + 5 * S, report(500, 500, 1.5))
     world.reconcile(T0 + 5 * S)
-    renew(world, T0 + 6 * S, {**evaluated, "globalStep": 600})
+    renew(world, T0 + 6 * S, report(600, 500, 1.5))
     world.reconcile(T0 + 6 * S)
-    final = {
-        "globalStep": 1000,
-        "checkpointStep": 1000,
-        "epoch": 1,
-        "evaluationStep": 1000,
-        "evaluation": {"loss": 0.5},
-    }
+    final = report(1000, 1000, 0.5)
     renew(world, T0 + 7 * S, final)
     for name in ("mnist-worker-0-1", "mnist-worker-1-1", "mnist-worker-2-1"):
         terminate(world, name, 0, reason="Completed")
