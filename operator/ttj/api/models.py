@@ -683,7 +683,8 @@ class ProgressStatus(_Model):
     evaluation: EvaluationMetrics | None = Field(
         default=None,
         description="The latest evaluation's metrics by Keras metric name (the loss under the name loss), at "
-        f"evaluationStep; at most {MAX_EVALUATION_METRICS}, each name at most {MAX_METRIC_NAME_LENGTH} characters.",
+        f"evaluationStep: at most {MAX_EVALUATION_METRICS} metrics (the first by name), names up to "
+        f"{MAX_METRIC_NAME_LENGTH} characters.",
     )
     export_path: str | None = Field(
         default=None,
