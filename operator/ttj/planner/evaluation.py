@@ -8,12 +8,10 @@ import re
 from collections.abc import Mapping
 
 from ttj.api.models import ProgressStatus
-from ttj.planner.actions import EmitEvent
+from ttj.planner.actions import EVENT_MESSAGE_LIMIT, EmitEvent
 
 EVALUATED = "Evaluated"
 MODEL_EXPORTED = "ModelExported"
-#: What the API server keeps of an Event's message (the operator cuts it there).
-MESSAGE_LIMIT = 1024
 
 _EVALUATED = re.compile(r"^evaluated at global step (?P<step>\d+): (?P<metrics>.*)$")
 _METRIC = re.compile(r"(?P<name>[^\s=,]+)=(?P<value>[-+0-9.e]+)(?:,|$| \(\+)")
@@ -28,7 +26,7 @@ def evaluated_message(step: int, metrics: Mapping[str, float]) -> str:
         more = len(metrics) - index - 1
         item = f"{name}={value:.4g}"
         tail = f" (+{more} more)" if more else ""
-        if len(head + ", ".join([*shown, item]) + tail) > MESSAGE_LIMIT:
+        if len(head + ", ".join([*shown, item]) + tail) > EVENT_MESSAGE_LIMIT:
             return head + ", ".join(shown) + f" (+{len(metrics) - index} more)"
         shown.append(item)
     return head + (", ".join(shown) or "no metrics")
