@@ -5,8 +5,9 @@ preemption to ``Succeeded``; then the final model is better than the fresh one o
 workers read, and the exported model, loaded in a fresh process with plain Keras and TensorFlow, predicts
 what the final checkpoint restored into the program's own model predicts.
 
-The three jobs run at once on one local cluster. Assertions are on the jobs' status, the checkpoints and
-the models, never on log text.
+ctr and custom_step run at once; the keras.applications network, whose first step and export alone take
+longer than both together, runs in a test marked slow. Assertions are on the jobs' status, the trainers'
+metrics, the checkpoints and the models, never on log text.
 """
 
 from __future__ import annotations
