@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +34,17 @@ class Stack:
         operator_args: tuple[str, ...] = (),
         authorization_mode: str = "AlwaysAllow",
         operator_identity: Callable[[str], str] | None = None,
+        program_path: Sequence[Path] = (),
     ) -> None:
         """``authorization_mode`` is the local cluster's; ``operator_identity(admin_kubeconfig)`` returns the
-        kubeconfig the operator runs with (default: the admin's)."""
+        kubeconfig the operator runs with (default: the admin's); ``program_path``: directories of programs'
+        code for the local cluster's pods (``ttj local-cluster --program-path``)."""
         self.workdir = workdir
         self.gpu_nodes = gpu_nodes
         self.operator_args = operator_args
         self.authorization_mode = authorization_mode
         self.operator_identity = operator_identity
+        self.program_path = tuple(program_path)
         self.external = os.environ.get("KUBECONFIG")
         self.kubeconfig = Path(self.external) if self.external else workdir / "kubeconfig"
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -133,6 +136,7 @@ class Stack:
             gpu_pool,
             "--authorization-mode",
             self.authorization_mode,
+            *(option for directory in self.program_path for option in ("--program-path", str(directory))),
         )
         deadline = time.monotonic() + 60
         while not self.kubeconfig.exists():

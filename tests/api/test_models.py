@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from ttj.api.models import TransientTrainingJob, TransientTrainingJobSpec
+from ttj.api.models import ProgressStatus, TransientTrainingJob, TransientTrainingJobSpec
 
 
 def spec(**overrides: Any) -> dict[str, Any]:
@@ -167,3 +167,23 @@ def test_worker_groups_leave_unset_fields_to_the_workers_defaults() -> None:
 )
 def test_bad_worker_groups_are_refused(groups: list[dict[str, Any]], message: str) -> None:
     assert message in errors(spec(workers={"groups": groups}))
+
+
+@pytest.mark.parametrize(
+    ("progress", "message"),
+    [
+        ({"evaluation": {f"m{i}": 0.5 for i in range(33)}}, "at most 32 items"),
+        ({"evaluation": {"m" * 64: 0.5}}, "longer than 63 characters"),
+        ({"evaluation": {"loss": float("nan")}}, "finite number"),
+        ({"exportPath": "/" + "x" * 4096}, "at most 4096 characters"),
+    ],
+)
+def test_the_chiefs_evaluation_and_export_are_bounded(progress: dict[str, Any], message: str) -> None:
+    """status.progress holds what the API server accepts (the schema says the same: tests/conformance)."""
+    fits = ProgressStatus.model_validate(
+        {"evaluationStep": 5, "evaluation": {"m" * 63: 1.0, "loss": 0.25}, "exportPath": "/ckpt/export"}
+    )
+    assert fits.evaluation == {"m" * 63: 1.0, "loss": 0.25}
+    with pytest.raises(ValidationError) as info:
+        ProgressStatus.model_validate(progress)
+    assert message in str(info.value)

@@ -91,6 +91,36 @@ def test_status_subresource_and_generation(custom: client.CustomObjectsApi, name
     assert job["metadata"]["generation"] == 2
 
 
+def test_evaluation_in_status_is_bounded(custom: client.CustomObjectsApi, namespace: str) -> None:
+    """What the operator copies from the chief must fit: at most 32 metrics, names up to 63 characters."""
+    _create(custom, namespace, minimal_job("evaluated"))
+
+    def write(progress: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, "evaluated", {"status": {"progress": {"globalStep": 10, **progress}}}
+        )
+        return result
+
+    fits = {f"metric_{i:02d}": i / 10 for i in range(32)} | {"m" * 63: 1.0}
+    del fits["metric_31"]
+    written = write({"evaluationStep": 10, "evaluation": fits, "exportPath": "/ckpt/export"})
+    assert written["status"]["progress"]["evaluation"] == fits
+    assert written["status"]["progress"]["exportPath"] == "/ckpt/export"
+    replaced: dict[str, Any] = dict.fromkeys(fits)  # a merge patch: null removes what was written
+    for refused, says in (
+        (
+            {"evaluation": replaced | {f"metric_{i:02d}": 0.5 for i in range(33)}},
+            "status.progress.evaluation: Too many: 33: must have at most 32 items",
+        ),
+        ({"evaluation": replaced | {"m" * 64: 0.5}}, "metric names must be at most 63 characters"),
+        ({"exportPath": "/" + "x" * 4096}, "status.progress.exportPath: Too long: may not be longer than 4096"),
+    ):
+        with pytest.raises(client.ApiException) as info:
+            write(refused)
+        assert info.value.status == 422
+        assert says in json.loads(info.value.body)["message"]
+
+
 def test_scale_subresource_and_cel_on_scale(custom: client.CustomObjectsApi, namespace: str) -> None:
     _create(custom, namespace, minimal_job("sc", workers={"replicas": 3, "minReplicas": 2, "maxReplicas": 6}))
     scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "sc")

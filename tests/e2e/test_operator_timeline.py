@@ -46,7 +46,7 @@ def pools() -> list[Any]:
 
 class Progress(threading.Thread):
     """What a chief trainer publishes on the Lease: the global step (10 per second while at least one
-    worker runs), and a checkpoint every 10 s."""
+    worker runs), and a checkpoint every 10 s, evaluated as it is written."""
 
     def __init__(self, api: Any, namespace: str) -> None:
         super().__init__(name="progress", daemon=True)
@@ -63,7 +63,14 @@ class Progress(threading.Thread):
             last = now
             if self.step - self.checkpoint >= 100:
                 self.checkpoint = self.step
-            report = LeaseProgress(self.step, self.checkpoint, "/tmp/ck/ckpt", format_time(datetime.now(UTC)))
+            report = LeaseProgress(
+                self.step,
+                self.checkpoint,
+                "/tmp/ck/ckpt",
+                format_time(datetime.now(UTC)),
+                evaluation_step=self.checkpoint or None,
+                evaluation={"loss": 100 / (100 + self.checkpoint), "accuracy": 0.5} if self.checkpoint else None,
+            )
             patch = {"metadata": {"annotations": {ANNOTATION_PROGRESS: report.to_annotation()}}}
             try:
                 self.leases.patch_namespaced_lease("train-chief", self.namespace, patch)
@@ -145,6 +152,14 @@ def test_timeline_of_a_job_taken_through_preemptions(env: dict[str, Any], tmp_pa
     assert savings["netUSD"] == pytest.approx(savings["onDemandUSD"] - status["cost"]["usd"])
     costed = [e for e in job_events(env) if e.reason == "PreemptionCost"]
     assert {worker, chief} <= {m for e in costed for m in (worker, chief) if m in e.message}
+    evaluated = status["progress"]["evaluationStep"]
+    assert evaluated > 0
+    assert status["progress"]["evaluation"] == {"accuracy": 0.5, "loss": pytest.approx(100 / (100 + evaluated))}
+    told = [e.message for e in job_events(env) if e.reason == "Evaluated"]
+    assert len(told) == len(set(told)) >= 2, "one Event per evaluation step"
+    assert (
+        f'ttj_job_evaluation{{job="train",metric="accuracy",namespace="{env["ns"]}"}} 0.5' in env["operator"].metrics()
+    )
 
     text = ttj(env, f"{env['ns']}/train")
     assert text.returncode == 0, text.stderr
@@ -152,6 +167,8 @@ def test_timeline_of_a_job_taken_through_preemptions(env: dict[str, Any], tmp_pa
     assert f"worker {worker} (slot" in text.stdout
     assert f"chief {chief} (slot" in text.stdout
     assert "saved $" in text.stdout
+    assert "evaluation and the exported model:" in text.stdout
+    assert f"evaluated at global step {evaluated}: accuracy=0.5, loss=" in text.stdout
     pods_section = text.stdout.split("pods (seconds since the job was applied):")[1]
     assert worker in pods_section, "a lost and deleted pod is still drawn, from the status"
 

@@ -11,7 +11,7 @@ import os
 import re
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,12 @@ METRICS_PORT = 9090
 _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)-e(\d+)\.index$")
 
 
-def start_stack(tmp_path_factory: pytest.TempPathFactory, gpu_nodes: int = 4) -> Iterator[Stack]:
+def start_stack(
+    tmp_path_factory: pytest.TempPathFactory, gpu_nodes: int = 4, program_path: Sequence[Path] = ()
+) -> Iterator[Stack]:
     """The body of a module-scoped ``stack`` fixture: a local cluster authorizing by RBAC, the operator running as
-    the ServiceAccount and RBAC of manifests/base, and each trainer as its job's ServiceAccount."""
+    the ServiceAccount and RBAC of manifests/base, and each trainer as its job's ServiceAccount; ``program_path``:
+    directories of programs' code the local cluster's pods import (``ttj local-cluster --program-path``)."""
     workdir = tmp_path_factory.mktemp("stack")
 
     def operator_kubeconfig(admin_kubeconfig: str) -> str:
@@ -53,7 +56,13 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory, gpu_nodes: int = 4) ->
         finally:
             api.close()
 
-    stack = Stack(workdir, gpu_nodes=gpu_nodes, authorization_mode="RBAC", operator_identity=operator_kubeconfig)
+    stack = Stack(
+        workdir,
+        gpu_nodes=gpu_nodes,
+        authorization_mode="RBAC",
+        operator_identity=operator_kubeconfig,
+        program_path=program_path,
+    )
     with stack as running:
         yield running
 

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.localcluster.conftest import local_cluster_options
+from ttj_localcluster.nodes import cli as nodes_cli
+from ttj_localcluster.nodes.fleet import NodeFleet
 from ttj_localcluster.nodes.network import PodNetwork, PodRecord, ServiceRecord
 from ttj_localcluster.nodes.runtime import (
     ContainerRun,
     PodSandbox,
     ProcessRuntime,
+    base_environment,
     container_argv,
     expand_vars,
     namespaces_available,
@@ -93,6 +97,47 @@ def test_downward_api_env() -> None:
         "MEM_MI": "1024",
         "ADDR": "127.1.0.9:2222",
     }
+
+
+def test_program_path_leads_python_path_and_a_container_env_replaces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ttj local-cluster --program-path DIR``: a module in DIR, outside any installed package, imports in a
+    pod's container (first on PYTHONPATH, before the cluster's own); a container's own PYTHONPATH replaces it,
+    as a container's env replaces an image's ENV."""
+    code = tmp_path / "my code"
+    code.mkdir()
+    (code / "my_model.py").write_text("NAME = 'mine'\n")
+    options = local_cluster_options("--program-path", str(code), "--state-dir", str(tmp_path / "state"))
+    nodes_cli.check_arguments(options)
+    [fleet] = [a for a in nodes_cli.build_addons(options) if isinstance(a, NodeFleet)]
+    assert fleet.program_path == (str(code),)
+
+    monkeypatch.setenv("PYTHONPATH", "/the/cluster/source")
+    base = base_environment("pod-0", None, fleet.program_path)
+    assert base["PYTHONPATH"] == f"{code}:/the/cluster/source"
+    monkeypatch.delenv("PYTHONPATH")
+    assert "PYTHONPATH" not in base_environment("pod-0", None)
+
+    exits: list[ContainerRun] = []
+    runtime = ProcessRuntime(tmp_path / "pods", kubeconfig=None, on_exit=lambda _, run: exits.append(run))
+    sandbox = runtime.sandbox("default", "p", "u1", ip="127.0.0.1", hostname="p", hosts_file=None)
+    probe = {"name": "probe", "command": ["python", "-c", "import my_model; print(my_model.NAME)"]}
+    mine = runtime.start(sandbox, probe, base_environment("p", None, fleet.program_path), None)
+    wait_for(lambda: len(exits) == 1)
+    assert (mine.exit_code, mine.log_path.read_text().strip()) == (0, "mine")
+    elsewhere = {**probe, "name": "elsewhere", "env": [{"name": "PYTHONPATH", "value": str(tmp_path)}]}
+    replaced = pod_environment({}, elsewhere, base, lambda *_: None)
+    run = runtime.start(sandbox, elsewhere, replaced, None)
+    wait_for(lambda: len(exits) == 2)
+    assert run.exit_code == 1
+    assert "No module named 'my_model'" in run.log_path.read_text()
+
+
+def test_a_program_path_that_is_not_a_directory_stops_the_command(tmp_path: Path) -> None:
+    options = local_cluster_options("--program-path", str(tmp_path / "missing"))
+    with pytest.raises(SystemExit, match=r"--program-path .*missing: no such directory"):
+        nodes_cli.check_arguments(options)
 
 
 @pytest.mark.skipif(not namespaces_available(), reason="needs root and unshare for per-pod /etc/hosts")

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from ttj.api.models import TransientTrainingJobSpec
-from ttj.simulate.engine import Policy, PreemptionTrace, RunResult, SimJob, simulate_run
+from ttj.simulate.engine import Policy, PreemptionTrace, RunResult, RunView, SimAction, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel, fit
 from ttj.simulate.icac19 import load_training_data
 from ttj.simulate.planner_policy import PlannerPolicy
@@ -81,6 +81,48 @@ def test_policy_ordering_when_the_chief_is_revoked(fitted: FittedModel) -> None:
     assert tfjob.steps_lost > 0  # back to the last periodic checkpoint
     assert ours.time_s < tfjob.time_s
     assert ours.cost_usd < tfjob.cost_usd
+
+
+class ViewsSeen:
+    """A policy as it is, keeping every view the simulator showed it."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.checkpoint_on_sigterm = policy.checkpoint_on_sigterm
+        self.views: list[RunView] = []
+
+    def decide(self, view: RunView) -> list[SimAction]:
+        self.views.append(view)
+        return self.policy.decide(view)
+
+    def published_checkpoint_interval_s(self) -> float | None:
+        return self.policy.published_checkpoint_interval_s()
+
+
+def test_a_revoked_chief_writes_its_checkpoint_on_sigterm(fitted: FittedModel) -> None:
+    # the chief's VM (slot 0) goes 25 min into training, 5 min after its last periodic checkpoint (every 10 min)
+    chief_gone = {(0, 0): fitted.startup_s + 1500.0}
+    ours = ViewsSeen(PlannerPolicy())
+    result = run_fixed(fitted, ours, chief_gone)
+    told = next(view for view in ours.views if 0 in view.lost_slots)
+    assert (told.checkpoint_step, told.checkpoint_time) == (told.global_step, told.now)
+    assert told.global_step > 0
+    assert result.succeeded
+    assert result.steps_lost == 0  # and the PS, which lives, keeps the global step
+
+
+def test_a_single_gpu_chief_loses_nothing_with_its_sigterm_checkpoint(fitted: FittedModel) -> None:
+    # one worker and no PS: the model state dies with the VM, 25 min into training
+    single = make_job().single_gpu()
+    trace = PreemptionTrace(seed=0, run=0, lifetimes=None, noise_sigma=0.0, fixed={(0, 0): fitted.startup_s + 1500.0})
+    ours = simulate_run(single, PlannerPolicy(), trace, fitted.throughput, startup_s=fitted.startup_s)
+    tfjob = simulate_run(single, TFJobLikePolicy(), trace, fitted.throughput, startup_s=fitted.startup_s)
+    assert ours.succeeded
+    assert tfjob.succeeded
+    assert ours.revocations == tfjob.revocations == 1
+    assert ours.steps_lost == 0  # the chief checkpointed on SIGTERM
+    assert tfjob.steps_lost > 0  # back to the last periodic checkpoint
 
 
 def test_preemptions_never_exhaust_our_backoff_limit(fitted: FittedModel) -> None:

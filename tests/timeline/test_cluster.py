@@ -222,3 +222,41 @@ def test_a_job_just_applied_has_a_timeline_too(tmp_path: Path) -> None:
     assert len(fig.axes) == 2, "no cost panel without a cost"
     plt.close(fig)
     assert draw(timeline, tmp_path / "fresh.svg", "ns/mnist").read_text().lstrip().startswith("<?xml")
+
+
+def test_evaluations_and_the_export_come_from_the_events_and_the_status(run: Run) -> None:
+    world = run.world
+    checkpoint = {"checkpointStep": 1000, "checkpointTime": format_time(T0 + 305 * S)}
+    renew(
+        world,
+        T0 + 310 * S,
+        {"globalStep": 1000, **checkpoint, "evaluationStep": 800, "evaluation": {"loss": 0.75, "accuracy": 0.5}},
+    )
+    run.settle(T0 + 310 * S)
+    latest = {"evaluationStep": 1000, "evaluation": {"loss": 0.25, "accuracy": 0.875}, "exportPath": "/ckpt/export"}
+    renew(world, T0 + 320 * S, {"globalStep": 1000, **checkpoint, **latest})
+    run.settle(T0 + 320 * S)
+    pods, lease = world.observed.pods, world.observed.lease
+
+    timeline = from_cluster(world.job, run.events, pods, lease, T0 + 330 * S)
+    assert (timeline.evaluations, timeline.export) == (
+        [(310.0, 800, {"accuracy": 0.5, "loss": 0.75}), (320.0, 1000, {"accuracy": 0.875, "loss": 0.25})],
+        (320.0, "/ckpt/export"),
+    )
+    text = render(timeline, "ns/mnist (Running)").split("evaluation and the exported model:\n")[1]
+    assert text.startswith(
+        "    310.0s  evaluated at global step 800: accuracy=0.5, loss=0.75\n"
+        "    320.0s  evaluated at global step 1000: accuracy=0.875, loss=0.25\n"
+        "    320.0s  the final model is exported to /ckpt/export (model.keras and saved_model/)\n"
+    )
+
+    # once the Events expired, the status still has the latest evaluation (where the step reached it) and the export
+    expired = from_cluster(world.job, [], pods, lease, T0 + 330 * S)
+    assert (expired.evaluations, expired.export) == (
+        [(330.0, 1000, {"accuracy": 0.875, "loss": 0.25})],
+        (330.0, "/ckpt/export"),
+    )
+    fig = figure(timeline, "ns/mnist")
+    stars = [line for line in fig.axes[1].get_lines() if line.get_marker() == "*"]
+    assert [list(line.get_xdata()) for line in stars] == [[310.0, 320.0]]
+    plt.close(fig)

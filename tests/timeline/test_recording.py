@@ -63,3 +63,15 @@ def test_picture_is_a_png(tmp_path: Path) -> None:
     out = draw(timeline, tmp_path / "run.png", "test run")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 10_000
+
+
+def test_evaluations_and_the_export_are_recorded_once_each_and_placed_on_the_step_curve() -> None:
+    timeline = Timeline()
+    evaluated = {"globalStep": 100, "evaluationStep": 100, "evaluation": {"loss": 1.0}}
+    timeline.observe_status(0, {"progress": {"globalStep": 0}})
+    timeline.observe_status(10, {"progress": evaluated})
+    timeline.observe_status(20, {"progress": {**evaluated, "globalStep": 300}})
+    timeline.observe_status(30, {"progress": {**evaluated, "globalStep": 300, "exportPath": "/e"}})
+    timeline.observe_status(40, {"progress": {**evaluated, "globalStep": 300, "exportPath": "/e"}})
+    assert (timeline.evaluations, timeline.export) == ([(10, 100, {"loss": 1.0})], (30, "/e"))
+    assert [timeline.when_step(s) for s in (0, 50, 200, 300, 301)] == [0.0, 5.0, 15.0, 20.0, None]

@@ -239,7 +239,7 @@ def test_a_finished_job_exports_a_model_that_predicts_as_its_final_checkpoint(jo
 @pytest.mark.parametrize(("entrypoint", "args"), [("ctr:program", {"rows": "5000"}), ("custom_step:program", {})])
 def test_the_example_programs_build_and_take_a_step(entrypoint: str, args: dict[str, str]) -> None:
     """examples/programs (the CIFAR-10 one downloads its data, so only its manifest is checked here)."""
-    env = os.environ | {"PYTHONPATH": str(ROOT / "examples" / "programs")}
+    env = os.environ | {"PYTHONPATH": str(ROOT / "examples" / "programs" / entrypoint.partition(":")[0])}
     command = [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", entrypoint]
     command += [f"--arg={key}={value}" for key, value in args.items()]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
@@ -252,9 +252,9 @@ def test_the_example_manifests_are_valid_jobs() -> None:
 
     from ttj.api.models import TransientTrainingJob
 
-    manifests = sorted((ROOT / "examples" / "programs").glob("*.yaml"))
-    assert [m.stem for m in manifests] == ["cifar_applications", "ctr", "custom_step"]
+    manifests = sorted((ROOT / "examples" / "programs").glob("*/job.yaml"))
+    assert [m.parent.name for m in manifests] == ["cifar_applications", "ctr", "custom_step"]
     for manifest in manifests:
         job = TransientTrainingJob.model_validate(yaml.safe_load(manifest.read_text()))
         assert job.spec.program is not None
-        assert job.spec.program.entrypoint == f"{manifest.stem}:program"
+        assert job.spec.program.entrypoint == f"{manifest.parent.name}:program"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -81,9 +82,9 @@ def _field_error(error: jsonschema.ValidationError) -> tuple[str, str]:
             f"Invalid value: {_show(error.instance)}: {path} in body should be {relation} {error.validator_value}",
         )
     if kind in ("maxItems", "maxProperties"):
-        # kube answers both with field.TooMany, worded for items
-        count = len(cast(list[Any] | dict[str, Any], error.instance))
-        return (path, f"Too many: {count}: must have at most {error.validator_value} items")
+        return (path, f"Too many: {len(cast(Sized, error.instance))}: must have at most {error.validator_value} items")
+    if kind == "maxLength":
+        return (path, f"Too long: may not be longer than {error.validator_value}")
     return (path, f"Invalid value: {_show(error.instance)}: {error.message}")
 
 

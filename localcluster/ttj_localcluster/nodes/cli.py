@@ -54,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--state-dir", metavar="DIR", help="pod logs and hosts files go here [a new temporary directory]"
     )
     group.add_argument(
+        "--program-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory of your own Python code (e.g. the module spec.program.entrypoint names), put first on "
+        "every container's PYTHONPATH, as your image's ENV PYTHONPATH would (repeatable)",
+    )
+    group.add_argument(
         "--scheduler-seed", type=int, default=None, metavar="N", help="seed the scheduler's tie-breaking"
     )
     attach = parser.add_argument_group("nodes only: simulated nodes for an existing API server")
@@ -113,6 +121,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         pools_from_args(args)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"ttj local-cluster: {exc}") from exc
+    for directory in getattr(args, "program_path", []) or []:
+        if not Path(directory).is_dir():
+            raise SystemExit(f"ttj local-cluster: --program-path {directory}: no such directory")
     nodes_only = getattr(args, "nodes_only", False)
     if not nodes_only and (getattr(args, "with_scheduler", False) or getattr(args, "with_controllers", False)):
         raise SystemExit("ttj local-cluster: --with-scheduler and --with-controllers go with --nodes-only")
@@ -140,6 +151,7 @@ def build_addons(args: argparse.Namespace) -> list[Addon]:
         run_pods=getattr(args, "run_pods", True),
         state_dir=getattr(args, "state_dir", None),
         pod_network=getattr(args, "pod_network", "namespaces") == "namespaces",
+        program_path=getattr(args, "program_path", []) or [],
         announce=lambda message: print(f"ttj local-cluster: {message}", flush=True),
     )
     nodes_only = getattr(args, "nodes_only", False)

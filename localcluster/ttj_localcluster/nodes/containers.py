@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ttj.kubeapi import JSON, KubeClient
@@ -71,8 +71,10 @@ class ContainerRunner:
         local_pod: Callable[[str], LocalPod | None],
         report: Callable[[LocalPod], None],
         node_environment: Callable[[str], dict[str, str]] = lambda _node: {},
+        program_path: Sequence[str] = (),
     ) -> None:
         self.client = client
+        self.program_path = tuple(program_path)
         self.node_environment = node_environment
         self.networking = networking
         self.timers = timers
@@ -114,7 +116,10 @@ class ContainerRunner:
             env = pod_environment(
                 _downward_view(local, pod),
                 container,
-                {**base_environment(local.sandbox.hostname, kubeconfig), **self.node_environment(local.node)},
+                {
+                    **base_environment(local.sandbox.hostname, kubeconfig, self.program_path),
+                    **self.node_environment(local.node),
+                },
                 config_lookup(self.client, local.namespace),
             )
             run = self.runtime.start(local.sandbox, container, env, container.get("workingDir"))

@@ -77,8 +77,11 @@ class NodeFleet:
         announce: Callable[[str], None] | None = None,
         autoscaler_scan_s: float = SCAN_S,
         autoscaler_backoff_s: float = BACKOFF_S,
+        program_path: Sequence[str | Path] = (),
     ) -> None:
         self.pools = {p.name: p for p in pools}
+        #: directories of the user's code, first on every container's PYTHONPATH (as an image's ENV would be)
+        self.program_path = tuple(str(Path(d).resolve()) for d in program_path)
         self.autoscaler_scan_s = autoscaler_scan_s
         self.autoscaler_backoff_s = autoscaler_backoff_s
         self.identity = FleetIdentity.new()
@@ -150,6 +153,7 @@ class NodeFleet:
             run_pods=self.run_pods,
             state_dir=self.state_dir,
             pod_kubeconfig=pod_kubeconfig,
+            program_path=self.program_path,
         )
         lifecycle = NodeLifecycle(client, self.registry, leases, control.port, self.identity.id)
         preemptions = Preemptions(
@@ -315,6 +319,7 @@ class NodeFleet:
             "preemptions": [r.to_json() for r in list(self.preemptions)],
             "runPods": self.run_pods,
             "stateDir": str(self.state_dir),
+            "programPath": list(self.program_path),
         }
 
     # logs ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from ttj import kubeapi
@@ -55,6 +56,7 @@ class Kubelet:
         run_pods: bool,
         state_dir: Path,
         pod_kubeconfig: str,
+        program_path: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.registry = registry
@@ -77,6 +79,7 @@ class Kubelet:
             local_pod=self.local_pod,
             report=self.report,
             node_environment=self.simulation_environment,
+            program_path=program_path,
         )
 
     def simulation_environment(self, node: str) -> dict[str, str]:

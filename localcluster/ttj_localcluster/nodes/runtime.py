@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,8 +93,11 @@ def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list
     return argv
 
 
-def base_environment(hostname: str, kubeconfig: str | None) -> dict[str, str]:
-    """What every container starts from, before the pod's own env (an image's ENV, in effect)."""
+def base_environment(hostname: str, kubeconfig: str | None, program_path: Sequence[str] = ()) -> dict[str, str]:
+    """What every container starts from, before the pod's own env (an image's ENV, in effect).
+
+    ``program_path``: directories of the user's own code (``--program-path``), first on ``PYTHONPATH``, as an
+    image with ``ENV PYTHONPATH=...`` would have them."""
     venv_bin = str(Path(sys.executable).parent)
     env = {
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
@@ -105,9 +108,10 @@ def base_environment(hostname: str, kubeconfig: str | None) -> dict[str, str]:
     }
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
-    if os.environ.get("PYTHONPATH"):
-        # The "image" is the code this cluster runs: a source checkout on PYTHONPATH (a worktree) included.
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    # The "image" is the code this cluster runs: a source checkout on PYTHONPATH (a worktree) included.
+    python_path = [*program_path, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(python_path)
     return env
 
 

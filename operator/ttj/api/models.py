@@ -12,7 +12,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from ttj.api.objects import JobStatusBody
@@ -33,6 +33,12 @@ DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
 #: integer JSON carries exactly; datetimes and CEL's int64 never overflow within them.
 MAX_INT32 = 2**31 - 1
 MAX_SAFE_INTEGER = 2**53
+
+#: status.progress.evaluation holds at most this many metrics, each named in at most this many characters.
+MAX_EVALUATION_METRICS = 32
+MAX_METRIC_NAME_LENGTH = 63
+#: The longest path the chief may report (Linux's PATH_MAX; a Cloud Storage object name is shorter still).
+MAX_PATH_LENGTH = 4096
 
 #: Where checkpoints may go: a Cloud Storage URI or an absolute path inside the container.
 CHECKPOINT_URI_PATTERN = r"^(gs://[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9](/.*)?|/.*)$"
@@ -768,6 +774,29 @@ class WorkerCounts(_Model):
     )
 
 
+def _short_names(metrics: dict[str, float]) -> dict[str, float]:
+    """Metric names within the bound; the CEL rule says the same to the API server."""
+    for name in metrics:
+        if len(name) > MAX_METRIC_NAME_LENGTH:
+            raise ValueError(f"metric name {name!r} is longer than {MAX_METRIC_NAME_LENGTH} characters")
+    return metrics
+
+
+EvaluationMetrics = Annotated[
+    dict[str, Annotated[float, Field(allow_inf_nan=False)]],
+    Field(max_length=MAX_EVALUATION_METRICS),
+    AfterValidator(_short_names),
+    Field(
+        json_schema_extra=_cel(
+            (
+                f"self.all(name, size(name) <= {MAX_METRIC_NAME_LENGTH})",
+                f"metric names must be at most {MAX_METRIC_NAME_LENGTH} characters",
+            )
+        )
+    ),
+]
+
+
 class ProgressStatus(_Model):
     """Training progress as last reported by the chief."""
 
@@ -788,6 +817,21 @@ class ProgressStatus(_Model):
         description="When the operator last saw the global step advance, or a chief elected (RFC 3339); the "
         "stall timeout counts from it.",
         json_schema_extra={"format": "date-time"},
+    )
+    evaluation_step: int | None = Field(
+        default=None, ge=0, description="Global step of the latest evaluation of the program's evaluation set."
+    )
+    evaluation: EvaluationMetrics | None = Field(
+        default=None,
+        description="The latest evaluation's metrics by Keras metric name (the loss under the name loss), at "
+        f"evaluationStep: at most {MAX_EVALUATION_METRICS} metrics (the first by name), names up to "
+        f"{MAX_METRIC_NAME_LENGTH} characters.",
+    )
+    export_path: str | None = Field(
+        default=None,
+        max_length=MAX_PATH_LENGTH,
+        description="Where the chief exported the final model once the job succeeded: the directory holding "
+        "model.keras (Keras) and saved_model/ (TensorFlow SavedModel).",
     )
 
 

@@ -42,6 +42,7 @@ from ttj.planner import (
     UpdateLease,
     Write,
 )
+from ttj.planner.actions import EVENT_MESSAGE_LIMIT
 from ttj.planner.interpreter import (
     Conflict,
     conditional,
@@ -228,7 +229,7 @@ class Applier:
             },
             "type": event.type,
             "reason": event.reason,
-            "message": event.message[:1024],
+            "message": event.message[:EVENT_MESSAGE_LIMIT],
             "source": {"component": "ttj-operator"},
             "reportingComponent": f"{GROUP}/ttj-operator",
             "reportingInstance": "ttj-operator",

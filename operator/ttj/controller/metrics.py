@@ -79,6 +79,21 @@ class Metrics:
             LABELS,
             registry=registry,
         )
+        self.evaluation = Gauge(
+            "ttj_job_evaluation",
+            "The chief's latest evaluation of the program's evaluation set, by Keras metric name "
+            "(status.progress.evaluation).",
+            (*LABELS, "metric"),
+            registry=registry,
+        )
+        self.evaluation_step = Gauge(
+            "ttj_job_evaluation_step",
+            "Global step of the chief's latest evaluation (status.progress.evaluationStep).",
+            LABELS,
+            registry=registry,
+        )
+        #: The metric names each job's ttj_job_evaluation has series for, so that dropped ones go too.
+        self._evaluated: dict[tuple[str, str], frozenset[str]] = {}
         self.chief_epoch = Gauge(
             "ttj_chief_epoch", "The chief's epoch (the Lease's transitions).", LABELS, registry=registry
         )
@@ -155,6 +170,7 @@ class Metrics:
         checkpointed = parse_time(progress.get("checkpointTime"))
         if checkpointed is not None:
             self.checkpoint_time.labels(namespace, job).set(checkpointed.timestamp())
+        self._set_evaluation(namespace, job, progress)
         for phase in PHASES:
             self.phase.labels(namespace, job, phase).set(1 if new.get("phase") == phase else 0)
         limit = ((spec or {}).get("budget") or {}).get("maxCostUSD")
@@ -163,6 +179,17 @@ class Metrics:
         else:
             with contextlib.suppress(KeyError):
                 self.budget.remove(namespace, job)
+
+    def _set_evaluation(self, namespace: str, job: str, progress: Mapping[str, Any]) -> None:
+        if progress.get("evaluationStep") is not None:
+            self.evaluation_step.labels(namespace, job).set(progress["evaluationStep"])
+        metrics: Mapping[str, float] = progress.get("evaluation") or {}
+        for name, value in metrics.items():
+            self.evaluation.labels(namespace, job, name).set(value)
+        for gone in self._evaluated.get((namespace, job), frozenset()) - set(metrics):
+            with contextlib.suppress(KeyError):
+                self.evaluation.remove(namespace, job, gone)
+        self._evaluated[(namespace, job)] = frozenset(metrics)
 
     def forget(self, namespace: str, job: str) -> None:
         """Drop a deleted job's series."""
@@ -181,6 +208,7 @@ class Metrics:
             self.chief_epoch,
             self.checkpoint_step,
             self.checkpoint_time,
+            self.evaluation_step,
             self.steps_lost,
             self.slot_empty,
             self.reconcile,
@@ -192,3 +220,6 @@ class Metrics:
         for phase in PHASES:
             with contextlib.suppress(KeyError):
                 self.phase.remove(namespace, job, phase)
+        for name in self._evaluated.pop((namespace, job), frozenset()):
+            with contextlib.suppress(KeyError):
+                self.evaluation.remove(namespace, job, name)

@@ -105,6 +105,10 @@ class UpdateLease:
         return {key: value for key, value in fields.items() if value is not None}
 
 
+#: The length of an Event's message the operator posts (the rest is cut): what kube-apiserver accepts.
+EVENT_MESSAGE_LIMIT = 1024
+
+
 @dataclass(frozen=True)
 class EmitEvent:
     """A Kubernetes Event on the job (``type`` is Normal or Warning)."""

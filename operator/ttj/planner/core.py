@@ -44,6 +44,7 @@ from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, Invali
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import Costing, cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
+from ttj.planner.evaluation import progress_events
 from ttj.planner.groups import group_problems, groups_of, groups_status, recorded_unavailable
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
@@ -183,6 +184,8 @@ def _finished(run: _Pass, spec: TransientTrainingJobSpec, phase: Phase) -> Plan:
     status = previous.model_copy(
         update={
             "accounted_pods": None,
+            # the chief's last report may reach this operator after the pass that saw it exit (the export path)
+            "progress": reported_progress(run.observed.lease, previous.progress),
             "workers": _counts(run, spec, active=0, pending=0),
             "phase": derived.phase,
             "conditions": derived.conditions,
@@ -589,7 +592,7 @@ def _plan(
 ) -> Plan:
     return Plan(
         writes=list(writes),
-        events=list(events),
+        events=[*events, *progress_events(run.previous.progress, status.progress)],
         status=status_body(status.model_copy(update={"observed_generation": run.generation})),
         observations=list(observations),
         delete_job=delete_job,

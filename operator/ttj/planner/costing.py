@@ -10,6 +10,7 @@ from ttj.api.models import CostStatus, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision, budget_decision, spending_decision
 from ttj.cost.model import NodeShape, PodObservation, accrue, expected_worker_node, worker_hourly_rate
 from ttj.cost.model import Role as CostRole
+from ttj.cost.pools import gpu_capacity
 from ttj.cost.prices import PriceTable
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
@@ -23,11 +24,10 @@ from ttj.planner.observed import (
     meta,
     name_of,
     node_name_of,
-    node_status,
     phase_of,
     pod_status,
 )
-from ttj_contract import GPU_RESOURCE, LABEL_ROLE, Role, parse_time
+from ttj_contract import LABEL_ROLE, Role, parse_time
 
 
 def _ended_at(pod: Obj, verdict: PodVerdict | None) -> datetime | None:
@@ -58,9 +58,7 @@ def observations(
         node = observed.nodes.get(node_name) if node_name else None
         shape = None
         if node is not None:
-            capacity = (node_status(node).get("capacity") or {}).get(GPU_RESOURCE)
-            gpus = int(str(capacity)) if str(capacity or "").isdigit() else None
-            shape = NodeShape.from_labels(labels_of(node), gpus)
+            shape = NodeShape.from_labels(labels_of(node), gpu_capacity(node))
         out.append(
             PodObservation(
                 name=name_of(pod),

@@ -3,12 +3,19 @@ progress report, the worker counts published for the learning rate, and the chie
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
-from ttj.api.models import ChiefStatus, ProgressStatus
+from ttj.api.models import (
+    MAX_EVALUATION_METRICS,
+    MAX_METRIC_NAME_LENGTH,
+    MAX_PATH_LENGTH,
+    ChiefStatus,
+    ProgressStatus,
+)
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, LabelPod, UpdateLease, Write
 from ttj.planner.config import PlannerConfig
@@ -41,10 +48,17 @@ def lease_holder(lease: Obj | None, recorded: ChiefStatus | None) -> str | None:
 
 
 def reported_progress(lease: Obj | None, previous: ProgressStatus | None) -> ProgressStatus | None:
-    """The chief's latest progress report; the previous one while there is none (or it is malformed)."""
+    """The chief's latest progress report; the previous one while there is none (or it is malformed).
+
+    The latest evaluation and the export path stay until a report carries newer ones: a new chief reports
+    neither before it has evaluated or exported itself, and that must not erase what its predecessor did."""
     report = LeaseProgress.from_annotation(annotations_of(lease or {}).get(ANNOTATION_PROGRESS))
     if report is None:
         return previous
+    evaluation = fitting_metrics(report.evaluation)
+    evaluated = report.evaluation_step is not None and evaluation is not None
+    export_path = report.export_path if report.export_path and len(report.export_path) <= MAX_PATH_LENGTH else None
+    kept = previous or ProgressStatus()
     try:
         return ProgressStatus(
             global_step=report.global_step,
@@ -53,10 +67,24 @@ def reported_progress(lease: Obj | None, previous: ProgressStatus | None) -> Pro
             checkpoint_time=report.checkpoint_time,
             epoch=report.epoch,
             last_error=report.last_error,
-            last_progress_time=previous.last_progress_time if previous is not None else None,
+            last_progress_time=kept.last_progress_time,
+            evaluation_step=report.evaluation_step if evaluated else kept.evaluation_step,
+            evaluation=evaluation if evaluated else kept.evaluation,
+            export_path=export_path or kept.export_path,
         )
     except ValidationError:
         return previous
+
+
+def fitting_metrics(metrics: Mapping[str, float] | None) -> dict[str, float] | None:
+    """The metrics status.progress.evaluation can hold: finite values (JSON has no NaN), names within the
+    bound, and the first of them by name up to the bound on their number."""
+    if metrics is None:
+        return None
+    fitting = sorted(
+        (name, value) for name, value in metrics.items() if len(name) <= MAX_METRIC_NAME_LENGTH and math.isfinite(value)
+    )
+    return dict(fitting[:MAX_EVALUATION_METRICS])
 
 
 def renew_stamp(lease: Obj | None) -> str | None:

@@ -3,18 +3,23 @@ and templates that add to ttj's pods without overriding its labels, env, volumes
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.api.podtemplate import PodTemplate
 from ttj.planner.children import SCRATCH_VOLUMES, bare_worker_pod, ps_deployment
-from ttj.planner.observed import Obj
+from ttj.planner.observed import Obj, meta
 from ttj.planner.podtemplates import worker_template
 from ttj_contract import ACCELERATOR_LABEL, GROUP, PREEMPTIBLE_LABEL, SPOT_LABEL, ps_name, worker_hostname
 
 #: Node labels that place ttj's pods (spot, preemptible, GPU type): a template may not set them.
 PLACEMENT_LABELS = (SPOT_LABEL, PREEMPTIBLE_LABEL, ACCELERATOR_LABEL)
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+#: Jobs whose ownership answer is kept (one entry per job name, namespace and spec): more than an operator
+#: plans at once, so that a steady pass never builds pods just to check them.
+OWNERSHIP_CACHE_SIZE = 4096
 
 
 def name_problems(job: str, spec: TransientTrainingJobSpec) -> list[str]:
@@ -38,7 +43,27 @@ def name_problems(job: str, spec: TransientTrainingJobSpec) -> list[str]:
 
 def ownership_problems(job: Obj, spec: TransientTrainingJobSpec) -> list[str]:
     """Why the roles' pod templates would override what ttj owns: each role's template (the workers' with
-    ``workers.nodeSelector`` and ``tolerations`` in it) is compared with the pod ttj makes without it."""
+    ``workers.nodeSelector`` and ``tolerations`` in it) is compared with the pod ttj makes without it.
+
+    The answer depends on the job's name, namespace and spec alone, so it is computed once for each of them
+    (passes of an unchanged job build no pods to check)."""
+    metadata = meta(job)
+    name, namespace = str(metadata.get("name", "")), str(metadata.get("namespace") or "")
+    try:
+        spec_json = json.dumps(job.get("spec") or {}, sort_keys=True, separators=(",", ":"))
+    except TypeError:  # a spec given as Python objects JSON cannot hold: no key, so no cache
+        return _ownership_problems(name, namespace, spec)
+    return list(_cached_ownership_problems(name, namespace, spec_json))
+
+
+@functools.lru_cache(maxsize=OWNERSHIP_CACHE_SIZE)
+def _cached_ownership_problems(name: str, namespace: str, spec_json: str) -> tuple[str, ...]:
+    spec = TransientTrainingJobSpec.model_validate(json.loads(spec_json))
+    return tuple(_ownership_problems(name, namespace, spec))
+
+
+def _ownership_problems(name: str, namespace: str, spec: TransientTrainingJobSpec) -> list[str]:
+    job: Obj = {"metadata": {"name": name, "namespace": namespace or None}}
     problems = []
     bare_worker = bare_worker_pod(job, spec, 0, 1)
     paths = [m["mountPath"].rstrip("/") or "/" for m in bare_worker["spec"]["containers"][0].get("volumeMounts") or []]

@@ -10,7 +10,7 @@ from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, DeleteChild, EmitEvent, ReplaceChild, Write
 from ttj.planner.observed import Obj, annotations_of, name_of, uid_of
-from ttj_contract import ANNOTATION_PS_TEMPLATE
+from ttj_contract import ANNOTATION_PS_TEMPLATE, ps_name
 
 
 @dataclass(frozen=True)
@@ -24,22 +24,36 @@ def static_children(
 ) -> StaticChildren:
     """Create the missing ones, bring changed PS Deployments up to the spec, delete PS Deployments past
     ``parameterServers.replicas``. ``ps_replicas``: each PS Deployment's replicas (0 while suspended)."""
-    wanted = [
-        children.headless_service(job),
-        children.network_policy(job),
-        *children.trainer_rbac(job, spec),
-        *(children.ps_deployment(job, spec, i, replicas=ps_replicas) for i in range(spec.parameter_servers.replicas)),
-    ]
     writes: list[Write] = []
-    events: list[EmitEvent] = []
-    for manifest in wanted:
+    for manifest in [children.headless_service(job), children.network_policy(job), *children.trainer_rbac(job, spec)]:
         key = (manifest["kind"], name_of(manifest))
         if key not in observed:
             writes.append(CreateChild(manifest))
-        elif key[0] == "Deployment" and _ps_template(observed[key]) != _ps_template(manifest):
+        elif key[0] == "RoleBinding" and observed[key].get("subjects") != manifest.get("subjects"):
+            # workers.template.spec.serviceAccountName changed: that account needs the Lease too.
+            writes.append(ReplaceChild(manifest))
+    servers = _parameter_servers(job, spec, observed, ps_replicas)
+    return StaticChildren((*writes, *servers.writes), servers.events)
+
+
+def _parameter_servers(
+    job: Obj, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj], ps_replicas: int
+) -> StaticChildren:
+    """The PS Deployments, compared by the fingerprint of their template and their replicas: a Deployment is
+    built only to be created or replaced."""
+    job_name = name_of(job)
+    fingerprint = children.ps_template_fingerprint(spec)
+    writes: list[Write] = []
+    events: list[EmitEvent] = []
+    wanted = [("Deployment", ps_name(job_name, i)) for i in range(spec.parameter_servers.replicas)]
+    for index, key in enumerate(wanted):
+        current = observed.get(key)
+        if current is None:
+            writes.append(CreateChild(children.ps_deployment(job, spec, index, replicas=ps_replicas)))
+        elif _ps_template(current) != fingerprint:
             # A spec change (image, parameterServers.resources or .template) reaches the PS through its template: the
             # Deployment controller recreates the pod, which the parameter-server stage sees as a PS loss.
-            writes.append(ReplaceChild(manifest))
+            writes.append(ReplaceChild(children.ps_deployment(job, spec, index, replicas=ps_replicas)))
             events.append(
                 EmitEvent(
                     "Normal",
@@ -48,15 +62,11 @@ def static_children(
                     "and the chief restores the latest checkpoint",
                 )
             )
-        elif key[0] == "Deployment" and _replicas(observed[key]) != _replicas(manifest):
+        elif _replicas(current) != ps_replicas:
             # spec.suspend: 0 once the workers are gone, 1 again on resume
-            writes.append(ReplaceChild(manifest))
-        elif key[0] == "RoleBinding" and observed[key].get("subjects") != manifest.get("subjects"):
-            # workers.template.spec.serviceAccountName changed: that account needs the Lease too.
-            writes.append(ReplaceChild(manifest))
-    wanted_keys = {(m["kind"], name_of(m)) for m in wanted}
+            writes.append(ReplaceChild(children.ps_deployment(job, spec, index, replicas=ps_replicas)))
     for kind, name in sorted(observed):
-        if kind == "Deployment" and (kind, name) not in wanted_keys:
+        if kind == "Deployment" and (kind, name) not in wanted:
             writes.append(
                 DeleteChild(kind, name, reason="ParameterServersScaledDown", uid=uid_of(observed[(kind, name)]))
             )

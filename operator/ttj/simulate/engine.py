@@ -411,12 +411,13 @@ def _revoke_due(setting: _Setting, run: _Run) -> list[int]:
     lost: list[int] = []
     for vm in run.vms:
         if vm.alive and vm.dies_at <= run.now + _EPS:
+            # the chief's SIGTERM checkpoint, written while its VM still runs (before it is marked ended)
+            if vm.slot == run.chief_slot and setting.policy.checkpoint_on_sigterm and vm.running(run.now):
+                run.checkpoint_now()
             vm.ended_at = max(run.now, vm.created_at)
             vm.revoked = True
             run.revocations += 1
             lost.append(vm.slot)
-            if vm.slot == run.chief_slot and setting.policy.checkpoint_on_sigterm and vm.running(run.now):
-                run.checkpoint_now()
             if setting.job.without_ps and vm.slot == run.chief_slot:  # the model state died with the worker
                 run.roll_back()
     return lost

@@ -384,12 +384,27 @@ def search(
 ) -> FleetPlan:
     """The cheapest mix meeting ``target`` (see the module docstring for how the space is bounded)."""
     noise = context.fitted.throughput.noise_sigma
-    fast = math.exp(-_NOISE_SIGMAS * noise)
     mixes = enumerate_mixes(accelerators, provisionings, max_gpus, max_groups, available)
     screened = [context.screen(m) for m in mixes]
+    candidates, pruned = _screen_out(screened, target, noise)
+    candidates.sort(key=lambda s: (_bound(s, target, noise), s.mix.workers, s.mix.label))
+    evaluated, best, stopped = _branch_and_bound(context, candidates, target, noise, max_simulated)
+    if best is not None:
+        best = with_model_range(context, best, target)
+    fastest = _fastest(context, screened, evaluated, target) if best is None and screened else None
+    reference_result = _reference(context, reference, evaluated, target) if reference is not None else None
+    space = _space(
+        accelerators, provisionings, max_gpus=max_gpus, max_groups=max_groups, available=available, mixes=len(screened)
+    )
+    return FleetPlan(target, space, len(screened), pruned, evaluated, best, fastest, reference_result, stopped)
+
+
+def _screen_out(screened: Sequence[Screened], target: Target, noise: float) -> tuple[list[Screened], dict[str, int]]:
+    """Step 1: the mixes left to simulate, and how many were pruned for each reason."""
+    fast = math.exp(-_NOISE_SIGMAS * noise)
     by_mix = {s.mix: s for s in screened}
-    pruned = {"cannot meet the deadline without revocations": 0, "over budget without revocations": 0}
-    pruned[f"PS-saturated (a GPU fewer is within {SATURATION_GAIN:.0%} as fast)"] = 0
+    saturated = f"PS-saturated (a GPU fewer is within {SATURATION_GAIN:.0%} as fast)"
+    pruned = {"cannot meet the deadline without revocations": 0, "over budget without revocations": 0, saturated: 0}
     candidates: list[Screened] = []
     for item in screened:
         if target.deadline_s is not None and item.ideal_time_s * fast > target.deadline_s:
@@ -397,10 +412,16 @@ def search(
         elif target.budget_usd is not None and item.ideal_cost_usd * fast > target.budget_usd:
             pruned["over budget without revocations"] += 1
         elif _saturated(item, by_mix):
-            pruned[f"PS-saturated (a GPU fewer is within {SATURATION_GAIN:.0%} as fast)"] += 1
+            pruned[saturated] += 1
         else:
             candidates.append(item)
-    candidates.sort(key=lambda s: (_bound(s, target, noise), s.mix.workers, s.mix.label))
+    return candidates, pruned
+
+
+def _branch_and_bound(
+    context: PlanContext, candidates: Sequence[Screened], target: Target, noise: float, max_simulated: int
+) -> tuple[list[Evaluation], Evaluation | None, str]:
+    """Step 2: simulate the candidates in bound order; what was simulated, the best, and why the search stopped."""
     evaluated: list[Evaluation] = []
     best: Evaluation | None = None
     stopped = f"every one of the {len(candidates)} candidates left" if candidates else "no candidate left"
@@ -418,33 +439,48 @@ def search(
         evaluated.append(result)
         if result.odds >= target.confidence and (best is None or _objective(result, target) < _objective(best, target)):
             best = result
-    if best is not None:
-        best = with_model_range(context, best, target)
-    fastest = None
-    if best is None and screened:
-        # the cheapest of the mixes within SATURATION_GAIN of the top speed: past the PS's knee more GPUs buy nothing
-        top = max(s.throughput.central for s in screened)
-        quickest = min(
-            (s for s in screened if s.throughput.central >= top * (1 - SATURATION_GAIN)),
-            key=lambda s: (s.price_h, s.mix.label),
-        )
-        fastest = next((e for e in evaluated if e.mix == quickest.mix), None) or evaluate(
-            context, quickest.mix, target, early_rejection=False
-        )
-    reference_result = None
-    if reference is not None:
-        reference_result = next((e for e in evaluated if e.mix == reference and not e.rejected_early), None)
-        reference_result = reference_result or evaluate(context, reference, target, early_rejection=False)
+    return evaluated, best, stopped
+
+
+def _fastest(
+    context: PlanContext, screened: Sequence[Screened], evaluated: Sequence[Evaluation], target: Target
+) -> Evaluation | None:
+    """The cheapest of the mixes within SATURATION_GAIN of the top speed: past the PS's knee more GPUs buy
+    nothing."""
+    top = max(s.throughput.central for s in screened)
+    quickest = min(
+        (s for s in screened if s.throughput.central >= top * (1 - SATURATION_GAIN)),
+        key=lambda s: (s.price_h, s.mix.label),
+    )
+    return next((e for e in evaluated if e.mix == quickest.mix), None) or evaluate(
+        context, quickest.mix, target, early_rejection=False
+    )
+
+
+def _reference(context: PlanContext, reference: Mix, evaluated: Sequence[Evaluation], target: Target) -> Evaluation:
+    """The manifest's own fleet, evaluated in full (its early-rejected evaluation is not enough)."""
+    found = next((e for e in evaluated if e.mix == reference and not e.rejected_early), None)
+    return found or evaluate(context, reference, target, early_rejection=False)
+
+
+def _space(
+    accelerators: Sequence[str],
+    provisionings: Sequence[str],
+    *,
+    max_gpus: int,
+    max_groups: int,
+    available: Mapping[tuple[str, str | None], int] | None,
+    mixes: int,
+) -> str:
     kinds = len(accelerators) * len(provisionings)
     limits = "".join(
         f", at most {n} {short_gpu(a)}{' ' + p if p else ''}"
         for (a, p), n in sorted((available or {}).items(), key=str)
     )
-    space = (
+    return (
         f"{', '.join(short_gpu(a) for a in accelerators)} x {', '.join(provisionings)} ({kinds} groups), "
-        f"1-{max_gpus} GPUs in total, at most {max_groups} groups per mix{limits}: {len(screened)} mixes"
+        f"1-{max_gpus} GPUs in total, at most {max_groups} groups per mix{limits}: {mixes} mixes"
     )
-    return FleetPlan(target, space, len(screened), pruned, evaluated, best, fastest, reference_result, stopped)
 
 
 def _saturated(item: Screened, by_mix: dict[Mix, Screened]) -> bool:
@@ -521,37 +557,84 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     plan.add_argument("--plan-out", type=Path, default=None, help="also write the proposed manifest(s) here")
 
 
-def plan_main(args: argparse.Namespace) -> int:
-    import yaml
+@dataclass(frozen=True)
+class _Request:
+    """What ``--plan`` was asked, checked: the job, the groups to search and the fitted model."""
 
+    name: str
+    template: SimJob
+    policy: str
+    accelerators: list[str]
+    provisionings: list[str]
+    available: dict[tuple[str, str | None], int]
+    fitted: FittedModel
+
+
+def plan_main(args: argparse.Namespace) -> int:
+    from ttj.simulate.study import POLICY_LABELS
+
+    request = _request(args)
+    if isinstance(request, str):
+        return _fail(request)
+    context = PlanContext(
+        request.template,
+        request.fitted,
+        policy=request.policy,
+        runs=args.plan_runs,
+        seed=args.seed,
+        lifetimes=args.lifetimes,
+        price_table=args.price_table,
+        interval_runs=max(1, args.interval_runs),
+    )
+    reference = mix_of(request.template)
+    asked = _target(args, context, reference)
+    if isinstance(asked, str):
+        return _fail(asked)
+    target, derived = asked
+    plan = search(
+        context,
+        target,
+        request.accelerators,
+        request.provisionings,
+        max_gpus=args.max_gpus,
+        max_groups=args.max_groups,
+        max_simulated=args.max_simulated,
+        reference=reference,
+        available=request.available,
+    )
+    print(render(plan, context, request.name, derived, POLICY_LABELS[request.policy]))
+    return _write_plan(args, plan, context, request.name)
+
+
+def _fail(message: str) -> int:
+    print(f"ttj simulate --plan: {message}", file=sys.stderr)
+    return 2
+
+
+def _request(args: argparse.Namespace) -> _Request | str:
+    """The checked request, or what is wrong with it."""
     from ttj.simulate.cli import load_job
     from ttj.simulate.fit import fit
     from ttj.simulate.icac19 import load_training_data
-    from ttj.simulate.report import revocation_table
-    from ttj.simulate.study import POLICIES, POLICY_LABELS, accelerator_name
-
-    def fail(message: str) -> int:
-        print(f"ttj simulate --plan: {message}", file=sys.stderr)
-        return 2
+    from ttj.simulate.study import POLICIES, accelerator_name
 
     try:
         manifest = load_job(args.manifest)
     except ValueError as exc:
-        return fail(str(exc))
+        return str(exc)
     if not 0 < args.confidence < 1:
-        return fail(f"--confidence must be between 0 and 1, not {args.confidence}")
+        return f"--confidence must be between 0 and 1, not {args.confidence}"
     if args.max_gpus < 1 or args.max_groups < 1 or args.plan_runs < 1 or args.max_simulated < 1:
-        return fail("--max-gpus, --max-groups, --max-simulated and --plan-runs must be at least 1")
+        return "--max-gpus, --max-groups, --max-simulated and --plan-runs must be at least 1"
     policy = args.policies[0] if args.policies else "ttj"
     if policy not in POLICIES:
-        return fail(f"unknown policy {policy} (known: {', '.join(POLICIES)})")
-    name = str(manifest.metadata.get("name") or args.manifest.stem)
-    template = SimJob(name, manifest.spec)
+        return f"unknown policy {policy} (known: {', '.join(POLICIES)})"
+    template = SimJob(str(manifest.metadata.get("name") or args.manifest.stem), manifest.spec)
     accelerators = [accelerator_name(a) for a in (args.accelerators or [template.accelerator])]
     provisionings = list(dict.fromkeys(args.provisioning or [template.provisioning, "on-demand"]))
     bad = [p for p in provisionings if p not in ("spot", "preemptible", "on-demand")]
     if bad:
-        return fail(f"unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)")
+        return f"unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)"
     try:
         available = parse_available(args.available, accelerator_name)
         fitted = fit(load_training_data(args.data))
@@ -560,45 +643,36 @@ def plan_main(args: argparse.Namespace) -> int:
             for provisioning in provisionings:
                 price_per_hour(accelerator, provisioning, args.price_table)
     except (OSError, ValueError) as exc:
-        return fail(str(exc))
-    context = PlanContext(
-        template,
-        fitted,
-        policy=policy,
-        runs=args.plan_runs,
-        seed=args.seed,
-        lifetimes=args.lifetimes,
-        price_table=args.price_table,
-        interval_runs=max(1, args.interval_runs),
-    )
-    reference = mix_of(template)
+        return str(exc)
+    return _Request(template.name, template, policy, accelerators, provisionings, available, fitted)
+
+
+def _target(args: argparse.Namespace, context: PlanContext, reference: Mix) -> tuple[Target, str] | str:
+    """The target asked for, or without a deadline and a budget the manifest's own time at the confidence (and
+    a note saying so); what is wrong when that fleet does not finish often enough."""
     deadline_s = args.deadline * 3600 if args.deadline is not None else None
     derived = ""
     if deadline_s is None and args.budget is None:
         deadline_s = deadline_of(context, reference, args.confidence)
         if math.isinf(deadline_s):
-            return fail(
+            return (
                 f"the manifest's fleet ({reference.label}) does not finish in {args.confidence:.0%} of runs: "
                 "give --deadline or --budget"
             )
         derived = f" (the manifest's fleet, {reference.label}, at this confidence)"
-    target = Target(deadline_s, args.budget, args.confidence)
-    plan = search(
-        context,
-        target,
-        accelerators,
-        provisionings,
-        max_gpus=args.max_gpus,
-        max_groups=args.max_groups,
-        max_simulated=args.max_simulated,
-        reference=reference,
-        available=available,
-    )
-    print(render(plan, context, name, derived, POLICY_LABELS[policy]))
+    return Target(deadline_s, args.budget, args.confidence), derived
+
+
+def _write_plan(args: argparse.Namespace, plan: FleetPlan, context: PlanContext, name: str) -> int:
+    """The revocation rates behind the plan, the JSON, and the plan as a manifest; 1 without a plan."""
+    import yaml
+
+    from ttj.simulate.report import revocation_table
+
     used = sorted({g.accelerator for e in plan.evaluated for g in e.mix.groups if g.provisioning != "on-demand"})
     if used:
         print("\nRevocation rates of the transient types simulated (Kaplan-Meier, 95 % Greenwood band):")
-        print(revocation_table([fitted.revocation_summary(a, args.lifetimes) for a in used]))
+        print(revocation_table([context.fitted.revocation_summary(a, args.lifetimes) for a in used]))
     grouped, today = manifests(plan.best.mix, context, name) if plan.best is not None else (None, None)
     if args.json is not None:
         payload = plan_json(plan) | {"manifest": grouped, "manifestToday": today, "note": GROUPS_NOTE}
@@ -681,9 +755,20 @@ def describe(evaluation: Evaluation, target: Target) -> str:
 
 
 def render(plan: FleetPlan, context: PlanContext, name: str, derived: str, policy_label: str) -> str:
+    lines = [
+        *_header(plan, context, name, derived, policy_label),
+        *_candidate_lines(plan),
+        *(_best_lines(plan.best, plan.target, context) if plan.best is not None else _no_plan_lines(plan, context)),
+        *_reference_lines(plan),
+        *_extrapolated_lines(plan, context),
+    ]
+    return "\n".join(lines)
+
+
+def _header(plan: FleetPlan, context: PlanContext, name: str, derived: str, policy_label: str) -> list[str]:
     target = plan.target
     pruned = ", ".join(f"{n} {why}" for why, n in plan.pruned.items() if n) or "none"
-    lines = [
+    return [
         f"Fleet plan for job {name}: {context.template.train_steps} steps; target: {target.describe()}{derived}",
         f"policy {policy_label}; {context.runs} seeded runs per candidate (seed {context.seed}); prices "
         f"{context.price_table}; revocations: {context.lifetimes} lifetimes",
@@ -692,83 +777,100 @@ def render(plan: FleetPlan, context: PlanContext, name: str, derived: str, polic
         "throughput of a mixed fleet: each type's per-worker rate (K80 fitted, others x an assumed speed) summed, "
         "capped by the PS bandwidth through the fitted saturation (spotDNN's bottleneck rule)",
     ]
-    lines.append("\nCandidates simulated (in bound order):")
+
+
+def _candidate_lines(plan: FleetPlan) -> list[str]:
+    lines = ["\nCandidates simulated (in bound order):"]
     for evaluation in plan.evaluated:
-        mark = "meets " if evaluation.odds >= target.confidence else "misses"
-        lines.append(f"  {mark} {evaluation.mix.label:<34} {describe(evaluation, target)}")
-    best = plan.best
-    if best is None:
-        lines.append(f"\nNo fleet in the search space meets the target ({target.describe()}).")
-        if plan.fastest is not None:
-            lines.append(f"The fastest option is {plan.fastest.mix.label}: {describe(plan.fastest, target)}")
-            capacity = context.fitted.throughput.ps_capacity_steps_s * context.template.ps_replicas
-            if plan.fastest.throughput.central >= 0.9 * capacity:
-                lines.append(
-                    f"It is held by the parameter servers ({capacity:.0f} steps/s fitted for "
-                    f"{context.template.ps_replicas}): more spec.parameterServers.replicas would lift it "
-                    "(extrapolated). Loosen the deadline or the confidence, or add parameter servers."
-                )
-            else:
-                lines.append("Loosen the deadline or the confidence, raise --max-gpus, or add faster --accelerators.")
-    else:
-        lines.append(f"\nCheapest plan: {best.mix.label}")
-        lines.append(f"  {describe(best, target)}")
+        mark = "meets " if evaluation.odds >= plan.target.confidence else "misses"
+        lines.append(f"  {mark} {evaluation.mix.label:<34} {describe(evaluation, plan.target)}")
+    return lines
+
+
+def _no_plan_lines(plan: FleetPlan, context: PlanContext) -> list[str]:
+    lines = [f"\nNo fleet in the search space meets the target ({plan.target.describe()})."]
+    fastest = plan.fastest
+    if fastest is None:
+        return lines
+    lines.append(f"The fastest option is {fastest.mix.label}: {describe(fastest, plan.target)}")
+    capacity = context.fitted.throughput.ps_capacity_steps_s * context.template.ps_replicas
+    if fastest.throughput.central >= 0.9 * capacity:
         lines.append(
-            f"  model range (first {min(context.interval_runs, context.runs)} runs: slow end of the throughput "
-            f"interval with early revocations / fast end with late ones): P(meet) {_pct(best.odds_pessimistic)} / "
-            f"{_pct(best.odds_optimistic)}"
+            f"It is held by the parameter servers ({capacity:.0f} steps/s fitted for "
+            f"{context.template.ps_replicas}): more spec.parameterServers.replicas would lift it "
+            "(extrapolated). Loosen the deadline or the confidence, or add parameter servers."
         )
-        low, _ = best.odds_interval
-        if low < target.confidence:
-            lines.append(
-                f"  the confidence {target.confidence:.0%} lies inside the Monte Carlo error of the odds: "
-                "more --plan-runs would tell"
-            )
-    reference = plan.reference
-    if reference is not None:
-        lines.append(f"\nThe manifest's own fleet, {reference.mix.label}: {describe(reference, target)}")
-        if best is not None:
-            saving = 1 - best.cost_per_done_usd / reference.cost_per_done_usd
-            quantile = f"p{target.confidence * 100:.0f}"
-            if best.mix == reference.mix:
-                lines.append("  the plan is the manifest's own fleet: nothing in the search space is better")
-            elif target.deadline_s is None:
-                lines.append(
-                    f"  the plan's {quantile} time is {best.time_at_confidence_s / 3600:.2f} h against "
-                    f"{reference.time_at_confidence_s / 3600:.2f} h, for ${best.cost_per_done_usd:.2f} against "
-                    f"${reference.cost_per_done_usd:.2f}"
-                )
-            else:
-                lines.append(
-                    f"  the plan costs ${best.cost_per_done_usd:.2f} against ${reference.cost_per_done_usd:.2f}: "
-                    f"{saving:.1%} {'cheaper' if saving >= 0 else 'dearer'}"
-                    + ("" if reference.odds >= target.confidence else " (the manifest's fleet misses the target)")
-                )
+    else:
+        lines.append("Loosen the deadline or the confidence, raise --max-gpus, or add faster --accelerators.")
+    return lines
+
+
+def _best_lines(best: Evaluation, target: Target, context: PlanContext) -> list[str]:
+    lines = [
+        f"\nCheapest plan: {best.mix.label}",
+        f"  {describe(best, target)}",
+        f"  model range (first {min(context.interval_runs, context.runs)} runs: slow end of the throughput "
+        f"interval with early revocations / fast end with late ones): P(meet) {_pct(best.odds_pessimistic)} / "
+        f"{_pct(best.odds_optimistic)}",
+    ]
+    low, _ = best.odds_interval
+    if low < target.confidence:
+        lines.append(
+            f"  the confidence {target.confidence:.0%} lies inside the Monte Carlo error of the odds: "
+            "more --plan-runs would tell"
+        )
+    return lines
+
+
+def _reference_lines(plan: FleetPlan) -> list[str]:
+    reference, best, target = plan.reference, plan.best, plan.target
+    if reference is None:
+        return []
+    lines = [f"\nThe manifest's own fleet, {reference.mix.label}: {describe(reference, target)}"]
+    if best is None:
+        return lines
+    saving = 1 - best.cost_per_done_usd / reference.cost_per_done_usd
+    quantile = f"p{target.confidence * 100:.0f}"
+    if best.mix == reference.mix:
+        lines.append("  the plan is the manifest's own fleet: nothing in the search space is better")
+    elif target.deadline_s is None:
+        lines.append(
+            f"  the plan's {quantile} time is {best.time_at_confidence_s / 3600:.2f} h against "
+            f"{reference.time_at_confidence_s / 3600:.2f} h, for ${best.cost_per_done_usd:.2f} against "
+            f"${reference.cost_per_done_usd:.2f}"
+        )
+    else:
+        lines.append(
+            f"  the plan costs ${best.cost_per_done_usd:.2f} against ${reference.cost_per_done_usd:.2f}: "
+            f"{saving:.1%} {'cheaper' if saving >= 0 else 'dearer'}"
+            + ("" if reference.odds >= target.confidence else " (the manifest's fleet misses the target)")
+        )
+    return lines
+
+
+def _extrapolated_lines(plan: FleetPlan, context: PlanContext) -> list[str]:
+    """What rests on assumptions rather than measurements: throughputs, revocation rates, prices."""
     flagged = {}
     for evaluation in [*plan.evaluated, *(e for e in (plan.fastest, plan.reference) if e is not None)]:
         if evaluation.throughput.extrapolated:
             flagged[evaluation.mix.label] = "; ".join(evaluation.throughput.why)
-    if best is not None or flagged:
-        notes = sorted(
-            {
-                note
-                for e in plan.evaluated
-                for g in e.mix.groups
-                if (note := price_note(g.accelerator, g.provisioning, context.price_table))
-            }
-        )
-        untrusted = sorted(
-            {
-                f"{g.accelerator}: revocations rest on {s.revocations} of {s.vms} VMs ({s.basis}): TOO FEW TO TRUST"
-                for e in plan.evaluated
-                for g in e.mix.groups
-                if g.provisioning != "on-demand"
-                and not (s := context.fitted.revocation_summary(g.accelerator, context.lifetimes)).trusted
-            }
-        )
-        if flagged or notes or untrusted:
-            lines.append("\nExtrapolated (not fitted on measurements):")
-            lines += [f"  {label}: {why}" for label, why in flagged.items()]
-            lines += [f"  {note}" for note in untrusted]
-            lines += [f"  price: {note}" for note in notes]
-    return "\n".join(lines)
+    if plan.best is None and not flagged:
+        return []
+    groups = [g for e in plan.evaluated for g in e.mix.groups]
+    notes = sorted({note for g in groups if (note := price_note(g.accelerator, g.provisioning, context.price_table))})
+    untrusted = sorted(
+        {
+            f"{g.accelerator}: revocations rest on {s.revocations} of {s.vms} VMs ({s.basis}): TOO FEW TO TRUST"
+            for g in groups
+            if g.provisioning != "on-demand"
+            and not (s := context.fitted.revocation_summary(g.accelerator, context.lifetimes)).trusted
+        }
+    )
+    if not (flagged or notes or untrusted):
+        return []
+    return [
+        "\nExtrapolated (not fitted on measurements):",
+        *(f"  {label}: {why}" for label, why in flagged.items()),
+        *(f"  {note}" for note in untrusted),
+        *(f"  price: {note}" for note in notes),
+    ]

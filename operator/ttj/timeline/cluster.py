@@ -7,6 +7,8 @@ Nothing here was recorded while the job ran, so the picture is as complete as th
 - chief epochs come from ChiefElected Events, ``status.chief`` and the Lease;
 - the global step is known at each loss (the records), at the latest checkpoint and now; the cost at each
   loss and now. Between those points the picture draws straight lines.
+- the chief's evaluations come from Evaluated Events (their messages) and the latest, in full, from
+  ``status.progress``; the export from the ModelExported Event, else ``status.progress.exportPath``.
 
 Events expire (an hour by default on kube-apiserver, ``--event-ttl``), so for an old job the chief epochs
 and failures before the last hour are missing; the losses in the status are not.
@@ -22,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ttj.api.models import PreemptionCost
+from ttj.planner.evaluation import EVALUATED, MODEL_EXPORTED, parse_evaluated, parse_exported
 from ttj.timeline.model import PodSpan, Timeline, outcome_of
 from ttj_contract import ANNOTATION_PROGRESS, LABEL_PS_INDEX, LABEL_ROLE, LABEL_SLOT, LeaseProgress, Role, parse_time
 
@@ -87,6 +90,7 @@ def from_cluster(
     _events(timeline, events)
     _chiefs(timeline, status, lease)
     _progress(timeline, status, lease, finished or now)
+    _evaluation(timeline, status)
     _cost(timeline, status, finished or now)
     if status.get("phase"):
         timeline.phases.append((timeline.end, str(status["phase"])))
@@ -176,6 +180,27 @@ def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
                     span.ended, span.outcome = moment, "preempted"
         elif reason == "WorkerFailed" and (lost := _WORKER_LOST.search(message)):
             timeline.failures.append((moment, lost["pod"]))
+        elif reason == EVALUATED and (evaluated := parse_evaluated(message)):
+            timeline.evaluations.append((moment, *evaluated))
+        elif reason == MODEL_EXPORTED and (path := parse_exported(message)):
+            timeline.export = (moment, path)
+
+
+def _evaluation(timeline: Timeline, status: dict[str, Any]) -> None:
+    """The Events' evaluations, with the status's latest (its metrics in full) where the global step reached
+    it; the export where its Event says, else at the end (Events expire, the status stays)."""
+    progress = status.get("progress") or {}
+    latest, metrics = progress.get("evaluationStep"), progress.get("evaluation")
+    if isinstance(latest, int) and isinstance(metrics, dict):
+        told = [e for e in timeline.evaluations if e[1] == latest]
+        kept = [e for e in timeline.evaluations if e[1] != latest]
+        when = told[-1][0] if told else timeline.when_step(latest)
+        kept.append((timeline.end if when is None else when, latest, {str(k): float(v) for k, v in metrics.items()}))
+        timeline.evaluations = kept
+    timeline.evaluations.sort(key=lambda e: (e[0], e[1]))
+    if progress.get("exportPath"):
+        path = str(progress["exportPath"])
+        timeline.export = timeline.export if timeline.export and timeline.export[1] == path else (timeline.end, path)
 
 
 def _chiefs(timeline: Timeline, status: dict[str, Any], lease: dict[str, Any] | None) -> None:

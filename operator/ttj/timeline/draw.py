@@ -14,6 +14,9 @@ from ttj_contract import Role
 
 PENDING, RUNNING, CHIEF, LOST = "#e0e0e0", "#90caf9", "#6a1b9a", "#ef6c00"
 OUTCOME_COLOURS = {"succeeded": "#2e7d32", "failed": "#c62828", "preempted": LOST, "deleted": "#757575"}
+EVALUATION = "#ad1457"
+#: Evaluations labelled with their metrics on the picture (the latest ones; more would overlap).
+MAX_LABELLED_EVALUATIONS = 6
 #: Drawing order: bars, then the chief's bar on them, then every marker on top of both.
 Z_BAR, Z_GAP, Z_CHIEF, Z_MARKER = 2, 2.5, 3, 5
 
@@ -119,6 +122,24 @@ def figure(timeline: Timeline, title: str) -> Any:
     if timeline.checkpoints:
         times, values = zip(*timeline.checkpoints, strict=True)
         steps.plot(times, values, "o", color="#2e7d32", markersize=4, label="checkpoint", zorder=Z_MARKER)
+    if timeline.evaluations:
+        times, values = zip(*((when, step) for when, step, _ in timeline.evaluations), strict=True)
+        steps.plot(times, values, "*", color=EVALUATION, markersize=9, label="evaluation", zorder=Z_MARKER)
+        for when, step, metrics in timeline.evaluations[-MAX_LABELLED_EVALUATIONS:]:
+            shown = ", ".join(f"{name}={value:.3g}" for name, value in list(metrics.items())[:2])
+            steps.annotate(
+                shown,
+                (when, step),
+                fontsize=7,
+                color=EVALUATION,
+                xytext=(-6, 2),  # left of the star: the latest is at the picture's right edge
+                textcoords="offset points",
+                ha="right",
+            )
+    if timeline.export is not None:
+        exported_at = timeline.export[0]
+        steps.axvline(exported_at, color=EVALUATION, linestyle="-.", linewidth=1)
+        steps.annotate("model exported", (exported_at, 0), fontsize=8, color=EVALUATION, rotation=90, ha="right")
     for when, epoch, _pod in timeline.chiefs[1:]:
         steps.axvline(when, color=CHIEF, linestyle=":", linewidth=1)
         steps.annotate(f"epoch {epoch}", (when, 0), fontsize=8, color=CHIEF)

@@ -61,6 +61,10 @@ class Timeline:
     #: The job's status.cost and status.savings (camelCase JSON), for the summary.
     cost_status: dict[str, Any] = field(default_factory=dict)
     savings: dict[str, Any] = field(default_factory=dict)
+    #: The chief's evaluations: (time, global step evaluated, metrics by name), in time order.
+    evaluations: list[tuple[float, int, dict[str, float]]] = field(default_factory=list)
+    #: (time, directory) of the final model's export, once the chief made it.
+    export: tuple[float, str] | None = None
     #: (time, type, reason, message) of the job's Events still kept by the cluster.
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
     #: The newest time the timeline knows of (now for a running job).
@@ -109,6 +113,11 @@ class Timeline:
         checkpoint = progress.get("checkpointStep")
         if isinstance(checkpoint, int) and (not self.checkpoints or self.checkpoints[-1][1] != checkpoint):
             self.checkpoints.append((now, checkpoint))
+        evaluated = progress.get("evaluationStep")
+        if isinstance(evaluated, int) and (not self.evaluations or self.evaluations[-1][1] != evaluated):
+            self.evaluations.append((now, evaluated, dict(progress.get("evaluation") or {})))
+        if progress.get("exportPath") and self.export is None:
+            self.export = (now, str(progress["exportPath"]))
         chief = status.get("chief") or {}
         if chief.get("pod") and (not self.chiefs or self.chiefs[-1][1] != chief.get("epoch")):
             self.chiefs.append((now, int(chief.get("epoch") or 0), str(chief["pod"])))
@@ -124,12 +133,21 @@ class Timeline:
         self.end = max(self.end, now)
 
     def refine(self, samples: Timeline) -> None:
-        """Take the finer step, checkpoint and cost curves of a timeline sampled as the job ran (same origin)."""
-        for attribute in ("steps", "checkpoints", "cost"):
+        """Take the finer step, checkpoint, cost and evaluation curves of a timeline sampled as the job ran (same
+        origin), and when it saw the export."""
+        for attribute in ("steps", "checkpoints", "cost", "evaluations"):
             sampled = getattr(samples, attribute)
             if len(sampled) > len(getattr(self, attribute)):
                 setattr(self, attribute, list(sampled))
+        self.export = samples.export or self.export
         self.end = max(self.end, samples.end)
+
+    def when_step(self, step: int) -> float | None:
+        """When the global step reached ``step``, on the straight lines between the known points."""
+        for (before, low), (after, high) in zip(self.steps, self.steps[1:], strict=False):
+            if low <= step <= high and high > low:
+                return before + (after - before) * (step - low) / (high - low)
+        return None
 
     def steps_lost(self) -> int:
         """Global steps that went backwards (only a parameter-server loss should cause any)."""

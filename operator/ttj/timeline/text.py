@@ -1,7 +1,9 @@
-"""The timeline as text, for a terminal: the lanes, what happened when, what each loss cost, the money."""
+"""The timeline as text, for a terminal: the lanes, the evaluations and the export, what happened when, what
+each loss cost, the money."""
 
 from __future__ import annotations
 
+from ttj.planner.evaluation import evaluated_message, exported_message
 from ttj.planner.losses import describe
 from ttj.timeline.model import Timeline
 from ttj_contract import Role, format_usd
@@ -48,6 +50,11 @@ def render(timeline: Timeline, title: str) -> str:
             f"  {span.lane:<9} {span.name:<{width}}  created {_at(span.created)}  running {_at(span.running)}  "
             f"ended {_at(span.ended)}  {span.outcome}" + (f"  chief {','.join(chief)}" if chief else "")
         )
+    if timeline.evaluations or timeline.export:
+        lines += ["", "evaluation and the exported model:"]
+        lines += [f"  {_at(when)}  {evaluated_message(step, metrics)}" for when, step, metrics in timeline.evaluations]
+        if timeline.export:
+            lines.append(f"  {_at(timeline.export[0])}  {exported_message(timeline.export[1])}")
     if timeline.events:
         lines += ["", "events the cluster still keeps:"]
         lines += [f"  {_at(when)}  {kind:<7} {reason}: {message}" for when, kind, reason, message in timeline.events]

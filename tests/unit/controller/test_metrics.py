@@ -56,3 +56,33 @@ def test_savings_losses_budget_phase_and_epoch_follow_the_status() -> None:
     metrics.forget("ns", "j")
     assert value(registry, "ttj_job_phase", phase="Recovering") is None
     assert value(registry, "ttj_steps_lost_total") is None
+
+
+def test_the_latest_evaluation_follows_the_status_and_goes_with_the_job() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    before = {"progress": {"globalStep": 400}}
+    metrics.status_written("ns", "j", {}, before)
+    assert value(registry, "ttj_job_evaluation_step") is None, "no evaluation, no series"
+    first = {"progress": {"globalStep": 500, "evaluationStep": 500, "evaluation": {"loss": 1.5, "auc": 0.75}}}
+    metrics.status_written("ns", "j", before, first)
+    second = {"progress": {"globalStep": 1000, "evaluationStep": 1000, "evaluation": {"loss": 0.5}}}
+    metrics.status_written("ns", "j", first, second)
+    metrics.status_written("ns", "other", {}, first)
+    found = {
+        (s.labels["job"], s.labels.get("metric"), s.name): s.value
+        for family in registry.collect()
+        if family.name in ("ttj_job_evaluation", "ttj_job_evaluation_step")
+        for s in family.samples
+    }
+    assert found == {
+        ("j", "loss", "ttj_job_evaluation"): 0.5,
+        ("j", None, "ttj_job_evaluation_step"): 1000.0,
+        ("other", "loss", "ttj_job_evaluation"): 1.5,
+        ("other", "auc", "ttj_job_evaluation"): 0.75,
+        ("other", None, "ttj_job_evaluation_step"): 500.0,
+    }, "a metric the latest evaluation no longer has is dropped"
+    metrics.forget("ns", "j")
+    assert value(registry, "ttj_job_evaluation", metric="loss") is None
+    assert value(registry, "ttj_job_evaluation_step") is None
+    assert registry.get_sample_value("ttj_job_evaluation", {"namespace": "ns", "job": "other", "metric": "auc"}) == 0.75
