@@ -153,7 +153,10 @@ def coordinator_child(cluster: str, checkpoint_dir: str, args: argparse.Namespac
 
     def report() -> None:
         while True:
-            print(json.dumps({"t": time.time(), "step": int(optimizer.iterations.numpy())}), flush=True)
+            try:
+                print(json.dumps({"t": time.time(), "step": int(optimizer.iterations.numpy())}), flush=True)
+            except tf.errors.OpError as err:  # seen once while a worker was lost: say so, read again
+                print(json.dumps({"t": time.time(), "read_error": type(err).__name__}), flush=True)
             time.sleep(0.25)
 
     threading.Thread(target=report, daemon=True).start()
@@ -349,6 +352,7 @@ def main() -> int:
         "--chunk", type=int, default=100, help="TF: steps per join and checkpoint (ttj: per checkpoint)"
     )
     parser.add_argument("--no-faults", action="store_true")
+    parser.add_argument("--tf-faults-only", action="store_true", help="only TensorFlow's fault run")
     parser.add_argument("--server", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -362,6 +366,9 @@ def main() -> int:
         return 0
     root = Path(tempfile.mkdtemp(prefix="ttj-bench-pss-"))
     loads = [load_average()]
+    if args.tf_faults_only:
+        print(f"TF faults: {json.dumps(tf_faults(root, args))}; load average {[*loads, load_average()]}")
+        return 0
     rates: dict[str, list[float]] = {"ttj": [], "tf": []}
     for round_ in range(args.rounds):
         rates["ttj"].append(throughput(TtjRun(root / f"ttj-{round_}", args), args))
