@@ -1,7 +1,10 @@
 """Run as a script: trains a program for N steps against a real PS (in its own process), as a worker does,
 and writes the program's variables afterwards, the losses and the PS's socket bytes per step to an .npz.
 
-``program_probe.py PS_ADDRESS OWN_ADDRESS ENTRYPOINT ARGS_JSON STEPS BATCH SEED OUT``
+``program_probe.py PS_ADDRESSES OWN_ADDRESS ENTRYPOINT ARGS_JSON STEPS BATCH SEED OUT [CHECKPOINT_DIR]``
+
+PS_ADDRESSES: one or more, comma-separated. With CHECKPOINT_DIR it also writes a checkpoint of the PS's
+state there, as the chief does, and the device of each variable's PS task under ``device.<name>``.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ttj_trainer import devices, program
+from ttj_trainer import checkpoints, devices, program
 from ttj_trainer.parameters import ParameterStore
+from ttj_trainer.variables import GLOBAL_STEP
 
 
-def socket_bytes(ps_port: str, own_port: str) -> int:
-    """Bytes between this worker and the PS so far, both ways, as the kernel counts them: over the
-    connections to the PS's server and the PS's connections back to this worker's server (each counted
+def socket_bytes(ps_ports: list[str], own_port: str) -> int:
+    """Bytes between this worker and the PS tasks so far, both ways, as the kernel counts them: over the
+    connections to the PS's servers and the PS's connections back to this worker's server (each counted
     at its server's end)."""
-    where = f"( sport = :{ps_port} or sport = :{own_port} )"
+    where = "( " + " or ".join(f"sport = :{port}" for port in [*ps_ports, own_port]) + " )"
     out = subprocess.run(
         ["ss", "-tinH", "state", "established", where], capture_output=True, text=True, check=True
     ).stdout
@@ -31,13 +35,18 @@ def socket_bytes(ps_port: str, own_port: str) -> int:
 
 
 def main() -> None:
-    ps_address, own, entrypoint, args, steps, batch, seed, out = sys.argv[1:]
+    ps_addresses, own, entrypoint, args, steps, batch, seed, out = sys.argv[1:9]
+    checkpoint_dir = sys.argv[9] if len(sys.argv) > 9 else ""
+    ps_list = ps_addresses.split(",")
+    ps_ports = [address.rsplit(":", 1)[1] for address in ps_list]
+    own_port = own.rsplit(":", 1)[1]
     tf.config.experimental_connect_to_cluster(
-        tf.train.ClusterSpec({"ps": [ps_address], "worker": {0: own}}),
+        tf.train.ClusterSpec({"ps": ps_list, "worker": {0: own}}),
         job_name="worker",
         task_index=0,
         protocol="grpc",
     )
+    checkpoints.set_local_device(devices.worker_cpu(0))
     keras.utils.set_random_seed(int(seed))
     prepared = program.prepare(
         entrypoint, program.load(entrypoint, json.loads(args)), program.InputContext(0, 1, int(batch), int(seed))
@@ -49,7 +58,7 @@ def main() -> None:
         prepared.step,
         prepared.shared,
         prepared.initial,
-        ps_count=1,
+        ps_count=len(ps_list),
         worker_slots=1,
         local_device=devices.worker_cpu(0),
     )
@@ -58,11 +67,13 @@ def main() -> None:
     batches = [prepared.first, *(next(prepared.batches) for _ in range(int(steps) - 1))]
     losses, moved = [], []
     for features, labels in batches:
-        before = socket_bytes(ps_address.rsplit(":", 1)[1], own.rsplit(":", 1)[1])
+        before = socket_bytes(ps_ports, own_port)
         loss, _ = store.train_step(features, labels, 1.0)
-        moved.append(socket_bytes(ps_address.rsplit(":", 1)[1], own.rsplit(":", 1)[1]) - before)
+        moved.append(socket_bytes(ps_ports, own_port) - before)
         losses.append(loss)
     values = store.read_all()
+    if checkpoint_dir:
+        checkpoints.save(checkpoint_dir, int(values[GLOBAL_STEP]), 1, values, writer="probe")
     np.savez(
         out,
         losses=np.array(losses),
@@ -70,6 +81,7 @@ def main() -> None:
         **{"model." + str(i): v.numpy() for i, v in enumerate(p.model.variables)},
         **{"opt." + str(i): v.numpy() for i, v in enumerate(p.optimizer.variables)},
         **{"ps." + k.replace("/", "_"): v for k, v in values.items()},
+        **{"device." + k.replace("/", "_"): np.array(r.device) for k, r in store.resources.items()},
     )
 
 

@@ -34,7 +34,10 @@ def parameter_server(tmp_path: Path) -> Iterator[str]:
         job.stop_all()
 
 
-def train_under_ttj(ps: str, tmp_path: Path, entrypoint: str, args: dict[str, str], steps: int = STEPS) -> Any:
+def train_under_ttj(
+    ps: str, tmp_path: Path, entrypoint: str, args: dict[str, str], steps: int = STEPS, *, checkpoint_dir: str = ""
+) -> Any:
+    """``ps``: the PS addresses, comma-separated; with ``checkpoint_dir`` the probe also checkpoints there."""
     out = tmp_path / "trained.npz"
     env = os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     own = f"127.0.0.7:{free_port()}"
@@ -49,6 +52,7 @@ def train_under_ttj(ps: str, tmp_path: Path, entrypoint: str, args: dict[str, st
         str(BATCH),
         str(SEED),
         str(out),
+        *([checkpoint_dir] if checkpoint_dir else []),
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -109,6 +113,86 @@ def test_embedding_gradients_reach_the_ps_as_rows(parameter_server: str, tmp_pat
     assert moved[16] > moved[2] + (16 - 2) * BATCH * 8 * 4  # at least the extra rows read
 
 
+def test_plan_balances_variables_with_their_slots_by_bytes_and_splits_none() -> None:
+    """Largest group (a variable and its slots) first onto the PS task with the fewest bytes; the optimizer's
+    own variables, the global step and the heartbeats on PS 0."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+
+    from ttj_trainer.parameters import HEARTBEATS, plan
+    from ttj_trainer.variables import GLOBAL_STEP, Shared
+
+    def var(shape: tuple[int, ...], dtype: str = "float32") -> Any:
+        return SimpleNamespace(shape=shape, dtype=dtype)
+
+    variables = [
+        Shared("model/00000", var((1000, 16))),  # 64 KB, with its slot 128 KB
+        Shared("model/00001", var((16,))),
+        Shared("model/00002", var((500, 16))),  # 32 KB, with its slot 64 KB
+        Shared("model/00003", var((300, 16), "float64")),  # float64: 38.4 KB, with its slot 76.8 KB
+        Shared("model/00004", var((100, 16))),  # no slot (not trainable, e.g. BatchNormalization's statistics)
+        Shared(GLOBAL_STEP, var((), "int64")),
+        Shared("optimizer/00001", var((1000, 16)), beside="model/00000"),
+        Shared("optimizer/00002", var((16,)), beside="model/00001"),
+        Shared("optimizer/00003", var((500, 16)), beside="model/00002"),
+        Shared("optimizer/00004", var((300, 16), "float64"), beside="model/00003"),
+    ]
+    placed = {slot.name: (slot.ps_index, slot.shape, slot.dtype) for slot in plan(variables, 3, 2)}
+    f32, f64 = tf.float32, tf.float64
+    assert placed == {
+        "model/00000": (0, (1000, 16), f32),
+        "optimizer/00001": (0, (1000, 16), f32),
+        "model/00003": (1, (300, 16), f64),  # 76.8 KB: before the 64 KB group although it has fewer elements
+        "optimizer/00004": (1, (300, 16), f64),
+        "model/00002": (2, (500, 16), f32),
+        "optimizer/00003": (2, (500, 16), f32),
+        "model/00004": (2, (100, 16), f32),  # 6.4 KB onto PS 2 (64 KB) rather than PS 1 (76.8 KB)
+        "model/00001": (2, (16,), f32),
+        "optimizer/00002": (2, (16,), f32),
+        GLOBAL_STEP: (0, (), tf.int64),
+        HEARTBEATS: (0, (2,), f64),
+    }
+
+
+def test_two_ps_tasks_hold_the_variables_as_planned_and_the_checkpoint_restores_into_the_plain_model(
+    tmp_path: Path,
+) -> None:
+    """Trained against two real PS processes: each variable is on the task the plan gives it, the table's
+    gradient still arrives as rows, and the checkpoint restores into the program's own model in three lines."""
+    from ttj_trainer import program
+    from ttj_trainer.parameters import plan
+
+    job = TrainerJob(tmp_path, tmp_path / "unused-kubeconfig", slots=1, ps_count=2)
+    job.start("ps", 0)
+    job.start("ps", 1)
+    entrypoint, args = f"{PROGRAMS}:embedding", {"rows": "200000", "width": "8", "optimizer": "adagrad"}
+    checkpoint_dir = str(tmp_path / "checkpoints")
+    try:
+        trained = train_under_ttj(
+            ",".join(job.ps_addresses), tmp_path, entrypoint, args, 6, checkpoint_dir=checkpoint_dir
+        )
+    finally:
+        job.stop_all()
+    prepared = program.prepare(entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, BATCH, SEED))
+    planned = {s.name: s.ps_index for s in plan(prepared.shared, 2, 1)}
+    placed = {k[len("device.") :]: str(trained[k]) for k in trained.files if k.startswith("device.")}
+    assert placed == {
+        name.replace("/", "_"): f"/job:ps/replica:0/task:{planned[name]}/device:CPU:0"
+        for name in planned
+        if name != "ttj/heartbeats"
+    }
+    assert {planned["model/00000"], planned["model/00001"]} == {0, 1}  # the table on one task, the tower on the other
+    table_bytes = 200_000 * 8 * 4
+    assert float(np.median(trained["moved"][2:])) < table_bytes / 20
+    # The three lines of docs/programs.md, in this process: the user's plain Keras model.
+    p = program.load(entrypoint, args)
+    model = program.built_model(p)
+    program.restore(model, checkpoint_dir)
+    for i, variable in enumerate(model.variables):
+        np.testing.assert_array_equal(variable.numpy(), trained[f"model.{i}"], err_msg=variable.path)
+
+
 @pytest.mark.parametrize(
     ("name", "says"),
     [
@@ -141,6 +225,8 @@ def test_self_check_builds_a_program_and_says_its_bytes_per_ps() -> None:
     # the dense tower (8 x 1 + 1, and momentum) on PS 1.
     assert report["parameters"] == 1000 * 4 + 8 + 1
     assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8, (8 + 1) * 4 * 2]
+    assert report["imbalance"] == round(report["bytes_per_ps"][0] / (sum(report["bytes_per_ps"]) / 2), 3)
+    assert report["largest_per_ps"] == ["wide/embedding/embeddings", "wide/dense/kernel"]
     assert np.isfinite(report["first_loss"])
     bad = subprocess.run(
         [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", "tests.trainer.programs.bad:misfit"],

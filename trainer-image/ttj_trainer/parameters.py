@@ -11,10 +11,11 @@ slots are on the same PS, so neither they nor the update math ever cross the net
 gradients and the learning rate). ``Embedding`` layers look their rows up on the PS
 (:func:`sparse_embedding_lookups`), so a step reads and sends back only the rows it touches.
 
-Placement: the model's variables spread over all PS tasks, largest first (counting its optimizer slots)
-onto the least loaded; a variable is never split across PS tasks. Slots beside their variable; the
-global step (the optimizer's iteration counter), the optimizer's other variables and one heartbeat per
-worker slot on PS 0.
+Placement (:func:`plan`): balanced, not split. The model's variables, each with its optimizer slots as
+one group, go largest group first (in bytes) onto the PS task holding the fewest bytes so far; a variable
+is never split across PS tasks, so one table larger than the rest together decides the largest task's
+share. Slots beside their variable; the global step (the optimizer's iteration counter), the optimizer's
+other variables and one heartbeat per worker slot on PS 0.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def ps_device(index: int) -> str:
     return f"/job:{Role.PS.value}/replica:0/task:{index}/device:CPU:0"
 
 
-def _size(variable: Any) -> int:
-    return int(np.prod(variable.shape))
+def _bytes(variable: Any) -> int:
+    return int(np.prod(variable.shape)) * tf.as_dtype(variable.dtype).size
 
 
 def plan(variables: list[Shared], ps_count: int, worker_slots: int) -> list[Slot]:
@@ -63,10 +64,10 @@ def plan(variables: list[Shared], ps_count: int, worker_slots: int) -> list[Slot
     models = [item for item in variables if item.name.startswith("model/")]
     load = [0] * ps_count
     slots: list[Slot] = []
-    for item in sorted(models, key=lambda m: (-_size(m.variable), m.name)):
+    groups = [[item, *beside.get(item.name, [])] for item in models]
+    for group in sorted(groups, key=lambda g: (-sum(_bytes(m.variable) for m in g), g[0].name)):
         index = min(range(ps_count), key=lambda i: (load[i], i))
-        group = [item, *beside.get(item.name, [])]
-        load[index] += sum(_size(member.variable) for member in group)
+        load[index] += sum(_bytes(member.variable) for member in group)
         slots += [Slot(m.name, tuple(m.variable.shape), tf.as_dtype(m.variable.dtype), index) for m in group]
     slots += [Slot(item.name, tuple(item.variable.shape), tf.as_dtype(item.variable.dtype), 0) for item in alone]
     slots.append(Slot(HEARTBEATS, (max(1, worker_slots),), tf.float64, 0))

@@ -98,7 +98,12 @@ class ProgramReport:
     parameters: int
     variables: int
     first_loss: float
+    #: Bytes of model and optimizer state on each parameter server (placement: balanced, never split).
     bytes_per_ps: list[int]
+    #: The largest server's bytes over the mean (1.0: perfectly even); above 1 mostly because of one table.
+    imbalance: float
+    #: The Keras path of the largest variable on each server ("" for a server holding nothing).
+    largest_per_ps: list[str]
 
 
 def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch_size: int) -> ProgramReport:
@@ -113,8 +118,12 @@ def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch
     keras.utils.set_random_seed(0)
     prepared = program.prepare(entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, batch_size, 0))
     per_ps = [0] * ps_count
+    largest: list[tuple[int, str]] = [(0, "")] * ps_count
+    paths = {item.name: str(getattr(item.variable, "path", item.name)) for item in prepared.shared}
     for slot in plan(prepared.shared, ps_count, 1):
-        per_ps[slot.ps_index] += int(np.prod(slot.shape)) * slot.dtype.size
+        size = int(np.prod(slot.shape)) * slot.dtype.size
+        per_ps[slot.ps_index] += size
+        largest[slot.ps_index] = max(largest[slot.ps_index], (size, paths.get(slot.name, slot.name)))
     model = prepared.program.model
     return ProgramReport(
         entrypoint=entrypoint,
@@ -122,6 +131,8 @@ def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch
         variables=len(prepared.shared),
         first_loss=prepared.first_loss,
         bytes_per_ps=per_ps,
+        imbalance=round(max(per_ps) / (sum(per_ps) / ps_count), 3) if sum(per_ps) else 1.0,
+        largest_per_ps=[path for _, path in largest],
     )
 
 

@@ -1,0 +1,265 @@
+"""ttj with one worker and one PS vs plain ``model.fit`` in one process: the same program, model and batches.
+
+Run from the repository root (each round ~1 min; rounds alternate ttj, fit, ttj, fit ...):
+
+    .venv/bin/python bench/program_vs_fit.py [--rounds 2] [--window 20] [--batch-size 32]
+
+ttj: real trainer processes (``python -m ttj_trainer``, a PS and worker 0) with the Lease served by the HTTP
+double of tests/trainer, training ``bench.user_program:program`` (the small CNN, SGD with momentum); its
+rate is the global step published by the chief over the window. fit: a child process runs ``model.fit`` of
+the same program on the same batches. Both run twice a round: with the trainer's thread settings (intra 1,
+inter 2 on ≤ 4 CPUs) and with TensorFlow's defaults (``TTJ_INTRA_OP_THREADS=0``, ``TTJ_INTER_OP_THREADS=0``).
+Then, where a ttj step's time goes: one worker against a real PS, timed per part (the step on local
+variables, the same step against the PS, one RPC round trip, reading every variable) with the bytes the
+step moves (kernel counters of the worker–PS connections).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.trainer.lease_double import LeaseDouble
+from tests.trainer.processes import TrainerJob, free_port, wait_for
+
+from ttj_contract import lease_name
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRYPOINT = "bench.user_program:program"
+STARTUP = 240.0
+THREADS = {"intra": 1, "inter": 2}
+#: The trainer's thread settings, and TensorFlow's own (every core), for both sides alike.
+THREADINGS = ("trainer", "default")
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ) | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def ttj_rate(workdir: Path, args: argparse.Namespace, threads: str, workers: int = 1) -> float:
+    """Global steps per second of a ttj job (PS + ``workers`` workers) over the window, after warm-up.
+    ``threads``: "trainer" (its own settings: intra 1, inter 2 on ≤ 4 CPUs) or "default" (TensorFlow's)."""
+    knobs = {} if threads == "trainer" else {"TTJ_INTRA_OP_THREADS": "0", "TTJ_INTER_OP_THREADS": "0"}
+    workdir.mkdir()
+    with LeaseDouble("default", lease_name("job"), holder="job-worker-0") as lease:
+        job = TrainerJob(
+            workdir,
+            lease.write_kubeconfig(workdir / "kubeconfig"),
+            slots=workers,
+            TTJ_MODEL="",
+            TTJ_DATASET="",
+            TTJ_PROGRAM=ENTRYPOINT,
+            PYTHONPATH=str(ROOT),
+            TTJ_BATCH_SIZE=str(args.batch_size),
+            TTJ_CHECKPOINT_INTERVAL_STEPS="0",
+            TTJ_LEASE_POLL_SECONDS="0.2",
+            **knobs,
+        )
+        try:
+            job.start("ps", 0)
+            for slot in range(workers):
+                job.start("worker", slot)
+            wait_for(lambda: (p := lease.progress()) and p.global_step >= 30, STARTUP, "warm-up", interval=0.5)
+            time.sleep(args.warmup)
+            first = lease.progress()
+            start = time.monotonic()
+            time.sleep(args.window)
+            last = lease.progress()
+            assert first is not None
+            assert last is not None
+            return (last.global_step - first.global_step) / (time.monotonic() - start)
+        finally:
+            job.stop_all()
+
+
+def fit_rate(args: argparse.Namespace, threads: str) -> float:
+    """``threads``: "trainer" (the trainer's settings) or "default" (TensorFlow's own: every core)."""
+    command = [sys.executable, __file__, "--fit-child", threads, f"--batch-size={args.batch_size}"]
+    command += [f"--warmup={args.warmup}", f"--window={args.window}"]
+    out = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=600, check=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["steps_per_second"])
+
+
+def fit_child(threads: str, args: argparse.Namespace) -> None:
+    """``model.fit`` of the program for warm-up + window seconds; prints the rate over the window."""
+    import keras
+    import tensorflow as tf
+
+    from ttj_trainer import program
+
+    if threads == "trainer":
+        tf.config.threading.set_intra_op_parallelism_threads(THREADS["intra"])
+        tf.config.threading.set_inter_op_parallelism_threads(THREADS["inter"])
+    keras.utils.set_random_seed(0)
+    p = program.load(ENTRYPOINT, {})
+    p.model.compile(optimizer=p.optimizer, loss=p.loss, jit_compile=False)
+    ends: list[float] = []
+
+    class Clock(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            ends.append(time.monotonic())
+            if ends[-1] - ends[0] > args.warmup + args.window + 5:
+                self.model.stop_training = True
+
+    p.model.fit(
+        p.train_input(program.InputContext(0, 1, args.batch_size, 0)),
+        steps_per_epoch=10**6,
+        verbose=0,
+        callbacks=[Clock()],
+    )
+    # The first step traces; the warm-up is as long as ttj's after its first 30 steps.
+    start = next(i for i, t in enumerate(ends) if t >= ends[0] + args.warmup)
+    window = [t for t in ends[start:] if t <= ends[start] + args.window]
+    print(json.dumps({"steps_per_second": (len(window) - 1) / (window[-1] - window[0])}))
+
+
+def profile(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    workdir.mkdir()
+    job = TrainerJob(workdir, workdir / "unused-kubeconfig", slots=1)
+    job.start("ps", 0)
+    try:
+        command = [sys.executable, __file__, "--profile-child", job.ps_addresses[0], f"127.0.0.7:{free_port()}"]
+        command.append(f"--batch-size={args.batch_size}")
+        out = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=600, check=False)
+        if out.returncode:
+            raise RuntimeError(out.stderr[-3000:])
+        result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        return result
+    finally:
+        job.stop_all()
+
+
+def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
+    """As a worker does, against the PS at ``ps``: each part of a step timed on its own (median ms)."""
+    import keras
+    import tensorflow as tf
+    from tests.trainer.program_probe import socket_bytes
+
+    from ttj_trainer import devices, program
+    from ttj_trainer.parameters import ParameterStore
+
+    tf.config.threading.set_intra_op_parallelism_threads(THREADS["intra"])
+    tf.config.threading.set_inter_op_parallelism_threads(THREADS["inter"])
+    tf.config.experimental_connect_to_cluster(
+        tf.train.ClusterSpec({"ps": [ps], "worker": {0: own}}), job_name="worker", task_index=0, protocol="grpc"
+    )
+    keras.utils.set_random_seed(0)
+    p = program.load(ENTRYPOINT, {})
+    prepared = program.prepare(ENTRYPOINT, p, program.InputContext(0, 1, args.batch_size, 0))
+    batches = [prepared.first, *(next(prepared.batches) for _ in range(9))]
+    local = devices.worker_cpu(0)
+    n = 60
+
+    def timed(action: Any, count: int = n) -> list[float]:
+        times = []
+        for i in range(count):
+            started = time.perf_counter()
+            action(i)
+            times.append((time.perf_counter() - started) * 1000)
+        return times[5:]  # the first calls trace
+
+    # The step on this process's own variables (what model.fit runs, in the trainer's step function).
+    @tf.function
+    def local_step(features: Any, labels: Any) -> Any:
+        with tf.device(local):
+            return prepared.step(p.model, p.optimizer, features, labels)
+
+    on_local = timed(lambda i: float(local_step(*batches[i % 10]).numpy()))
+    store = ParameterStore(
+        p.model,
+        p.optimizer,
+        prepared.step,
+        prepared.shared,
+        prepared.initial,
+        ps_count=1,
+        worker_slots=1,
+        local_device=local,
+    )
+    store.open()
+    store.assign_all(store.initial_values())
+    ps_port, own_port = ps.rsplit(":", 1)[1], own.rsplit(":", 1)[1]
+    moved: list[int] = []
+
+    def ps_step(i: int) -> None:
+        before = socket_bytes([ps_port], own_port)
+        store.train_step(*batches[i % 10], 1.0)
+        moved.append(socket_bytes([ps_port], own_port) - before)
+
+    on_ps = timed(ps_step)
+    round_trip = timed(lambda _i: store.global_step())
+    read_all = timed(lambda _i: store.read_all(), 20)
+    parameters = int(sum(v.numpy().size for v in p.model.trainable_variables))
+    state_bytes = sum(v.nbytes for v in store.read_all().values())
+    print(
+        json.dumps(
+            {
+                "step_local_ms": statistics.median(on_local),
+                "step_against_ps_ms": statistics.median(on_ps),
+                "round_trip_ms": statistics.median(round_trip),
+                "read_all_variables_ms": statistics.median(read_all),
+                "bytes_per_step": statistics.median(moved[5:]),
+                "state_bytes": state_bytes,
+                "parameters": parameters,
+                "variables": len(prepared.shared),
+            }
+        )
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--fit-child", choices=["trainer", "default"], help=argparse.SUPPRESS)
+    parser.add_argument("--profile-child", nargs=2, metavar=("PS", "OWN"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fit_child:
+        fit_child(args.fit_child, args)
+        return 0
+    if args.profile_child:
+        ps, own = args.profile_child
+        profile_child(ps, own, args)
+        return 0
+    root = Path(tempfile.mkdtemp(prefix="ttj-bench-fit-"))
+    rates: dict[str, list[float]] = {f"{who} {threads}": [] for threads in THREADINGS for who in ("ttj", "fit")}
+    loads = [load_average()]
+    for round_ in range(args.rounds):
+        for threads in THREADINGS:
+            rates[f"ttj {threads}"].append(ttj_rate(root / f"ttj-{threads}-{round_}", args, threads))
+            loads.append(load_average())
+            rates[f"fit {threads}"].append(fit_rate(args, threads))
+            loads.append(load_average())
+        print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rates.items()), flush=True)
+    parts = profile(root / "profile", args)
+    loads.append(load_average())
+    print(f"batch {args.batch_size}, {args.window:.0f} s windows, load average (1/5/15 min) over the run: {loads}")
+    for threads in THREADINGS:
+        ttj, fit = rates[f"ttj {threads}"], rates[f"fit {threads}"]
+        ratios = [t / f for t, f in zip(ttj, fit, strict=True)]
+        print(
+            f"{threads} threads: ttj 1 worker + 1 PS {[round(r, 1) for r in ttj]} steps/s, model.fit in one process "
+            f"{[round(r, 1) for r in fit]} steps/s; ratio ttj / fit per round {[round(r, 2) for r in ratios]} "
+            "(goal >= 0.85)"
+        )
+    print(f"where a ttj step's time goes: {json.dumps(parts)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
