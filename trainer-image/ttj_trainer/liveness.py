@@ -12,11 +12,10 @@ import threading
 import time
 from typing import Any
 
+from ttj_contract import CHIEF_STARTUP_SECONDS
 from ttj_trainer.logs import event
 
 log = logging.getLogger("ttj_trainer.worker")
-#: As long as the operator gives a new chief to start (PlannerConfig.chief_startup_seconds).
-STARTUP_ALLOWANCE_SECONDS = 180.0
 
 
 class Terminated(Exception):
@@ -36,7 +35,7 @@ class Liveness:
     def alive(self, lease_seconds: float, stepped: bool) -> bool:
         """The loop turned within a lease (before its first step, within the start-up allowance: the first
         step traces the model): renewing now says something true."""
-        limit = lease_seconds if stepped else max(lease_seconds, STARTUP_ALLOWANCE_SECONDS)
+        limit = lease_seconds if stepped else max(lease_seconds, CHIEF_STARTUP_SECONDS)
         return time.monotonic() - self.beat_at < limit
 
     def sleep(self, seconds: float) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ttj_contract import LearningRateScaling
 from ttj_trainer import STARTED_AT, metrics, simulated
 from ttj_trainer.config import TrainerConfig
 from ttj_trainer.lease import LeaseView
@@ -28,7 +29,7 @@ class LossNotFiniteError(Exception):
 
 def scaled_learning_rate(base: float, scaling: str, desired: int, active: int | None) -> float:
     """The paper's adaptive rate: base × min(1, active/desired); an unknown active count means all are active."""
-    if scaling == "none" or active is None:
+    if scaling == LearningRateScaling.NONE or active is None:
         return base
     return base * min(1.0, active / max(1, desired))
 

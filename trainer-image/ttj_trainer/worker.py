@@ -16,9 +16,10 @@ import logging
 import signal
 import time
 
+from ttj_contract import BUILTIN_ENTRYPOINT
 from ttj_trainer import metrics
 from ttj_trainer.chief import ChiefDuties, final_checkpoint_done
-from ttj_trainer.config import BUILTIN_ENTRYPOINT, TrainerConfig
+from ttj_trainer.config import TrainerConfig
 from ttj_trainer.connection import Connection, brief
 from ttj_trainer.lease import LeaseClient, LeaseLink, LeaseWatcher
 from ttj_trainer.liveness import Liveness, Terminated
