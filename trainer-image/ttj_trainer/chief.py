@@ -1,12 +1,14 @@
 """The chief's duties, done by the worker the Lease names besides its training: claim the checkpoint
 location with the Lease's fencing token, fill a parameter server that holds no model state, checkpoint
-(fenced, and never a state that is not finite), export the final model, and say how training goes in the
-progress report the Lease watcher publishes."""
+(fenced, and never a state that is not finite), evaluate the program's evaluation set after its periodic
+and final checkpoints, export the final model, and say how training goes in the progress report the Lease
+watcher publishes."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 from ttj_contract import LeaseProgress, format_epoch_time
 from ttj_trainer import checkpoints, metrics, program
 from ttj_trainer.config import TrainerConfig
+from ttj_trainer.evaluation import Evaluation
 from ttj_trainer.lease import LeaseLink, LeaseUnavailableError, LeaseView
 from ttj_trainer.logs import event
 from ttj_trainer.training import LossNotFiniteError
@@ -51,6 +54,9 @@ class ChiefDuties:
         self.last_checkpoint_write_seconds: float | None = None  # published for the adaptive interval
         self.retry_checkpoint_at = 0.0  # after a checkpoint could not be confirmed, wait before the next try
         self.retry_election_at = 0.0
+        self.evaluation: Evaluation | None = None  # the latest, reported until the next one
+        self.export_path: str | None = None
+        self.finished_step: int | None = None  # the final checkpoint whose evaluation and export are done
 
     @property
     def acting(self) -> bool:
@@ -82,6 +88,9 @@ class ChiefDuties:
             checkpoint_write_seconds=self.last_checkpoint_write_seconds,
             epoch=self.epoch,
             last_error=error,
+            evaluation_step=self.evaluation.step if self.evaluation else None,
+            evaluation=self.evaluation.metrics if self.evaluation else None,
+            export_path=self.export_path,
         )
 
     def publish_final(self) -> bool:
@@ -292,19 +301,57 @@ class ChiefDuties:
         self.lease.publish_now()
         return True
 
+    # -- evaluation ------------------------------------------------------------------------------------
+    def evaluate(self, store: Any, prepared: program.Prepared | None, beat: Callable[[], None]) -> Evaluation | None:
+        """Evaluates the program's evaluation set on the parameter servers' state now (None without one):
+        in the report until the next evaluation, in the gauges and in the log. ``beat`` after every batch
+        keeps the Lease renewed meanwhile."""
+        from ttj_trainer import evaluation
+
+        if prepared is None or prepared.eval_context is None or prepared.program.eval_input is None:
+            return None
+        started = time.monotonic()
+        p = prepared.program
+        step = store.global_step()
+        results = evaluation.evaluate(
+            p,
+            iter(p.eval_input(prepared.eval_context)),
+            lambda features, labels: store.evaluate_batch(features, labels, p.loss),
+            max_steps=p.eval_steps,
+            device=store.local_device,
+            beat=beat,
+        )
+        self.evaluation = Evaluation(step, results)
+        metrics.show_evaluation(self.evaluation)
+        event(log, "evaluated", step=step, metrics=results, seconds=round(time.monotonic() - started, 3))
+        return self.evaluation
+
     # -- the end ---------------------------------------------------------------------------------------
+    def finish(self, store: Any, prepared: program.Prepared | None, beat: Callable[[], None]) -> None:
+        """After the final checkpoint, once: its evaluation, then the exported model (which takes the model
+        off the parameter servers, so it comes last)."""
+        final = self.last_checkpoint
+        if final is None or self.finished_step == final.step:
+            return
+        self.evaluate(store, prepared, beat)
+        self.export(store, prepared)
+        self.finished_step = final.step
+
     def export(self, store: Any, prepared: program.Prepared | None) -> None:
-        """The chief's last duty: the final model, beside the checkpoints, for serving (see export.py)."""
+        """The chief's last duty: the final model, beside the checkpoints, for serving (see export.py); its
+        directory goes into the report."""
         from ttj_trainer import export
 
         if self.final_values is None or self.last_checkpoint is None or prepared is None:
             return
+        step = self.last_checkpoint.step
         try:
-            where = export.export(store, self.final_values, self.cfg.checkpoint_uri, self.last_checkpoint.step)
+            where = export.export(store, self.final_values, self.cfg.checkpoint_uri, step)
         except Exception as err:  # the checkpoint is written: a model that cannot be exported fails nothing
             event(log, "could not export the final model", logging.ERROR, error=program.last_line(err))
             return
-        event(log, "exported the final model", **where)
+        self.export_path = export.location(self.cfg.checkpoint_uri, step)
+        event(log, "exported the final model", path=self.export_path, **where)
 
 
 def final_checkpoint_done(cfg: TrainerConfig, view: LeaseView) -> bool:

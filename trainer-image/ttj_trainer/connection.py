@@ -119,7 +119,7 @@ class Connection:
 
         keras.utils.set_random_seed(self.cfg.seed)  # the chief's fresh weights are the same in every run
         loaded = program.load(self.entrypoint, self.program_args)
-        prepared = program.prepare(self.entrypoint, loaded, self.input_context)
+        prepared = program.prepare(self.entrypoint, loaded, self.input_context, eval_seed=self.cfg.seed)
         self.prepared = prepared
         self.batches = prepared.batches
         self.pending = prepared.first

@@ -1,13 +1,15 @@
-"""A worker: trains asynchronously against the parameter servers; checkpoints while the Lease names it chief.
+"""A worker: trains asynchronously against the parameter servers; checkpoints (and evaluates) while the Lease
+names it chief.
 
 The parts, composed here: :class:`~ttj_trainer.connection.Connection` (the parameter servers, the program
 and its input), :class:`~ttj_trainer.training.Training` (one step at a time), :class:`~ttj_trainer.chief.
-ChiefDuties` (checkpoint, restore, export, the progress report), :class:`~ttj_trainer.lease.LeaseLink`
+ChiefDuties` (checkpoint, restore, evaluate, export, the progress report), :class:`~ttj_trainer.lease.LeaseLink`
 (the Lease and its watcher) and :class:`~ttj_trainer.liveness.Liveness` (the loop's pulse and SIGTERM).
 
 The end: a worker that reaches trainSteps exits 0 only once the final checkpoint of the current epoch is in
 the index; while it waits it keeps reading the Lease, and if the Lease names it (however late it learns
-that) it becomes chief, writes the final checkpoint, publishes it, and then exits 0.
+that) it becomes chief, writes the final checkpoint, evaluates it and exports the model, publishes all
+that, and then exits 0.
 """
 
 from __future__ import annotations
@@ -113,8 +115,13 @@ class Worker:
                 if chief.acting:
                     chief.observe_checkpoint_age()
                 failures = 0
-                if chief.acting and chief.checkpoint_due(self.lease.view, training.global_step):
-                    chief.checkpoint(connection.store, "interval")
+                if (
+                    chief.acting
+                    and chief.checkpoint_due(self.lease.view, training.global_step)
+                    and chief.checkpoint(connection.store, "interval")
+                    and chief.evaluate(connection.store, connection.prepared, liveness.beat)
+                ):
+                    self.lease.publish_now()
             except self.tf.errors.OpError as err:
                 # The PS went away or lost its state (uninitialised variables): reconnect and re-check.
                 failures += 1
@@ -143,10 +150,11 @@ class Worker:
             if self.liveness.terminating.is_set():
                 raise Terminated
             if chief.acting:
-                if (chief.final_written or chief.checkpoint(store, "final")) and chief.publish_final():
-                    chief.export(store, self.connection.prepared)
-                    self._clear_heartbeat()
-                    return 0
+                if chief.final_written or chief.checkpoint(store, "final"):
+                    chief.finish(store, self.connection.prepared, self.liveness.beat)
+                    if chief.publish_final():
+                        self._clear_heartbeat()
+                        return 0
             else:
                 view = self.lease.read()
                 if view is not None and self.lease.names_this_pod(view):
