@@ -187,6 +187,105 @@ class TrainerExit(IntEnum):
 
 #: The networks a job names in spec.model (the trainer ships them as programs, ttj_trainer.builtin).
 BUILTIN_MODELS = ("resnet32", "small-cnn")
+#: The datasets a job names in spec.dataset, for the built-in networks.
+BUILTIN_DATASETS = ("cifar10", "synthetic")
+#: What a job without spec.program trains when spec.model / spec.dataset is unset.
+DEFAULT_BUILTIN_MODEL = "resnet32"
+DEFAULT_BUILTIN_DATASET = "cifar10"
+#: The program that trains the built-in networks (spec.model, spec.dataset): the trainer runs it with the
+#: job's settings as arguments, through the same path as a user's spec.program.
+BUILTIN_ENTRYPOINT = "ttj_trainer.builtin:program"
+
+
+class LearningRateScaling(StrEnum):
+    """How the learning rate follows the worker count."""
+
+    NONE = "none"
+    ACTIVE_WORKERS = "activeWorkers"
+
+
+#: How long a newly elected chief may take before its first renewal (TensorFlow start-up, connecting, tracing
+#: the first step): the operator does not replace it sooner (``--chief-startup``), and the trainer renews
+#: before its first step only within this allowance.
+CHIEF_STARTUP_SECONDS = 180
+
+
+# -- TF_CONFIG --------------------------------------------------------------------------------------
+class TFConfigError(ValueError):
+    """TF_CONFIG is not the one the operator writes; the message says which part."""
+
+
+def address_port(address: str) -> int:
+    """The port of a TF_CONFIG ``host:port`` entry (:data:`TF_PORT` when it names none)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        return TF_PORT
+    try:
+        return int(port)
+    except ValueError as err:
+        raise TFConfigError(f"TF_CONFIG address {address!r} has a non-numeric port") from err
+
+
+@dataclass(frozen=True)
+class TFConfig:
+    """``TF_CONFIG`` in the TFJob convention (TensorFlow's own cluster resolver reads it too): the cluster's
+    ``ps`` and ``worker`` addresses and this pod's task. ``worker`` lists every slot in slot order (an empty
+    string for a slot with no address); there is no ``chief`` task: the Lease names the chief."""
+
+    ps: tuple[str, ...]
+    worker: tuple[str, ...]
+    task_type: Role
+    task_index: int
+
+    @property
+    def task_addresses(self) -> tuple[str, ...]:
+        """The addresses of this task's type (its own is at ``task_index``)."""
+        return self.ps if self.task_type == Role.PS else self.worker
+
+    @property
+    def own_port(self) -> int:
+        return address_port(self.task_addresses[self.task_index])
+
+    def to_json(self) -> str:
+        cluster = {Role.PS.value: list(self.ps), Role.WORKER.value: list(self.worker)}
+        task = {"type": self.task_type.value, "index": self.task_index}
+        return json.dumps({"cluster": cluster, "task": task}, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, raw: str) -> TFConfig:
+        """The TF_CONFIG in ``raw``; :class:`TFConfigError` naming the first part that is wrong."""
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise TFConfigError(f"TF_CONFIG is not valid JSON: {err}") from err
+        if not isinstance(data, dict):
+            raise TFConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
+        cluster = data.get("cluster") or {}
+        task = data.get("task") or {}
+        if not isinstance(cluster, dict) or not isinstance(task, dict):
+            raise TFConfigError("TF_CONFIG 'cluster' and 'task' must be JSON objects")
+        ps = cluster.get(Role.PS.value) or []
+        workers = cluster.get(Role.WORKER.value) or []
+        if not isinstance(ps, list) or not ps or not all(isinstance(a, str) and a for a in ps):
+            raise TFConfigError("TF_CONFIG cluster.ps must be a non-empty list of 'host:port' strings")
+        if not isinstance(workers, list) or not all(isinstance(a, str) for a in workers):
+            raise TFConfigError("TF_CONFIG cluster.worker must be a list of 'host:port' strings, one per slot")
+        role = task.get("type")
+        index = task.get("index")
+        if role not in tuple(Role):
+            raise TFConfigError(
+                f"TF_CONFIG task.type must be 'ps' or 'worker', not {role!r} (this trainer has no 'chief' task)"
+            )
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise TFConfigError(f"TF_CONFIG task.index must be a non-negative integer, not {index!r}")
+        parsed = cls(tuple(ps), tuple(workers), Role(role), index)
+        if index >= len(parsed.task_addresses):
+            raise TFConfigError(
+                f"TF_CONFIG task.index {index} is outside cluster.{role} ({len(parsed.task_addresses)} entries)"
+            )
+        for address in (*ps, *(a for a in workers if a)):
+            address_port(address)
+        return parsed
 
 
 # -- times ----------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 
 from ttj_contract import ANNOTATION_ACTIVE_WORKERS, ANNOTATION_DESIRED_WORKERS, Env, lease_name
 from ttj_trainer import config
-from ttj_trainer.worker import scaled_learning_rate, serving_address
+from ttj_trainer.connection import serving_address
+from ttj_trainer.training import scaled_learning_rate
 
 TF_CONFIG = json.dumps(
     {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,25 @@ def test_the_training_steps_compute_is_placed_on_the_selected_device() -> None:
     assert found["update"] == ["device:CPU:0"]
     assert {device.rsplit("/", 1)[-1] for device in placed["AssignAddVariableOp"]} == {"device:CPU:0"}
     assert found["step"] == 1
+
+
+@pytest.mark.tensorflow
+def test_a_users_program_and_its_evaluation_compute_on_the_selected_device() -> None:
+    """A user's functional model (Dense, BatchNormalization, Dropout, a custom layer) with Adam: its forward
+    and backward passes and the chief's evaluation of a batch on the selected device, Adam's update where
+    the variables live."""
+    probe = Path(__file__).with_name("placement_probe.py")
+    command = [sys.executable, str(probe), "tests.trainer.programs.models:mlp_with_evaluation", '{"optimizer": "adam"}']
+    root = str(Path(__file__).resolve().parents[2])
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, check=False, env=os.environ | {"PYTHONPATH": root}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    placed, evaluate, compute = found["placed"], found["evaluate"], found["compute"]
+    for op in ("MatMul", "ReluGrad", "FusedBatchNormV3" if "FusedBatchNormV3" in placed else "Rsqrt"):
+        assert placed[op] == [compute], (op, placed[op])
+    assert found["update"] == ["device:CPU:0"]
+    assert found["step"] == 1
+    for op in ("MatMul", "Relu"):
+        assert evaluate[op] == [compute], (op, evaluate[op])

@@ -65,6 +65,7 @@ def main() -> int:
     from ttj_trainer.checkpoints import CorruptIndexError, LocationTakenError
     from ttj_trainer.data import DatasetError
     from ttj_trainer.program import ProgramError
+    from ttj_trainer.training import LossNotFiniteError
 
     try:
         return worker.run(cfg)
@@ -72,7 +73,7 @@ def main() -> int:
         logs.event(log, f"program error: {err}", logging.ERROR)
         fatal(f"program error: {err}")
         return TrainerExit.PROGRAM_INVALID
-    except worker.LossNotFiniteError as err:
+    except LossNotFiniteError as err:
         logs.event(log, f"loss not finite: {err}", logging.ERROR)
         fatal(f"loss not finite: {err}")
         return TrainerExit.LOSS_NOT_FINITE

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ttj_contract import BUILTIN_MODELS
+from ttj_contract import BUILTIN_MODELS, DEFAULT_BUILTIN_DATASET, DEFAULT_BUILTIN_MODEL
 from ttj_trainer import data
 from ttj_trainer.program import InputContext, Program
 
@@ -84,7 +84,7 @@ def resnet32() -> Any:
 def check_data(args: dict[str, str]) -> None:
     """Has the built-in dataset ready (read or downloaded) before anything waits for the parameter servers, so
     that data that cannot be had fails at once (DatasetError), with no PS up."""
-    if args.get("dataset", "cifar10") != "cifar10":
+    if args.get("dataset", DEFAULT_BUILTIN_DATASET) != "cifar10":
         return
     if args.get("data_uri"):
         data.load_cifar10(args["data_uri"])
@@ -99,10 +99,10 @@ def check_data(args: dict[str, str]) -> None:
 def program(args: dict[str, str]) -> Program:
     """Arguments: model, dataset, learning_rate, momentum, seed (the job's), data_uri, data_cache,
     cifar10_url, cifar10_md5 (as the trainer's configuration reads them)."""
-    name = args.get("model", "resnet32")
+    name = args.get("model", DEFAULT_BUILTIN_MODEL)
     if name not in BUILTIN_MODELS:
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(BUILTIN_MODELS)}")
-    dataset = args.get("dataset", "cifar10")
+    dataset = args.get("dataset", DEFAULT_BUILTIN_DATASET)
     job_seed = int(args.get("seed", "0"))
 
     def train_input(ctx: InputContext) -> Any:

@@ -8,7 +8,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ttj_contract import BUILTIN_MODELS, METRICS_PORT, TF_PORT, Env, Role, lease_name
+from ttj_contract import (
+    BUILTIN_ENTRYPOINT,
+    BUILTIN_MODELS,
+    DEFAULT_BUILTIN_DATASET,
+    DEFAULT_BUILTIN_MODEL,
+    METRICS_PORT,
+    Env,
+    LearningRateScaling,
+    Role,
+    TFConfig,
+    TFConfigError,
+    address_port,
+    lease_name,
+)
 
 
 class Knob(StrEnum):
@@ -73,7 +86,7 @@ class TrainerConfig:
     def own_port(self) -> int:
         """The port of this task's own entry in TF_CONFIG (TF_PORT when the entry names none)."""
         addresses = self.ps_addresses if self.role == Role.PS else self.worker_addresses
-        return port_of(addresses[self.task_index])
+        return address_port(addresses[self.task_index])
 
     @property
     def own_address(self) -> str:
@@ -83,16 +96,6 @@ class TrainerConfig:
     @property
     def lease_name(self) -> str:
         return lease_name(self.job_name)
-
-
-def port_of(address: str) -> int:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host:
-        return TF_PORT
-    try:
-        return int(port)
-    except ValueError as err:
-        raise ConfigError(f"TF_CONFIG address {address!r} has a non-numeric port") from err
 
 
 def _get(env: Mapping[str, str], name: str, default: str | None = None) -> str:
@@ -126,35 +129,11 @@ def _float(env: Mapping[str, str], name: str, default: float | None = None, mini
     return value
 
 
-def _parse_tf_config(raw: str) -> tuple[Role, int, list[str], list[str]]:
+def _tf_config(raw: str) -> TFConfig:
     try:
-        tf_config = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"TF_CONFIG is not valid JSON: {err}") from err
-    if not isinstance(tf_config, dict):
-        raise ConfigError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
-    cluster = tf_config.get("cluster") or {}
-    task = tf_config.get("task") or {}
-    ps = cluster.get(Role.PS) or []
-    workers = cluster.get(Role.WORKER) or []
-    if not isinstance(ps, list) or not ps or not all(isinstance(a, str) and a for a in ps):
-        raise ConfigError("TF_CONFIG cluster.ps must be a non-empty list of 'host:port' strings")
-    if not isinstance(workers, list) or not all(isinstance(a, str) for a in workers):
-        raise ConfigError("TF_CONFIG cluster.worker must be a list of 'host:port' strings, one per slot")
-    role = task.get("type")
-    index = task.get("index")
-    if role not in tuple(Role):
-        raise ConfigError(
-            f"TF_CONFIG task.type must be 'ps' or 'worker', not {role!r} (this trainer has no 'chief' task)"
-        )
-    if not isinstance(index, int) or index < 0:
-        raise ConfigError(f"TF_CONFIG task.index must be a non-negative integer, not {index!r}")
-    addresses = ps if role == Role.PS else workers
-    if index >= len(addresses):
-        raise ConfigError(f"TF_CONFIG task.index {index} is outside cluster.{role} ({len(addresses)} entries)")
-    for address in ps + [a for a in workers if a]:
-        port_of(address)
-    return Role(role), index, list(ps), list(workers)
+        return TFConfig.parse(raw)
+    except TFConfigError as err:
+        raise ConfigError(str(err)) from err
 
 
 def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
@@ -162,20 +141,22 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
     from ttj_trainer import data  # the catalogue: names are checked before TensorFlow is imported
 
     env = os.environ if env is None else env
-    role, index, ps, workers = _parse_tf_config(_get(env, Env.TF_CONFIG))
-    is_worker = role == Role.WORKER
+    tf_config = _tf_config(_get(env, Env.TF_CONFIG))
+    workers = list(tf_config.worker)
+    is_worker = tf_config.task_type == Role.WORKER
     # The PS needs only TF_CONFIG (and POD_IP); everything else matters to workers alone.
-    model = _get(env, Env.MODEL, "resnet32")
-    dataset = _get(env, Env.DATASET, "cifar10")
+    model = _get(env, Env.MODEL, DEFAULT_BUILTIN_MODEL)
+    dataset = _get(env, Env.DATASET, DEFAULT_BUILTIN_DATASET)
     program = _get(env, Env.PROGRAM, "")
     program_args = _program_args(env.get(Env.PROGRAM_ARGS, ""))
     if is_worker and not program and model not in BUILTIN_MODELS:
         raise ConfigError(f"unknown model {Env.MODEL}={model!r}; known models: {', '.join(BUILTIN_MODELS)}")
     if is_worker and not program and dataset not in data.DATASET_NAMES:
         raise ConfigError(f"unknown dataset {Env.DATASET}={dataset!r}; known datasets: {', '.join(data.DATASET_NAMES)}")
-    scaling = _get(env, Env.LEARNING_RATE_SCALING, "activeWorkers")
-    if scaling not in ("none", "activeWorkers"):
-        raise ConfigError(f"{Env.LEARNING_RATE_SCALING}={scaling!r} must be 'none' or 'activeWorkers'")
+    scaling = _get(env, Env.LEARNING_RATE_SCALING, LearningRateScaling.ACTIVE_WORKERS)
+    if scaling not in tuple(LearningRateScaling):
+        known = " or ".join(repr(value.value) for value in LearningRateScaling)
+        raise ConfigError(f"{Env.LEARNING_RATE_SCALING}={scaling!r} must be {known}")
     checkpoint_uri = _get(env, Env.CHECKPOINT_URI, "" if not is_worker else None).rstrip("/")
     if is_worker and not (checkpoint_uri.startswith("gs://") or checkpoint_uri.startswith("/")):
         raise ConfigError(f"{Env.CHECKPOINT_URI}={checkpoint_uri!r} must be gs://... or an absolute path")
@@ -184,9 +165,9 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         raise ConfigError(f"spec.data.uri {data_uri!r} must be gs://... or an absolute path")
     cpu_count = os.cpu_count() or 1
     return TrainerConfig(
-        role=role,
-        task_index=index,
-        ps_addresses=ps,
+        role=tf_config.task_type,
+        task_index=tf_config.task_index,
+        ps_addresses=list(tf_config.ps),
         worker_addresses=workers,
         pod_name=_get(env, Env.POD_NAME, "" if not is_worker else None),
         pod_namespace=_get(env, Env.POD_NAMESPACE, "default"),
@@ -229,10 +210,6 @@ def _program_args(raw: str) -> dict[str, str]:
     if not isinstance(args, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in args.items()):
         raise ConfigError(f"{Env.PROGRAM_ARGS} must be a JSON object of strings")
     return args
-
-
-#: The program that trains the built-in networks (spec.model, spec.dataset).
-BUILTIN_ENTRYPOINT = "ttj_trainer.builtin:program"
 
 
 def program_of(cfg: TrainerConfig) -> tuple[str, dict[str, str]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ttj_contract import BUILTIN_DATASETS
 from ttj_trainer.logs import event
 
 log = logging.getLogger("ttj_trainer.data")
@@ -35,7 +36,7 @@ CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 DOWNLOAD_TIMEOUT_SECONDS = 60.0
 _UNPACKED_MARK = ".complete"
 
-DATASET_NAMES = ("cifar10", "synthetic")
+DATASET_NAMES = BUILTIN_DATASETS
 IMAGE_SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
 _CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32)

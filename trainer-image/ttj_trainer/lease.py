@@ -252,3 +252,44 @@ class LeaseWatcher(threading.Thread):
                 log.exception("unexpected error in the lease watcher; will retry")
             self._publish_now.wait(interval)
             self._publish_now.clear()
+
+
+class LeaseLink:
+    """This pod's standing with the Lease: the watcher's latest view, whether its renewals are fresh, and a
+    read on demand (what a chief's fence and a finished worker rely on)."""
+
+    def __init__(self, client: LeaseClient, watcher: LeaseWatcher, pod_name: str) -> None:
+        self.client = client
+        self.watcher = watcher
+        self.pod_name = pod_name
+
+    @property
+    def view(self) -> LeaseView | None:
+        return self.watcher.view
+
+    def names_this_pod(self, view: LeaseView | None) -> bool:
+        return view is not None and view.names(self.pod_name)
+
+    def renewed_recently(self) -> bool:
+        view = self.watcher.view
+        duration = float(view.duration_seconds or DEFAULT_LEASE_SECONDS) if view else DEFAULT_LEASE_SECONDS
+        return renewal_fresh(self.watcher.last_renewal, time.monotonic(), duration)
+
+    def read(self) -> LeaseView | None:
+        """The Lease now, or None (said in the log) when it cannot be read."""
+        try:
+            view = self.client.get()
+        except LeaseUnavailableError as err:
+            event(log, "cannot read the Lease at the end; will retry", logging.WARNING, error=str(err))
+            return None
+        self.watcher.observe(view)
+        return view
+
+    def current(self) -> LeaseView:
+        """The Lease, read now (LeaseUnavailableError when it cannot be read)."""
+        view = self.client.get()
+        self.watcher.observe(view)
+        return view
+
+    def publish_now(self) -> bool:
+        return self.watcher.publish_now()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from ttj_trainer.logs import event
+
+if TYPE_CHECKING:
+    from ttj_trainer.evaluation import Evaluation
 
 log = logging.getLogger("ttj_trainer.metrics")
 
@@ -30,6 +34,18 @@ device = Gauge(
     "ttj_trainer_device_info", "The device the training step runs on (1 for the one in use)", ["device", "kind"]
 )
 active_workers = Gauge("ttj_trainer_active_workers_seen", "Workers with a fresh heartbeat on the PS (chief only)")
+evaluation = Gauge(
+    "ttj_trainer_evaluation",
+    "The latest evaluation of the program's evaluation set (chief only), by Keras name",
+    ["metric"],
+)
+evaluation_step = Gauge("ttj_trainer_evaluation_step", "The global step of the latest evaluation (chief only)")
+
+
+def show_evaluation(latest: Evaluation) -> None:
+    for name, value in latest.metrics.items():
+        evaluation.labels(name).set(value)
+    evaluation_step.set(latest.step)
 
 
 def set_role(name: str) -> None:

@@ -317,6 +317,25 @@ class ParameterStore:
         loss, step = self._functions["train"](features, labels, tf.constant(learning_rate_scale, tf.float32))
         return float(loss.numpy()), int(step.numpy())
 
+    def evaluate_batch(self, features: Any, labels: Any, loss: Any) -> tuple[Any, Any]:
+        """The model's predictions on ``features`` (``training=False``) with the PS's current weights, and
+        the loss as Keras's ``evaluate`` computes it: ``loss(labels, predictions)`` plus the model's own."""
+        if "evaluate" not in self._functions:
+            model = self.model
+
+            @tf.function(reduce_retracing=True)
+            def evaluate(features: Any, labels: Any) -> Any:
+                with tf.device(self.local_device):
+                    predictions = model(features, training=False)
+                    total = tf.cast(loss(labels, predictions), tf.float32)
+                    for extra in model.losses:
+                        total += tf.reduce_sum(tf.cast(extra, tf.float32))
+                    return tf.nest.map_structure(tf.identity, predictions), tf.identity(total)
+
+            self._functions["evaluate"] = evaluate
+        predictions, total = self._functions["evaluate"](features, labels)
+        return predictions, total
+
     def _build_train_step(self) -> Any:
         model, optimizer, step = self.model, self.optimizer, self.step
 

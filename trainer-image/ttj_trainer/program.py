@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENTRYPOINT_FIELD = "spec.program.entrypoint"
+#: The most batches of ``eval_input`` one evaluation reads, unless the program says (``Program.eval_steps``).
+DEFAULT_EVAL_STEPS = 100
 
 
 class ProgramError(Exception):
@@ -64,8 +66,10 @@ TrainStep = Callable[[Any, Any, Any, Any], Any]
 @dataclass
 class Program:
     """A training program. ``train_input`` gives batches of ``(features, labels)``; ``eval_input`` (optional)
-    a finite dataset the chief evaluates ``metrics`` on; ``train_step`` (optional) replaces the default step
-    (``loss(labels, model(features, training=True)) + sum(model.losses)``, gradients, ``optimizer.apply``)."""
+    a finite dataset the chief evaluates the loss and ``metrics`` (``keras.metrics.Metric`` objects) on, at
+    most ``eval_steps`` batches of it each time (see :mod:`ttj_trainer.evaluation`); ``train_step``
+    (optional) replaces the default step (``loss(labels, model(features, training=True)) +
+    sum(model.losses)``, gradients, ``optimizer.apply``)."""
 
     model: Any
     loss: Any
@@ -74,6 +78,7 @@ class Program:
     eval_input: Callable[[InputContext], Any] | None = None
     metrics: list[Any] = field(default_factory=list)
     train_step: TrainStep | None = None
+    eval_steps: int = DEFAULT_EVAL_STEPS
 
 
 def last_line(err: BaseException) -> str:
@@ -126,7 +131,27 @@ def load(entrypoint: str, args: Mapping[str, str]) -> Program:
         raise _fail(entrypoint, f"Program.loss is a {type(program.loss).__name__}: give a Keras loss or a function")
     if not callable(program.train_input):
         raise _fail(entrypoint, "Program.train_input must be a function of an InputContext")
+    _check_evaluation_fields(entrypoint, program)
     return program
+
+
+def _check_evaluation_fields(entrypoint: str, program: Program) -> None:
+    import keras
+
+    if program.eval_input is None:
+        return
+    if not callable(program.eval_input):
+        raise _fail(entrypoint, "Program.eval_input must be a function of an InputContext")
+    if not callable(program.loss):
+        raise _fail(entrypoint, "Program.loss is needed to evaluate eval_input: give a Keras loss or a function")
+    for index, metric in enumerate(program.metrics):
+        if not isinstance(metric, keras.metrics.Metric):
+            raise _fail(
+                entrypoint, f"Program.metrics[{index}] is a {type(metric).__name__}, not a keras.metrics.Metric"
+            )
+    steps = program.eval_steps
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise _fail(entrypoint, f"Program.eval_steps must be a positive integer, not {steps!r}")
 
 
 def build(entrypoint: str, program: Program, features: Any) -> dict[int, Any]:
@@ -209,11 +234,15 @@ class Prepared:
     batches: Any
     #: The loss of the check's one step (on the fresh weights and the first batch).
     first_loss: float
+    #: What ``eval_input`` is called with (None without one): the same for every evaluation.
+    eval_context: InputContext | None = None
 
 
-def prepare(entrypoint: str, program: Program, context: InputContext) -> Prepared:
+def prepare(entrypoint: str, program: Program, context: InputContext, eval_seed: int = 0) -> Prepared:
     """Builds the program and runs one training step on one batch on this process's own variables (then
-    puts the fresh values back): whatever a program gets wrong shows here, before any PS is touched."""
+    puts the fresh values back), and evaluates one batch of its evaluation set, if it has one, on them:
+    whatever a program gets wrong shows here, before any PS is touched. ``eval_seed``: the job's seed,
+    for the evaluation set's context."""
     import tensorflow as tf
 
     from ttj_trainer import variables
@@ -253,4 +282,45 @@ def prepare(entrypoint: str, program: Program, context: InputContext) -> Prepare
         raise _fail(entrypoint, "the train_step must call optimizer.apply(gradients, variables) exactly once")
     for variable, value in zip(everything, before, strict=True):
         variable.assign(value)
-    return Prepared(entrypoint, program, step, shared, initial, (features, labels), batches, first_loss)
+    eval_context = None
+    if program.eval_input is not None:
+        eval_context = InputContext(0, 1, context.per_worker_batch, eval_seed)
+        _check_evaluation(entrypoint, program, eval_context)
+    return Prepared(entrypoint, program, step, shared, initial, (features, labels), batches, first_loss, eval_context)
+
+
+def _check_evaluation(entrypoint: str, program: Program, context: InputContext) -> None:
+    """One batch of the evaluation set through the model, the loss and fresh copies of the metrics."""
+    import tensorflow as tf
+
+    assert program.eval_input is not None
+    try:
+        dataset = program.eval_input(context)
+    except Exception as err:
+        raise _fail(entrypoint, f"eval_input raised {last_line(err)}") from err
+    if not isinstance(dataset, tf.data.Dataset):
+        raise _fail(entrypoint, f"eval_input returned a {type(dataset).__name__}, not a tf.data.Dataset")
+    try:
+        element = next(iter(dataset))
+    except StopIteration as err:
+        raise _fail(entrypoint, "eval_input gave an empty dataset") from err
+    except Exception as err:
+        raise _fail(entrypoint, f"reading eval_input failed: {last_line(err)}") from err
+    if not isinstance(element, tuple) or len(element) != 2:
+        raise _fail(entrypoint, "eval_input's elements must be (features, labels) pairs")
+    features, labels = element
+    try:
+        predictions = program.model(features, training=False)
+    except Exception as err:
+        raise _fail(entrypoint, f"the model cannot take eval_input's features: {last_line(err)}") from err
+    try:
+        float(program.loss(labels, predictions))
+    except Exception as err:
+        raise _fail(entrypoint, f"the loss cannot take eval_input's labels: {last_line(err)}") from err
+    for metric in program.metrics:
+        try:
+            fresh = type(metric).from_config(metric.get_config())
+            fresh.update_state(labels, predictions)
+            float(fresh.result())
+        except Exception as err:
+            raise _fail(entrypoint, f"metric {metric.name!r} cannot evaluate eval_input: {last_line(err)}") from err

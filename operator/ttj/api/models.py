@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
@@ -25,7 +25,16 @@ from ttj.api.podtemplate import (
     ResourceRequirements,
     Toleration,
 )
-from ttj_contract import API_VERSION, KIND, Provisioning
+from ttj_contract import (
+    API_VERSION,
+    BUILTIN_DATASETS,
+    BUILTIN_MODELS,
+    DEFAULT_BUILTIN_DATASET,
+    DEFAULT_BUILTIN_MODEL,
+    KIND,
+    LearningRateScaling,
+    Provisioning,
+)
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
 DEFAULT_ACCELERATOR = "nvidia-tesla-t4"
@@ -58,13 +67,6 @@ class _Model(BaseModel):
         extra="forbid",
         use_enum_values=True,
     )
-
-
-class LearningRateScaling(StrEnum):
-    """How the learning rate follows the worker count."""
-
-    NONE = "none"
-    ACTIVE_WORKERS = "activeWorkers"
 
 
 class CleanPodPolicy(StrEnum):
@@ -148,10 +150,15 @@ class Reason(StrEnum):
     PREFERRED_GROUPS = "PreferredGroups"
 
 
-ModelName = Literal["resnet32", "small-cnn"]
-DatasetName = Literal["cifar10", "synthetic"]
-DEFAULT_MODEL: ModelName = "resnet32"
-DEFAULT_DATASET: DatasetName = "cifar10"
+# The names are the contract's (the trainer reads the same tuples); the schema lists them as an enum.
+if TYPE_CHECKING:
+    ModelName = str
+    DatasetName = str
+else:
+    ModelName = Literal[BUILTIN_MODELS]
+    DatasetName = Literal[BUILTIN_DATASETS]
+DEFAULT_MODEL: ModelName = DEFAULT_BUILTIN_MODEL
+DEFAULT_DATASET: DatasetName = DEFAULT_BUILTIN_DATASET
 
 
 class CheckpointSpec(_Model):

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import os
 
+from ttj_contract import CHIEF_STARTUP_SECONDS
+
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 #: The exit code of a replica that lost the leader Lease (its pod restarts and stands by).
 LOST_LEADERSHIP = 3
@@ -39,9 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chief-startup",
         type=int,
-        default=180,
+        default=CHIEF_STARTUP_SECONDS,
         metavar="SECONDS",
-        help="time a newly elected chief gets before its first renewal [180]",
+        help=f"time a newly elected chief gets before its first renewal [{CHIEF_STARTUP_SECONDS}]",
     )
     parser.add_argument(
         "--node-grace",

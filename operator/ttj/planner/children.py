@@ -43,6 +43,7 @@ from ttj_contract import (
     Env,
     Provisioning,
     Role,
+    TFConfig,
     dns_address,
     lease_name,
     ps_name,
@@ -92,11 +93,12 @@ def _metadata(job: Obj, name: str, labels: dict[str, str] | None = None) -> Obj:
 
 
 def tf_config(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: str, index: int) -> str:
-    cluster = {
-        Role.PS.value: [dns_address(job, namespace, ps_name(job, i)) for i in range(spec.parameter_servers.replicas)],
-        Role.WORKER.value: [dns_address(job, namespace, worker_hostname(job, s)) for s in range(spec.workers.slots)],
-    }
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}}, separators=(",", ":"))
+    return TFConfig(
+        ps=tuple(dns_address(job, namespace, ps_name(job, i)) for i in range(spec.parameter_servers.replicas)),
+        worker=tuple(dns_address(job, namespace, worker_hostname(job, s)) for s in range(spec.workers.slots)),
+        task_type=Role(task_type),
+        task_index=index,
+    ).to_json()
 
 
 def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: str, index: int) -> list[Obj]:

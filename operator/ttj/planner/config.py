@@ -9,6 +9,7 @@ from datetime import datetime
 from ttj.api.models import CostStatus, TransientTrainingJobSpec
 from ttj.cost.prices import PriceTable
 from ttj.planner.observed import Observed
+from ttj_contract import CHIEF_STARTUP_SECONDS
 
 #: A cost override for simulators: (spec, observed, previous cost status, now) → new cost status.
 CostFunction = Callable[[TransientTrainingJobSpec, Observed, CostStatus | None, datetime], CostStatus]
@@ -21,7 +22,7 @@ class PlannerConfig:
     #: Lease duration the operator writes; a chief silent for longer than this is replaced.
     lease_duration_seconds: int = 30
     #: A newly elected chief that has never renewed is given this long to start (TensorFlow start-up).
-    chief_startup_seconds: int = 180
+    chief_startup_seconds: int = CHIEF_STARTUP_SECONDS
     #: A node NotReady (or a bound pod's node missing) for this long means its pods are lost.
     node_grace_seconds: int = 30
     #: Replan at least this often even when nothing changes (leases expire without events).

@@ -52,3 +52,20 @@ def nan_loss(args: dict[str, str]) -> Program:
         return tf.reduce_mean(base) * scale
 
     return _program(keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(3)]), loss)
+
+
+def eval_misfit(args: dict[str, str]) -> Program:
+    """Trains fine, but its evaluation set has rows of 5 numbers for a model of 12."""
+    program = _program(keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(3)]))
+    program.eval_input = lambda ctx: tf.data.Dataset.from_tensor_slices(
+        (tf.zeros((8, 5)), tf.zeros((8,), tf.int32))
+    ).batch(4)
+    return program
+
+
+def eval_metric_not_a_metric(args: dict[str, str]) -> Program:
+    """Names its metric by a string: ttj wants keras.metrics.Metric objects."""
+    program = _program(keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(3)]))
+    program.eval_input = tabular
+    program.metrics = ["accuracy"]
+    return program

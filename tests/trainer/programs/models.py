@@ -91,3 +91,27 @@ def embedding(args: dict[str, str]) -> Program:
         optimizer=_optimizer(args.get("optimizer", "sgd")),
         train_input=train_input,
     )
+
+
+EVAL_STEPS = 4
+
+
+def evaluation_set(ctx: InputContext) -> tf.data.Dataset:
+    """Six batches (finite) of held-out examples from the same distribution as ``tabular``'s."""
+    rng = np.random.default_rng(10_000 + ctx.seed)
+    features = rng.standard_normal((ctx.per_worker_batch * 6, FEATURES)).astype(np.float32)
+    projection = np.random.default_rng(7).standard_normal((FEATURES, CLASSES)).astype(np.float32)
+    labels = np.argmax(features @ projection, axis=1).astype(np.int32)
+    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(ctx.per_worker_batch)
+
+
+def mlp_with_evaluation(args: dict[str, str]) -> Program:
+    """``mlp`` with an evaluation set, two Keras metrics, and at most EVAL_STEPS batches per evaluation."""
+    program = mlp(args)
+    program.eval_input = evaluation_set
+    program.metrics = [
+        keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+        keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="crossentropy"),
+    ]
+    program.eval_steps = EVAL_STEPS
+    return program
