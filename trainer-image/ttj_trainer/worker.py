@@ -24,7 +24,7 @@ from ttj_trainer.chief import ChiefDuties, final_checkpoint_done
 from ttj_trainer.config import TrainerConfig
 from ttj_trainer.connection import Connection, brief
 from ttj_trainer.lease import LeaseClient, LeaseLink, LeaseWatcher
-from ttj_trainer.liveness import Liveness, Terminated
+from ttj_trainer.liveness import EXPORT_ALLOWANCE_SECONDS, Liveness, Terminated
 from ttj_trainer.logs import event
 from ttj_trainer.training import Training
 
@@ -151,7 +151,8 @@ class Worker:
                 raise Terminated
             if chief.acting:
                 if chief.final_written or chief.checkpoint(store, "final"):
-                    chief.finish(store, self.connection.prepared, self.liveness.beat)
+                    with self.liveness.allowance(EXPORT_ALLOWANCE_SECONDS):
+                        chief.finish(store, self.connection.prepared, self.liveness.beat)
                     if chief.publish_final():
                         self._clear_heartbeat()
                         return 0
