@@ -554,3 +554,75 @@ def test_a_chief_in_a_fallback_group_is_not_moved_and_a_scale_down_is_no_move_ba
     scaled = passes(world, RETRY)
     assert pod_writes(scaled) == [("DeleteChild", "mnist-worker-2-1", "ScaledDown")]
     assert not [e for e in scaled.events if e.reason == "MovedBack"]
+
+
+def test_budget_projections_price_each_worker_at_its_group() -> None:
+    from ttj.cost.prices import load_price_table
+    from ttj.planner import PlannerConfig
+    from ttj.planner.classify import classify_pod
+    from ttj.planner.costing import cost_and_budget
+    from ttj.planner.groups import Unavailable, group_worker_pod, groups_of
+    from ttj.planner.observed import Observed
+
+    prices = load_price_table()
+
+    def hourly(accelerator: str, provisioning: str) -> float:
+        host = prices.host_machine_types[accelerator]
+        price = prices.node_price(
+            machine_type=host, accelerator_type=accelerator, accelerator_count=1, provisioning=provisioning
+        )
+        return price.usd_per_hour
+
+    l4, t4, od = hourly("nvidia-l4", "spot"), hourly("nvidia-tesla-t4", "spot"), hourly("nvidia-tesla-t4", "on-demand")
+    groups = [
+        {"name": "l4", "acceleratorType": "nvidia-l4", "maxReplicas": 1},
+        {"name": "t4"},
+        {"name": "od", "provisioning": "on-demand"},
+    ]
+    out = Unavailable(T0, "out")
+
+    def projected(
+        replicas: int, marked: tuple[str, ...], pending_in: tuple[str, ...], with_groups: bool = True
+    ) -> float:
+        """Per hour: what the budget projects for the pending workers and the new ones (nothing runs yet)."""
+        manifest = (
+            grouped(replicas=replicas, groups=groups, minReplicas=1)
+            if with_groups
+            else job(workers={"replicas": replicas, "minReplicas": 1})
+        )
+        spec = TransientTrainingJobSpec.model_validate(manifest["spec"])
+        by_name = {g.name: g for g in groups_of(spec)}
+        made = [group_worker_pod(manifest, by_name[name], slot, 1) for slot, name in enumerate(pending_in)]
+        for pod in made:
+            pod["status"] = {"phase": "Pending"}
+        observed = Observed(pods=made)
+        verdicts = {p["metadata"]["name"]: classify_pod(p, {}, T0, timedelta(minutes=5)) for p in made}
+        costing = cost_and_budget(
+            spec,
+            observed,
+            verdicts,
+            None,
+            now=T0,
+            config=PlannerConfig(prices=prices),
+            unavailable=dict.fromkeys(marked, out),
+        )
+        assert costing.budget is not None
+        return round(costing.budget.projected_usd / 0.25, 6)
+
+    cases = {
+        "no groups: spec.workers' T4 spot": projected(2, (), (), with_groups=False),
+        "the first group": projected(1, (), ()),
+        "the first group marked: the next": projected(1, ("l4",), ()),
+        "two marked: on-demand": projected(1, ("l4", "t4"), ()),
+        "l4 full with a pending worker: l4 pending, t4 new": projected(2, (), ("l4",)),
+        "pending in t4 and od, one more to l4": projected(3, (), ("t4", "od")),
+    }
+    assert cases == {
+        "no groups: spec.workers' T4 spot": round(2 * t4, 6),
+        "the first group": round(l4, 6),
+        "the first group marked: the next": round(t4, 6),
+        "two marked: on-demand": round(od, 6),
+        "l4 full with a pending worker: l4 pending, t4 new": round(l4 + t4, 6),
+        "pending in t4 and od, one more to l4": round(t4 + od + l4, 6),
+    }
+    assert len({round(l4, 6), round(t4, 6), round(od, 6)}) == 3
