@@ -105,6 +105,7 @@ def fill_worker_slots(
     groups status.workerGroups marks as out of capacity): for capacity fallback (:mod:`ttj.planner.groups`).
     ``previous_desired``: status.workers.desired as last written (a scale-down the user asked for is no move
     back). ``extra_allowed``: the budget allows one worker more than ``replicas`` (to move back)."""
+    workers = list(workers)
     slots = spec.workers.slots
     desired = min(spec.workers.replicas, slots)
     groups = groups_of(spec)
@@ -155,7 +156,9 @@ def fill_worker_slots(
         held[group.name] += 1
         chosen[slot] = group.name
 
-    quiet = not (duplicates or scaled_down or stops or fallen.deletes or creates)
+    # nothing else changes, and no worker released before is still stopping (its slot may be the free one)
+    stopping = any(verdicts[name_of(pod)].state == PodState.RELEASED for pod in workers)
+    quiet = not (duplicates or scaled_down or stops or fallen.deletes or creates or stopping)
     running_filled = all(verdicts[name_of(p)].state == PodState.RUNNING for p in filled.values())
     moving = 0
     if quiet and extra is None and extra_allowed and len(filled) == desired and running_filled:

@@ -448,7 +448,13 @@ def test_the_on_demand_fallback_is_released_first_and_moving_back_stops_when_the
         name = created_now[0][1]
         world.observed.nodes[f"l4-{n}"] = gpu_node(f"l4-{n}", "nvidia-l4")
         run_pod(world, name, f"l4-{n}", at + timedelta(seconds=5))
-        steps.append((created_now, pod_writes(passes(world, at + timedelta(seconds=10)))))
+        released = pod_writes(passes(world, at + timedelta(seconds=10)))
+        steps.append((created_now, released))
+        if n == 0:
+            # the released worker is still there (its finalizer goes in this pass): the next move back waits
+            assert world.pod(released[0][1]) is not None
+            assert pod_writes(passes(world, at + timedelta(seconds=15))) == []
+            assert world.pod(released[0][1]) is None
     assert steps == [
         ([("CreateChild", "mnist-worker-4-1", "l4")], [("DeleteChild", "mnist-worker-3-2", "ScaledDown")]),
         ([("CreateChild", "mnist-worker-3-3", "l4")], [("DeleteChild", "mnist-worker-2-1", "ScaledDown")]),
