@@ -161,6 +161,19 @@ def test_unknown_node_is_priced_as_expected_and_noted() -> None:
     assert accrue(None, [lost_ps], minutes(60), PRICES).usd == pytest.approx(PS_NODE)  # as n1-standard-4
 
 
+def test_a_workers_unknown_node_is_priced_as_its_groups_expected_node() -> None:
+    l4_spot = NodeShape("g2-standard-4", "nvidia-l4", 1, Provisioning.SPOT)
+    in_l4 = PodObservation("w0", "uid-w0", "worker", minutes(0), node=None, gpus=1, group="l4")
+    in_other = PodObservation("w1", "uid-w1", "worker", minutes(0), node=None, gpus=1, group="t4")
+    cost = accrue(
+        None, [in_l4, in_other], minutes(60), PRICES, fallback_worker_node=SPOT_T4, group_worker_nodes={"l4": l4_spot}
+    )
+    assert {e.name: round(e.usd, 6) for e in cost.pods or []} == {
+        "w0": round(0.224 + 0.058733, 6),  # spot L4 on its g2-standard-4 host
+        "w1": round(SPOT_T4_NODE, 6),  # no node for its group: the job's expected node
+    }
+
+
 def test_projected_rates_of_the_desired_set() -> None:
     spec = TransientTrainingJobSpec.model_validate(
         {"trainSteps": 10, "checkpoint": {"uri": "/ckpt"}, "workers": {"replicas": 4, "acceleratorType": "nvidia-l4"}}

@@ -550,3 +550,85 @@ def test_a_group_without_capacity_falls_back_to_the_next(env: dict[str, Any]) ->
     for event in moved:
         assert "left group v100 (unschedulable for" in event.message, event.message
         assert event.message.endswith("for group t4"), event.message
+
+
+def test_a_worker_moves_back_to_a_group_with_room_make_before_break(env: dict[str, Any]) -> None:
+    """Group a holds one worker, so the second goes to b; once a may hold two, the b worker moves back: a third
+    worker starts in a in the free slot and runs before the b worker is deleted; the chief stays."""
+    groups: list[dict[str, Any]] = [{"name": "a", "maxReplicas": 1}, {"name": "b"}]
+    create_job(env, replicas=1, workers={"groups": groups, "maxReplicas": 3})
+    chief = running(env, replicas=1, epoch=1)["chief"]["pod"]
+    custom = client.CustomObjectsApi(env["api"])
+
+    def patch(workers_patch: dict[str, Any]) -> None:
+        custom.patch_namespaced_custom_object(
+            "transient.training",
+            "v1alpha1",
+            env["ns"],
+            "transienttrainingjobs",
+            "train",
+            {"spec": {"workers": workers_patch}},
+        )
+
+    def group_of(pod: Any) -> str:
+        return str(pod.metadata.labels["transient.training/worker-group"])
+
+    def running_by_group() -> dict[str, str]:
+        return {
+            p.metadata.name: group_of(p)
+            for p in workers(env)
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        }
+
+    patch({"replicas": 2})
+    in_b = wait_for(
+        "a second worker running in group b",
+        lambda: [n for n, g in running_by_group().items() if g == "b" and len(running_by_group()) == 2],
+        timeout=60,
+    )[0]
+    status = wait_for(
+        "both workers counted",
+        lambda: (s := job_status(env)) and (s.get("workers") or {}).get("active") == 2 and s,
+        timeout=60,
+    )
+    # a is full: the b worker is no fallback
+    fallback = next(c for c in status["conditions"] if c["type"] == "CapacityFallback")
+    assert (fallback["status"], fallback["reason"]) == ("False", "PreferredGroups")
+    assert status["chief"]["pod"] == chief
+
+    # a may hold two now: make-before-break, watched pass by pass
+    seen: list[tuple[bool, bool]] = []  # (the new a worker runs, the b worker is being deleted or gone)
+
+    def moved() -> bool:
+        pods = {p.metadata.name: p for p in workers(env)}
+        new = [p for n, p in pods.items() if group_of(p) == "a" and n != chief]
+        old = pods.get(in_b)
+        new_runs = any(p.status.phase == "Running" and not p.metadata.deletion_timestamp for p in new)
+        seen.append((new_runs, old is None or bool(old.metadata.deletion_timestamp)))
+        return seen[-1] == (True, True)
+
+    patch({"groups": [{"name": "a", "maxReplicas": 2}, {"name": "b"}]})
+    wait_for("the b worker replaced by a running a worker", moved, timeout=60)
+    first_break = next(i for i, (_, broken) in enumerate(seen) if broken)
+    assert seen[first_break][0], f"the b worker went before the a worker ran: {seen}"
+    assert sorted(running_by_group().values()) == ["a", "a"]
+    events = wait_for(
+        "the MovedBack event", lambda: [e for e in job_events(env) if e.reason == "MovedBack"], timeout=30
+    )
+    assert [(e.type, e.message) for e in events] == [
+        (
+            "Normal",
+            f"worker slot 1 moved from group b back to group a (as slot 2: train-worker-2-1 runs, {in_b} released)",
+        )
+    ]
+    final = wait_for(
+        "CapacityFallback False",
+        lambda: (
+            (s := job_status(env))
+            and any(c["type"] == "CapacityFallback" and c["status"] == "False" for c in s.get("conditions", []))
+            and s
+        ),
+        timeout=30,
+    )
+    assert final["chief"]["pod"] == chief
+    assert [(g["name"], g["active"]) for g in final["workerGroups"]] == [("a", 2), ("b", 0)]

@@ -105,7 +105,8 @@ class ConditionType(StrEnum):
     STALLED = "Stalled"
     #: spec.suspend (True while suspended, False once resumed), as a batch/v1 Job's ``Suspended``.
     SUSPENDED = "Suspended"
-    #: True while some worker runs in a later group than it first went to because the earlier one had no capacity.
+    #: True while new workers skip a group for want of capacity, or a worker (the chief aside) runs in a less
+    #: preferred group than one with room.
     CAPACITY_FALLBACK = "CapacityFallback"
 
 
@@ -148,6 +149,9 @@ class Reason(StrEnum):
     LOSS_NOT_FINITE = "LossNotFinite"
     GROUP_CAPACITY_UNAVAILABLE = "GroupCapacityUnavailable"
     PREFERRED_GROUPS = "PreferredGroups"
+    #: CapacityFallback True: no group is skipped, but workers still run in a less preferred group than one with
+    #: room (they move back one at a time, make-before-break).
+    FALLBACK_WORKERS = "FallbackWorkers"
 
 
 # The names are the contract's (the trainer reads the same tuples); the schema lists them as an enum.
@@ -761,7 +765,8 @@ class WorkerGroupStatus(_Model):
     capacity_unavailable_since: str | None = Field(
         default=None,
         description="Since when new workers skip this group: one of its workers stayed unschedulable for "
-        "workers.fallbackAfterSeconds (RFC 3339); cleared once one of its workers runs.",
+        "workers.fallbackAfterSeconds (RFC 3339); cleared once one of its workers is scheduled after it and runs, "
+        "or 30 minutes after it (new workers try the group again, and workers move back to it).",
         json_schema_extra={"format": "date-time"},
     )
     capacity_unavailable_reason: str | None = Field(

@@ -52,6 +52,7 @@ def budget_decision(
     requested_new_workers: int,
     worker_usd_per_hour: float,
     pending_workers: int = 0,
+    pending_usd_per_hour: float | None = None,
     horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
     stop_lead_seconds: float = 0.0,
 ) -> BudgetDecision:
@@ -59,13 +60,17 @@ def budget_decision(
 
     ``cost`` is the ledger just accrued (``status.cost``); its ``usdPerHour`` is the rate of the pods
     running now. ``worker_usd_per_hour`` is what one more worker costs (``ttj.cost.model.worker_hourly_rate``);
-    ``pending_workers`` are created but not running yet, so they will cost that much soon too.
+    ``pending_workers`` are created but not running yet, so they will cost that much soon too;
+    ``pending_usd_per_hour``, when given, is what they will cost together (workers of different groups).
     """
     requested = max(0, requested_new_workers)
     spent = cost.usd if cost is not None else 0.0
     running_rate = cost.usd_per_hour if cost is not None else 0.0
     limit = spec.budget.max_cost_usd if spec.budget is not None else None
-    committed_rate = running_rate + max(0, pending_workers) * worker_usd_per_hour
+    pending_rate = (
+        max(0, pending_workers) * worker_usd_per_hour if pending_usd_per_hour is None else pending_usd_per_hour
+    )
+    committed_rate = running_rate + pending_rate
     if limit is None:
         projected = spent + (committed_rate + requested * worker_usd_per_hour) * horizon_seconds / 3600.0
         return BudgetDecision(requested, False, "", spent, None, projected)

@@ -164,13 +164,15 @@ def accrue(
     *,
     fallback_worker_node: NodeShape | None = None,
     fallback_ps_node: NodeShape | None = None,
+    group_worker_nodes: Mapping[str, NodeShape] | None = None,
 ) -> CostStatus:
     """The job's cost ledger at ``now``, from the last one stored in status and the pods seen now.
 
     ``pods`` are all the job's pods that exist (running, finished, or preempted but not yet deleted).
     A pod of the previous ledger that is not among them is gone: its cost is settled. Totals never go
     down. ``fallback_*_node`` price pods whose node is unknown (use :func:`expected_worker_node`;
-    parameter servers default to the table's fallback machine type, on-demand).
+    parameter servers default to the table's fallback machine type, on-demand); a worker of a group in
+    ``group_worker_nodes`` is priced on its group's expected node instead.
     """
     if now.tzinfo is None:
         raise ValueError("accrue needs an aware datetime for now (UTC)")
@@ -200,6 +202,8 @@ def accrue(
             assert pod.started_at is not None
             started = pod.started_at
             fallback = fallback_ps_node if pod.role == "ps" else fallback_worker_node
+            if pod.role == "worker" and pod.group is not None and pod.group in (group_worker_nodes or {}):
+                fallback = (group_worker_nodes or {})[pod.group]
             rate = pod_rate(pod, prices, fallback)
             notes.extend(rate.notes)
             rate_usd, rate_on_demand, provisioning = rate.usd_per_hour, rate.on_demand_usd_per_hour, rate.provisioning

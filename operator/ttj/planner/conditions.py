@@ -85,6 +85,9 @@ class InProgress:
     #: With worker groups: which groups new workers skip for want of capacity, in words ("" when none); None
     #: for a job without groups.
     capacity_fallback: str | None = None
+    #: With worker groups: the running workers, the chief aside, in a less preferred group than one with room, in
+    #: words ("" when none).
+    fallback_workers: str = ""
 
     @property
     def training(self) -> bool:
@@ -250,7 +253,10 @@ def _capacity_fallback(s: Situation) -> Holds | None:
     if not isinstance(s, InProgress) or s.capacity_fallback is None:
         return None
     if s.capacity_fallback:
-        return True, Reason.GROUP_CAPACITY_UNAVAILABLE, s.capacity_fallback
+        more = f"; {s.fallback_workers}" if s.fallback_workers else ""
+        return True, Reason.GROUP_CAPACITY_UNAVAILABLE, s.capacity_fallback + more
+    if s.fallback_workers:
+        return True, Reason.FALLBACK_WORKERS, s.fallback_workers
     return False, Reason.PREFERRED_GROUPS, "no worker group is skipped for want of capacity"
 
 

@@ -317,7 +317,15 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
         progress=progress,
         epoch=epoch,
         has_model=final_checkpoint_reported(spec, progress, epoch, renewed=renewed_since_election(observed.lease)),
-        costing=cost_and_budget(spec, observed, assessed.verdicts, previous.cost, now=now, config=run.config),
+        costing=cost_and_budget(
+            spec,
+            observed,
+            assessed.verdicts,
+            previous.cost,
+            now=now,
+            config=run.config,
+            unavailable=recorded_unavailable(previous.worker_groups or [], now),
+        ),
         suspension=suspension,
     )
 
@@ -402,6 +410,8 @@ def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Wor
         resuming=reading.suspension.resuming,
         now=run.now,
         unavailable=recorded_unavailable(run.previous.worker_groups or [], run.now),
+        previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,
+        extra_allowed=reading.costing.allows_extra,
     )
 
 
@@ -495,6 +505,7 @@ def _situation(
         stopping=reading.suspension.stopping,
         ever_suspended=reading.suspension.ever,
         capacity_fallback=_capacity_fallback(spec, slots),
+        fallback_workers=slots.fallback_workers,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,7 @@ from ttj.cost.prices import PriceTable
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
-from ttj.planner.groups import group_of, worker_gpus
+from ttj.planner.groups import Group, Unavailable, choose_group, group_of, groups_of, worker_gpus
 from ttj.planner.observed import (
     Obj,
     Observed,
@@ -81,6 +82,9 @@ class Costing:
     cost: CostStatus | None
     #: None when nothing is priced, or a cost function stands in for prices and the job has no budget.
     budget: BudgetDecision | None
+    #: The budget allows one worker more than replicas (priced at the group a new worker goes to): to move a
+    #: worker back to a preferred group, make-before-break.
+    allows_extra: bool = True
 
 
 def cost_and_budget(
@@ -91,13 +95,15 @@ def cost_and_budget(
     *,
     now: datetime,
     config: PlannerConfig,
+    unavailable: Mapping[str, Unavailable] | None = None,
 ) -> Costing:
     """Accrue the cost (from prices, or the configured cost function) and ask the budget.
 
-    Without either, status.cost stays as it was and the budget is not checked.
+    Without either, status.cost stays as it was and the budget is not checked. ``unavailable``: the groups new
+    workers skip (:func:`ttj.planner.groups.recorded_unavailable`), for the group a new worker is priced at.
     """
     if config.prices is not None:
-        return _priced(spec, observed, verdicts, previous, now=now, prices=config.prices)
+        return _priced(spec, observed, verdicts, previous, now=now, prices=config.prices, unavailable=unavailable or {})
     if config.cost is not None:
         cost = config.cost(spec, observed, previous, now)
         return Costing(cost, spending_decision(spec, cost))
@@ -112,17 +118,41 @@ def _priced(
     *,
     now: datetime,
     prices: PriceTable,
+    unavailable: Mapping[str, Unavailable],
 ) -> Costing:
-    alive = [v for v in verdicts.values() if v.alive]
-    fallback = expected_worker_node(spec, prices)
-    cost = accrue(previous, observations(spec, observed, verdicts), now, prices, fallback_worker_node=fallback)
-    decision = budget_decision(
-        spec,
-        cost,
-        requested_new_workers=max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive)),
-        worker_usd_per_hour=worker_hourly_rate(spec, prices),
-        pending_workers=sum(v.state == PodState.PENDING for v in alive),
-        # The chief's time to checkpoint after SIGTERM: stop this long before the money runs out.
-        stop_lead_seconds=WORKER_TERMINATION_GRACE_SECONDS,
+    groups = groups_of(spec)
+    alive = {name: v for name, v in verdicts.items() if v.alive}
+    alive_pods = [pod for pod in observed.pods if name_of(pod) in alive]
+    nodes = {group.name: expected_worker_node(group.spec, prices) for group in groups}
+    rates = {group.name: worker_hourly_rate(group.spec, prices, nodes[group.name]) for group in groups}
+    cost = accrue(
+        previous,
+        observations(spec, observed, verdicts),
+        now,
+        prices,
+        fallback_worker_node=expected_worker_node(spec, prices),
+        group_worker_nodes={name: node for name, node in nodes.items() if name is not None},
     )
-    return Costing(cost, decision)
+    new_worker = _next_group(groups, alive_pods, unavailable)
+    pending = [pod for pod in alive_pods if alive[name_of(pod)].state == PodState.PENDING]
+    requested = max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive))
+
+    def decide(new_workers: int) -> BudgetDecision:
+        return budget_decision(
+            spec,
+            cost,
+            requested_new_workers=new_workers,
+            worker_usd_per_hour=rates[new_worker.name],
+            pending_workers=len(pending),
+            pending_usd_per_hour=sum(rates.get(group_of(pod), rates[new_worker.name]) for pod in pending),
+            # The chief's time to checkpoint after SIGTERM: stop this long before the money runs out.
+            stop_lead_seconds=WORKER_TERMINATION_GRACE_SECONDS,
+        )
+
+    return Costing(cost, decide(requested), allows_extra=decide(requested + 1).cap(requested + 1) == requested + 1)
+
+
+def _next_group(groups: tuple[Group, ...], alive: list[Obj], unavailable: Mapping[str, Unavailable]) -> Group:
+    """The group a new worker goes to (the one its projected price is of); the first group when none has room."""
+    held = Counter(group_of(pod) for pod in alive)
+    return choose_group(groups, held, unavailable) or groups[0]

@@ -9,9 +9,10 @@ A new worker goes to the first group with room (``maxReplicas``) whose capacity 
 worker pending as unschedulable for ``workers.fallbackAfterSeconds`` shows that its group's capacity is out:
 it is deleted, its group is marked (``status.workerGroups[].capacityUnavailableSince``), and its slot goes to
 the next group with room. The mark is the only memory, and it lives in the status: a restarted operator
-skips the same groups. It lasts until a worker of the group runs (a group can still get workers while
-marked: when every later group is full or marked too) or :data:`CAPACITY_RETRY_SECONDS` pass, after which
-new workers try the group again.
+skips the same groups. It lasts until a worker of the group is scheduled after it and runs (a group can still
+get workers while marked: when every later group is full or marked too) or :data:`CAPACITY_RETRY_SECONDS`
+pass, after which new workers try the group again (and workers in less preferred groups move back to it,
+:mod:`ttj.planner.slots`).
 
 Why the wait and not the cluster autoscaler's ``NotTriggerScaleUp``/``FailedScaleUp`` Events: the pod's own
 ``PodScheduled=False Unschedulable`` condition is level state the planner already observes; Events are
@@ -148,6 +149,16 @@ def unschedulable_since(pod: Obj, verdict: PodVerdict) -> datetime | None:
     if scheduled is None or scheduled.get("reason") != "Unschedulable":
         return None
     return parse_time(scheduled.get("lastTransitionTime")) or parse_time(meta(pod).get("creationTimestamp"))
+
+
+def scheduled_at(pod: Obj) -> datetime | None:
+    """When a pod was bound to its node (its PodScheduled=True condition, else its startTime); None if unknown."""
+    scheduled = condition(pod, "PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "True":
+        at = parse_time(scheduled.get("lastTransitionTime"))
+        if at is not None:
+            return at
+    return parse_time((pod.get("status") or {}).get("startTime"))
 
 
 def choose_group(

@@ -5,7 +5,19 @@ A new pod's incarnation (the last number of its name) is one above the highest o
 never below the slot's last create, recorded in ``status.slotIncarnations``: the observed pods alone can
 lag behind our own creates (a view that has dropped ``-2-1`` but not yet shows ``-2-2``), and a name that
 came back would put two live pods, with one hostname and one TF task index, in one slot. Creating the
-recorded name again is safe: while that pod exists the create answers 409."""
+recorded name again is safe: while that pod exists the create answers 409.
+
+Moving back, make-before-break (jobs with worker groups): a worker runs in a *fallback* position when a more
+preferred group has room. Once every worker runs and nothing else changes in a pass, one extra worker is
+created in the most preferred group with room whose capacity is not known to be out, in a free slot
+(``workers.maxReplicas`` above ``replicas``: without a free slot there is no move back, as the slots are
+TF_CONFIG's worker list), if the budget allows one more worker. While it is pending the job holds
+``replicas + 1`` workers; once it runs, scaling down to ``replicas`` releases the least preferred running
+worker (a Normal Event ``MovedBack``). The chief is never released, so a chief in a fallback group stays there
+(it moves only when it is lost and another worker is elected), and a move back never interrupts a checkpoint.
+If the extra worker stays unschedulable for ``fallbackAfterSeconds`` it is deleted and its group marked, and
+nothing replaces it. The extra worker is recognised from the observed pods alone: one worker more than
+``replicas``, the only one not running, in a more preferred group than a running worker that is not the chief."""
 
 from __future__ import annotations
 
@@ -27,6 +39,7 @@ from ttj.planner.groups import (
     group_of,
     group_worker_pod,
     groups_of,
+    scheduled_at,
     unschedulable_since,
 )
 from ttj.planner.observed import Obj, name_of, slot_of, uid_of
@@ -52,6 +65,8 @@ class WorkerSlots:
     events: tuple[EmitEvent, ...] = ()
     #: When the next pending worker will have waited fallbackAfterSeconds.
     wake: datetime | None = None
+    #: Running workers, the chief aside, in a less preferred group than one with room, in words ("" when none).
+    fallback_workers: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,19 +94,29 @@ def fill_worker_slots(
     resuming: bool = False,
     now: datetime | None = None,
     unavailable: Mapping[str, Unavailable] | None = None,
+    previous_desired: int | None = None,
+    extra_allowed: bool = True,
 ) -> WorkerSlots:
     """``recorded``: status.slotIncarnations as last written. ``refill_finished``: workers that exited 0
     free their slots (the chief ended without the final checkpoint, so the job needs a worker to write it).
     ``suspended``: spec.suspend; every worker stops as when the budget is exceeded. ``resuming``: the first
     pass after a suspension, whose recorded names all belonged to pods that ran and were stopped: each slot's
     new pod takes the incarnation above them, so that no name comes back. ``now`` and ``unavailable`` (the
-    groups status.workerGroups marks as out of capacity): for capacity fallback (:mod:`ttj.planner.groups`)."""
+    groups status.workerGroups marks as out of capacity): for capacity fallback (:mod:`ttj.planner.groups`).
+    ``previous_desired``: status.workers.desired as last written (a scale-down the user asked for is no move
+    back). ``extra_allowed``: the budget allows one worker more than ``replicas`` (to move back)."""
+    workers = list(workers)
     slots = spec.workers.slots
     desired = min(spec.workers.replicas, slots)
     groups = groups_of(spec)
     occupancy = _occupancy(workers, verdicts, refill_finished)
     filled, duplicates = _one_per_slot(occupancy, verdicts, holder, slots)
-    filled, scaled_down = _scaled_down(filled, desired, verdicts, holder, groups)
+    extra = _moving_back(filled, desired, verdicts, holder, groups)
+    before_scale_down = filled
+    filled, scaled_down = _scaled_down(filled, desired + (extra is not None), verdicts, holder, groups)
+    moved_back = _moved_back(
+        before_scale_down, filled, verdicts, groups, user_scaled=previous_desired != spec.workers.replicas
+    )
     stops: list[Write] = []
     stop_reason = Reason.SUSPENDED if suspended else Reason.BUDGET_EXCEEDED if budget and budget.exceeded else None
     if stop_reason is not None:
@@ -101,9 +126,11 @@ def fill_worker_slots(
 
     marks = dict(unavailable or {})
     fallen = (
-        _fallen_back(filled, verdicts, groups, marks=marks, spec=spec, now=now) if now is not None else _Fallbacks()
+        _fallen_back(filled, verdicts, groups, marks=marks, spec=spec, now=now, extra=extra)
+        if now is not None
+        else _Fallbacks()
     )
-    filled = {slot: pod for slot, pod in filled.items() if slot not in fallen.slots}
+    filled = {slot: pod for slot, pod in filled.items() if slot not in fallen.slots and slot != fallen.abandoned}
 
     # Fill empty slots, lowest first, as far as the budget allows.
     missing = desired - len(filled)
@@ -129,9 +156,23 @@ def fill_worker_slots(
         held[group.name] += 1
         chosen[slot] = group.name
 
+    # nothing else changes, and no worker released before is still stopping (its slot may be the free one)
+    stopping = any(verdicts[name_of(pod)].state == PodState.RELEASED for pod in workers)
+    quiet = not (duplicates or scaled_down or stops or fallen.deletes or creates or stopping)
+    running_filled = all(verdicts[name_of(p)].state == PodState.RUNNING for p in filled.values())
+    moving = 0
+    if quiet and extra is None and extra_allowed and len(filled) == desired and running_filled:
+        target = _move_back_target(groups, filled, holder, marks)
+        free = next((s for s in range(slots) if s not in filled), None)
+        if target is not None and free is not None:
+            incarnations[free] = max(incarnations.get(free, 0), occupancy.incarnations.get(free, 0)) + 1
+            creates.append(CreateChild(group_worker_pod(job, target, free, incarnations[free])))
+            held[target.name] += 1
+            moving = 1
+
     alive = [verdicts[name_of(p)] for p in filled.values()]
     active = sum(v.state == PodState.RUNNING for v in alive)
-    pending = sum(v.state == PodState.PENDING for v in alive) + max(0, desired - len(filled))
+    pending = sum(v.state == PodState.PENDING for v in alive) + max(0, desired - len(filled)) + moving
     unschedulable = _unschedulable(alive)
     if placement is not None and not placement.ok and not suspended and active < spec.workers.replicas:
         # No node pool can hold these pods at all: say why instead of waiting.
@@ -150,6 +191,17 @@ def fill_worker_slots(
         )
         for slot, (left, why) in sorted(fallen.slots.items())
     )
+    if fallen.abandoned is not None:
+        left, why = fallen.abandoned_why
+        events += (
+            EmitEvent(
+                "Warning",
+                "CapacityFallback",
+                f"worker slot {fallen.abandoned} did not move back to group {left} ({why}): it is deleted, and "
+                "the workers stay where they are",
+            ),
+        )
+    waiting = {slot: pod for slot, pod in filled.items() if slot != extra}
     return WorkerSlots(
         writes,
         active,
@@ -159,8 +211,9 @@ def fill_worker_slots(
         held=dict(held),
         running=dict(running),
         unavailable=marks,
-        events=events,
+        events=(*events, *moved_back),
         wake=fallen.wake,
+        fallback_workers=_fallback_workers(groups, waiting, verdicts, holder, has_slot=len(waiting) < slots),
     )
 
 
@@ -170,6 +223,9 @@ class _Fallbacks:
     slots: Mapping[int, tuple[str, str]] = field(default_factory=dict)
     deletes: tuple[Write, ...] = ()
     wake: datetime | None = None
+    #: The slot of the worker created to move back that gave up, the group it was in and why.
+    abandoned: int | None = None
+    abandoned_why: tuple[str, str] = ("", "")
 
 
 def _fallen_back(
@@ -180,14 +236,21 @@ def _fallen_back(
     marks: dict[str, Unavailable],
     spec: TransientTrainingJobSpec,
     now: datetime,
+    extra: int | None = None,
 ) -> _Fallbacks:
     """Slots whose worker has been unschedulable for fallbackAfterSeconds and that another group can take: the
-    worker is deleted and its group marked out of capacity (``marks`` is updated). A group with a running
-    worker has capacity: its mark goes."""
+    worker is deleted and its group marked out of capacity (``marks`` is updated). A group with a worker
+    that was scheduled since the mark and runs has capacity again: its mark goes (one that ran before shows
+    nothing: a pool can hold some workers and not one more). The worker in slot ``extra``, created to move
+    back, needs no other group: it is deleted and its group marked, and its slot stays empty."""
     for pod in filled.values():
         group = group_of(pod)
-        if group is not None and verdicts[name_of(pod)].state == PodState.RUNNING:
-            marks.pop(group, None)
+        mark = marks.get(group) if group is not None else None
+        if mark is None or verdicts[name_of(pod)].state != PodState.RUNNING:
+            continue
+        placed = scheduled_at(pod)
+        if placed is None or placed >= mark.since:
+            marks.pop(str(group), None)
     if groups[0].name is None:
         return _Fallbacks()
     wait = fallback_after(spec)
@@ -195,6 +258,7 @@ def _fallen_back(
     left: dict[int, tuple[str, str]] = {}
     deletes: list[Write] = []
     wake: datetime | None = None
+    abandoned: tuple[int, tuple[str, str]] | None = None
     for slot, pod in sorted(filled.items()):
         verdict = verdicts[name_of(pod)]
         since, group = unschedulable_since(pod, verdict), group_of(pod)
@@ -203,6 +267,12 @@ def _fallen_back(
         if now - since < wait:
             wake = min(wake or since + wait, since + wait)
             continue
+        seconds = int((now - since).total_seconds())
+        if slot == extra:
+            marks[group] = marks.get(group) or Unavailable(now, verdict.pending_reason)
+            abandoned = (slot, (group, f"unschedulable for {seconds}s: {verdict.pending_reason}"))
+            deletes.append(_delete(pod, "CapacityFallback"))
+            continue
         held[group] -= 1
         mark = marks.get(group) or Unavailable(now, verdict.pending_reason)
         target = choose_group(groups, held, {**marks, group: mark})
@@ -210,10 +280,127 @@ def _fallen_back(
             held[group] += 1  # nowhere better to go: keep waiting
             continue
         marks[group] = mark
-        seconds = int((now - since).total_seconds())
         left[slot] = (group, f"unschedulable for {seconds}s: {verdict.pending_reason}")
         deletes.append(_delete(pod, "CapacityFallback"))
-    return _Fallbacks(left, tuple(deletes), wake)
+    if abandoned is None:
+        return _Fallbacks(left, tuple(deletes), wake)
+    return _Fallbacks(left, tuple(deletes), wake, abandoned[0], abandoned[1])
+
+
+def _rank(groups: tuple[Group, ...], pod: Obj) -> int:
+    """A worker's group's place in the order of preference (0: the most preferred)."""
+    names = [group.name for group in groups]
+    name = group_of(pod)
+    return names.index(name) if name in names else len(groups)
+
+
+def _moving_back(
+    filled: Mapping[int, Obj],
+    desired: int,
+    verdicts: Mapping[str, PodVerdict],
+    holder: str | None,
+    groups: tuple[Group, ...],
+) -> int | None:
+    """The slot of the worker created to move back, while it is not yet running: one worker more than desired,
+    the only one not running, pending, and in a more preferred group than a running worker that is not the
+    chief. None when there is none."""
+    if groups[0].name is None or len(filled) != desired + 1:
+        return None
+    waiting = [slot for slot, pod in filled.items() if verdicts[name_of(pod)].state != PodState.RUNNING]
+    if len(waiting) != 1:
+        return None
+    extra = filled[waiting[0]]
+    if verdicts[name_of(extra)].state != PodState.PENDING or name_of(extra) == holder:
+        return None
+    worst = max(
+        (_rank(groups, pod) for pod in filled.values() if name_of(pod) != holder and pod is not extra), default=-1
+    )
+    return waiting[0] if _rank(groups, extra) < worst else None
+
+
+def _moved_back(
+    before: Mapping[int, Obj],
+    after: Mapping[int, Obj],
+    verdicts: Mapping[str, PodVerdict],
+    groups: tuple[Group, ...],
+    *,
+    user_scaled: bool,
+) -> tuple[EmitEvent, ...]:
+    """The MovedBack Event when scaling down released one running worker for a newer one of a more preferred
+    group: the worker created to move back runs. Not when the user changed replicas."""
+    released = [slot for slot in before if slot not in after]
+    if user_scaled or groups[0].name is None or len(released) != 1:
+        return ()
+    old = before[released[0]]
+    if verdicts[name_of(old)].state != PodState.RUNNING:
+        return ()
+    running = [(slot, pod) for slot, pod in after.items() if verdicts[name_of(pod)].state == PodState.RUNNING]
+    if not running:
+        return ()
+    slot, new = max(running, key=lambda item: (_started(item[1]), worker_incarnation(name_of(item[1]))))
+    if _rank(groups, new) >= _rank(groups, old):
+        return ()
+    return (
+        EmitEvent(
+            "Normal",
+            "MovedBack",
+            f"worker slot {released[0]} moved from group {group_of(old)} back to group {group_of(new)} "
+            f"(as slot {slot}: {name_of(new)} runs, {name_of(old)} released)",
+        ),
+    )
+
+
+def _started(pod: Obj) -> str:
+    """The pod's startTime as RFC 3339 text (which sorts as the time does)."""
+    return str((pod.get("status") or {}).get("startTime") or "")
+
+
+def _move_back_target(
+    groups: tuple[Group, ...], filled: Mapping[int, Obj], holder: str | None, marks: Mapping[str, Unavailable]
+) -> Group | None:
+    """The group to move a worker back to: the most preferred with room whose capacity is not known to be out,
+    when it is more preferred than the group of a worker that is not the chief; else None."""
+    if groups[0].name is None:
+        return None
+    held = Counter(group_of(pod) for pod in filled.values())
+    target = next((g for g in groups if g.name not in marks and g.has_room(held.get(g.name, 0))), None)
+    worst = max((_rank(groups, pod) for pod in filled.values() if name_of(pod) != holder), default=-1)
+    if target is None or groups.index(target) >= worst:
+        return None
+    return target
+
+
+def _fallback_workers(
+    groups: tuple[Group, ...],
+    filled: Mapping[int, Obj],
+    verdicts: Mapping[str, PodVerdict],
+    holder: str | None,
+    *,
+    has_slot: bool,
+) -> str:
+    """The running workers, the chief aside, in a less preferred group than the first with room, in words."""
+    if groups[0].name is None:
+        return ""
+    held = Counter(group_of(pod) for pod in filled.values())
+    first = next((i for i, g in enumerate(groups) if g.has_room(held.get(g.name, 0))), len(groups))
+    behind = Counter(
+        group_of(pod)
+        for pod in filled.values()
+        if name_of(pod) != holder and verdicts[name_of(pod)].state == PodState.RUNNING and _rank(groups, pod) > first
+    )
+    if not behind:
+        return ""
+    where = ", ".join(f"{count} in group {name}" for name, count in sorted(behind.items(), key=lambda kv: str(kv[0])))
+    preferred = groups[first].name
+    if not has_slot:
+        return (
+            f"{sum(behind.values())} worker(s) run in a less preferred group than {preferred} ({where}); no free "
+            "worker slot to move back make-before-break (set workers.maxReplicas above replicas)"
+        )
+    return (
+        f"{sum(behind.values())} worker(s) run in a less preferred group than {preferred} ({where}); moving back "
+        "one at a time once its capacity is not known to be out"
+    )
 
 
 def _delete(pod: Obj, reason: str) -> DeleteChild:

@@ -6,7 +6,7 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-from tests.unit.planner.builders import T0, job, node, pods, run_pod, run_ps
+from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, run_ps
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import CreateChild, DeleteChild, plan
 from ttj.planner.children import worker_pod
@@ -306,3 +306,329 @@ def test_with_prices_the_slot_falling_back_is_refilled_in_the_same_pass() -> Non
         ("mnist-worker-0-2", "CreateChild"),
     ]
     assert live(world) == [("mnist-worker-0-2", "t4"), ("mnist-worker-1-1", "l4")]
+
+
+# -- moving back, make-before-break ---------------------------------------------------------------------------
+MOVE_BACK_GROUPS = [
+    {"name": "l4", "acceleratorType": "nvidia-l4", "maxReplicas": 2},
+    {"name": "t4"},
+    {"name": "t4-od", "provisioning": "on-demand", "maxReplicas": 1},
+]
+
+
+def pod_writes(result: Any) -> list[tuple[str, str, str]]:
+    """Each pod write of a pass: its kind, the pod, and the group it is made for (creates) or why (deletes)."""
+    return [
+        (type(a).__name__, a.name, a.manifest["metadata"]["labels"].get("transient.training/worker-group"))
+        if isinstance(a, CreateChild)
+        else (type(a).__name__, a.name, a.reason)
+        for a in result.writes
+        if getattr(a, "kind", None) == "Pod"
+    ]
+
+
+def fallback_condition(world: World) -> tuple[str, str, str]:
+    cond = next(c for c in world.job["status"]["conditions"] if c["type"] == "CapacityFallback")
+    return cond["status"], cond["reason"], cond["message"]
+
+
+def gpu_node(name: str, accelerator: str = "nvidia-tesla-t4", kind: str = "spot") -> dict[str, Any]:
+    made = node(name, kind)
+    made["metadata"]["labels"]["cloud.google.com/gke-accelerator"] = accelerator
+    return made
+
+
+def passes(world: World, now: Any) -> Any:
+    """The chief renews its lease and reports a step, then an operator pass."""
+    if world.observed.lease is not None:
+        step = int((now - T0).total_seconds())
+        epoch = world.job["status"].get("chief", {}).get("epoch", 0)
+        renew(world, now, {"globalStep": step, "checkpointStep": step, "epoch": epoch})
+    return world.reconcile(now)
+
+
+def fallen_back_world(replicas: int, max_replicas: int, groups: list[dict[str, Any]] | None = None) -> World:
+    """Every worker running in t4 (the chief is slot 0's), l4 marked out of capacity at T0."""
+    world = World(
+        job(
+            workers={
+                "replicas": replicas,
+                "minReplicas": 1,
+                "maxReplicas": max_replicas,
+                "groups": groups or MOVE_BACK_GROUPS,
+                "fallbackAfterSeconds": 60,
+            }
+        )
+    )
+    world.job["status"] = {
+        "workerGroups": [
+            {"name": "l4", "capacityUnavailableSince": format_time(T0), "capacityUnavailableReason": "out"}
+        ]
+    }
+    world.observed.nodes["cpu-0"] = node("cpu-0", "on-demand")
+    passes(world, T0)
+    run_ps(world, "mnist-ps-0-abc")
+    for slot in range(replicas):
+        world.observed.nodes[f"t4-{slot}"] = node(f"t4-{slot}", age=timedelta(hours=10 - slot))
+        run_pod(world, f"mnist-worker-{slot}-1", f"t4-{slot}")
+    passes(world, T0 + timedelta(seconds=1))
+    assert world.job["status"]["chief"]["pod"] == "mnist-worker-0-1"
+    return world
+
+
+#: When l4's mark has lapsed (CAPACITY_RETRY_SECONDS) and new workers try it again.
+RETRY = T0 + timedelta(seconds=1800)
+
+
+def test_a_worker_moves_back_make_before_break_when_the_preferred_group_is_tried_again() -> None:
+    world = fallen_back_world(replicas=2, max_replicas=3)
+    assert live(world) == [("mnist-worker-0-1", "t4"), ("mnist-worker-1-1", "t4")]
+    status, reason, _ = fallback_condition(world)
+    assert (status, reason) == ("True", "GroupCapacityUnavailable")
+
+    # l4's mark lapses: one extra worker in l4, in the free slot; nobody is deleted yet
+    probe = passes(world, RETRY)
+    assert pod_writes(probe) == [("CreateChild", "mnist-worker-2-1", "l4")]
+    assert [(g["name"], g["desired"], g["active"], g["pending"]) for g in probe.status["workerGroups"]] == [
+        ("l4", 1, 0, 1),
+        ("t4", 2, 2, 0),
+        ("t4-od", 0, 0, 0),
+    ]
+    assert (probe.status["workers"]["active"], probe.status["workers"]["pending"]) == (2, 1)
+    assert fallback_condition(world) == (
+        "True",
+        "FallbackWorkers",
+        "1 worker(s) run in a less preferred group than l4 (1 in group t4); moving back one at a time once its "
+        "capacity is not known to be out",
+    )
+
+    # while it is pending, the job holds replicas + 1 workers: nothing is scaled down, nothing more created
+    assert pod_writes(passes(world, RETRY + timedelta(seconds=30))) == []
+
+    # it runs: the fallback worker that is not the chief goes
+    world.observed.nodes["l4-0"] = gpu_node("l4-0", "nvidia-l4")
+    run_pod(world, "mnist-worker-2-1", "l4-0", RETRY + timedelta(seconds=40))
+    moved = passes(world, RETRY + timedelta(seconds=41))
+    assert pod_writes(moved) == [("DeleteChild", "mnist-worker-1-1", "ScaledDown")]
+    assert [(e.type, e.reason, e.message) for e in moved.events if e.reason == "MovedBack"] == [
+        (
+            "Normal",
+            "MovedBack",
+            "worker slot 1 moved from group t4 back to group l4 (as slot 2: mnist-worker-2-1 runs, "
+            "mnist-worker-1-1 released)",
+        )
+    ]
+    assert live(world) == [("mnist-worker-0-1", "t4"), ("mnist-worker-2-1", "l4")]
+    assert world.job["status"]["chief"]["pod"] == "mnist-worker-0-1"  # the chief stays where it is
+    assert fallback_condition(world) == ("False", "PreferredGroups", "no worker group is skipped for want of capacity")
+
+    # the chief in t4 is not moved back: nothing more happens
+    assert pod_writes(passes(world, RETRY + timedelta(seconds=60))) == []
+
+
+def test_the_on_demand_fallback_is_released_first_and_moving_back_stops_when_the_group_is_full() -> None:
+    world = fallen_back_world(replicas=3, max_replicas=5)
+    # a fourth worker finds no t4 capacity either: its slot falls back to on-demand
+    world.job["spec"]["workers"]["replicas"] = 4
+    passes(world, T0 + timedelta(seconds=2))
+    unschedulable(world, T0 + timedelta(seconds=2))
+    assert pod_writes(passes(world, T0 + timedelta(seconds=62))) == [
+        ("DeleteChild", "mnist-worker-3-1", "CapacityFallback"),
+        ("CreateChild", "mnist-worker-3-2", "t4-od"),
+    ]
+    world.observed.nodes["od-0"] = gpu_node("od-0", kind="on-demand")
+    run_pod(world, "mnist-worker-3-2", "od-0", T0 + timedelta(seconds=63))
+    passes(world, T0 + timedelta(seconds=64))
+    assert world.job["status"]["chief"]["pod"] == "mnist-worker-0-1"
+
+    # l4 is tried again: the first move back releases the on-demand worker, the dearest, the second a t4 one
+    steps = []
+    for n, at in enumerate((RETRY, RETRY + timedelta(seconds=20))):
+        created_now = pod_writes(passes(world, at))
+        name = created_now[0][1]
+        world.observed.nodes[f"l4-{n}"] = gpu_node(f"l4-{n}", "nvidia-l4")
+        run_pod(world, name, f"l4-{n}", at + timedelta(seconds=5))
+        released = pod_writes(passes(world, at + timedelta(seconds=10)))
+        steps.append((created_now, released))
+        if n == 0:
+            # the released worker is still there (its finalizer goes in this pass): the next move back waits
+            assert world.pod(released[0][1]) is not None
+            assert pod_writes(passes(world, at + timedelta(seconds=15))) == []
+            assert world.pod(released[0][1]) is None
+    assert steps == [
+        ([("CreateChild", "mnist-worker-4-1", "l4")], [("DeleteChild", "mnist-worker-3-2", "ScaledDown")]),
+        ([("CreateChild", "mnist-worker-3-3", "l4")], [("DeleteChild", "mnist-worker-2-1", "ScaledDown")]),
+    ]
+    assert live(world) == [
+        ("mnist-worker-0-1", "t4"),
+        ("mnist-worker-1-1", "t4"),
+        ("mnist-worker-3-3", "l4"),
+        ("mnist-worker-4-1", "l4"),
+    ]
+    # l4 holds its maxReplicas: the t4 workers are no fallback any more; t4's mark stands (its workers that run
+    # were placed before it), until it lapses
+    assert pod_writes(passes(world, RETRY + timedelta(seconds=60))) == []
+    why = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    assert fallback_condition(world) == (
+        "True",
+        "GroupCapacityUnavailable",
+        f"group t4 skipped since {format_time(T0 + timedelta(seconds=62))}: Unschedulable: {why}",
+    )
+    assert pod_writes(passes(world, T0 + timedelta(seconds=62 + 1800))) == []
+    assert fallback_condition(world) == ("False", "PreferredGroups", "no worker group is skipped for want of capacity")
+
+
+def test_a_worker_that_does_not_move_back_in_time_is_deleted_its_group_marked_and_nothing_replaces_it() -> None:
+    world = fallen_back_world(replicas=2, max_replicas=3)
+    assert pod_writes(passes(world, RETRY)) == [("CreateChild", "mnist-worker-2-1", "l4")]
+    unschedulable(world, RETRY)
+    assert pod_writes(passes(world, RETRY + timedelta(seconds=59))) == []
+    gave_up = passes(world, RETRY + timedelta(seconds=60))
+    assert pod_writes(gave_up) == [("DeleteChild", "mnist-worker-2-1", "CapacityFallback")]
+    why = "Unschedulable: 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    assert [(e.type, e.message) for e in gave_up.events if e.reason in ("CapacityFallback", "MovedBack")] == [
+        (
+            "Warning",
+            f"worker slot 2 did not move back to group l4 (unschedulable for 60s: {why}): it is deleted, and the "
+            "workers stay where they are",
+        )
+    ]
+    assert live(world) == [("mnist-worker-0-1", "t4"), ("mnist-worker-1-1", "t4")]
+    since = format_time(RETRY + timedelta(seconds=60))
+    assert fallback_condition(world) == (
+        "True",
+        "GroupCapacityUnavailable",
+        f"group l4 skipped since {since}: {why}; 1 worker(s) run in a less preferred group than l4 (1 in group "
+        "t4); moving back one at a time once its capacity is not known to be out",
+    )
+    # l4 is skipped again: no new attempt until the mark lapses
+    assert pod_writes(passes(world, RETRY + timedelta(seconds=1000))) == []
+
+
+def test_without_a_free_slot_or_within_the_budget_no_worker_moves_back() -> None:
+    world = fallen_back_world(replicas=2, max_replicas=2)
+    assert pod_writes(passes(world, RETRY)) == []
+    assert fallback_condition(world) == (
+        "True",
+        "FallbackWorkers",
+        "1 worker(s) run in a less preferred group than l4 (1 in group t4); no free worker slot to move back "
+        "make-before-break (set workers.maxReplicas above replicas)",
+    )
+
+    from ttj.api.models import TransientTrainingJobSpec as Spec
+    from ttj.cost.model import worker_hourly_rate
+    from ttj.cost.prices import load_price_table
+    from ttj.planner import PlannerConfig
+    from ttj.planner.groups import groups_of
+
+    config = PlannerConfig(prices=load_price_table())
+    world = fallen_back_world(replicas=2, max_replicas=3)
+    world.reconcile(T0 + timedelta(seconds=2), config)
+    cost = world.job["status"]["cost"]
+    l4_rate = worker_hourly_rate(groups_of(Spec.model_validate(world.job["spec"]))[0].spec, config.prices)  # type: ignore[arg-type]
+    # room for what runs over the next 15 minutes, and half an l4 worker more
+    quarter = 0.25
+    spent_by_retry = cost["usdPerHour"] * (RETRY - T0).total_seconds() / 3600
+    world.job["spec"]["budget"] = {
+        "maxCostUSD": round(spent_by_retry + cost["usdPerHour"] * quarter + 0.5 * l4_rate * quarter, 4)
+    }
+    assert pod_writes(passes_priced(world, RETRY, config)) == []
+    world.job["spec"]["budget"]["maxCostUSD"] += l4_rate * quarter
+    assert pod_writes(passes_priced(world, RETRY + timedelta(seconds=1), config)) == [
+        ("CreateChild", "mnist-worker-2-1", "l4")
+    ]
+
+
+def passes_priced(world: World, now: Any, config: Any) -> Any:
+    step = int((now - T0).total_seconds())
+    renew(world, now, {"globalStep": step, "checkpointStep": step, "epoch": world.job["status"]["chief"]["epoch"]})
+    return world.reconcile(now, config)
+
+
+def test_a_chief_in_a_fallback_group_is_not_moved_and_a_scale_down_is_no_move_back() -> None:
+    world = fallen_back_world(replicas=1, max_replicas=3)
+    assert pod_writes(passes(world, RETRY)) == []  # the only worker is the chief: it stays in t4
+    assert fallback_condition(world)[:2] == ("False", "PreferredGroups")
+
+    world = fallen_back_world(replicas=2, max_replicas=3)
+    world.job["spec"]["workers"]["replicas"] = 3
+    passes(world, T0 + timedelta(seconds=2))  # l4 is still out: t4
+    world.observed.nodes["t4-2"] = node("t4-2")
+    run_pod(world, "mnist-worker-2-1", "t4-2", T0 + timedelta(seconds=3))
+    passes(world, RETRY - timedelta(seconds=10))
+    world.job["spec"]["workers"]["replicas"] = 2
+    scaled = passes(world, RETRY)
+    assert pod_writes(scaled) == [("DeleteChild", "mnist-worker-2-1", "ScaledDown")]
+    assert not [e for e in scaled.events if e.reason == "MovedBack"]
+
+
+def test_budget_projections_price_each_worker_at_its_group() -> None:
+    from ttj.cost.prices import load_price_table
+    from ttj.planner import PlannerConfig
+    from ttj.planner.classify import classify_pod
+    from ttj.planner.costing import cost_and_budget
+    from ttj.planner.groups import Unavailable, group_worker_pod, groups_of
+    from ttj.planner.observed import Observed
+
+    prices = load_price_table()
+
+    def hourly(accelerator: str, provisioning: str) -> float:
+        host = prices.host_machine_types[accelerator]
+        price = prices.node_price(
+            machine_type=host, accelerator_type=accelerator, accelerator_count=1, provisioning=provisioning
+        )
+        return price.usd_per_hour
+
+    l4, t4, od = hourly("nvidia-l4", "spot"), hourly("nvidia-tesla-t4", "spot"), hourly("nvidia-tesla-t4", "on-demand")
+    groups = [
+        {"name": "l4", "acceleratorType": "nvidia-l4", "maxReplicas": 1},
+        {"name": "t4"},
+        {"name": "od", "provisioning": "on-demand"},
+    ]
+    out = Unavailable(T0, "out")
+
+    def projected(
+        replicas: int, marked: tuple[str, ...], pending_in: tuple[str, ...], with_groups: bool = True
+    ) -> float:
+        """Per hour: what the budget projects for the pending workers and the new ones (nothing runs yet)."""
+        manifest = (
+            grouped(replicas=replicas, groups=groups, minReplicas=1)
+            if with_groups
+            else job(workers={"replicas": replicas, "minReplicas": 1})
+        )
+        spec = TransientTrainingJobSpec.model_validate(manifest["spec"])
+        by_name = {g.name: g for g in groups_of(spec)}
+        made = [group_worker_pod(manifest, by_name[name], slot, 1) for slot, name in enumerate(pending_in)]
+        for pod in made:
+            pod["status"] = {"phase": "Pending"}
+        observed = Observed(pods=made)
+        verdicts = {p["metadata"]["name"]: classify_pod(p, {}, T0, timedelta(minutes=5)) for p in made}
+        costing = cost_and_budget(
+            spec,
+            observed,
+            verdicts,
+            None,
+            now=T0,
+            config=PlannerConfig(prices=prices),
+            unavailable=dict.fromkeys(marked, out),
+        )
+        assert costing.budget is not None
+        return round(costing.budget.projected_usd / 0.25, 6)
+
+    cases = {
+        "no groups: spec.workers' T4 spot": projected(2, (), (), with_groups=False),
+        "the first group": projected(1, (), ()),
+        "the first group marked: the next": projected(1, ("l4",), ()),
+        "two marked: on-demand": projected(1, ("l4", "t4"), ()),
+        "l4 full with a pending worker: l4 pending, t4 new": projected(2, (), ("l4",)),
+        "pending in t4 and od, one more to l4": projected(3, (), ("t4", "od")),
+    }
+    assert cases == {
+        "no groups: spec.workers' T4 spot": round(2 * t4, 6),
+        "the first group": round(l4, 6),
+        "the first group marked: the next": round(t4, 6),
+        "two marked: on-demand": round(od, 6),
+        "l4 full with a pending worker: l4 pending, t4 new": round(l4 + t4, 6),
+        "pending in t4 and od, one more to l4": round(t4 + od + l4, 6),
+    }
+    assert len({round(l4, 6), round(t4, 6), round(od, 6)}) == 3
