@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,7 +243,6 @@ def prepare(entrypoint: str, program: Program, context: InputContext, eval_seed:
     puts the fresh values back), and evaluates one batch of its evaluation set, if it has one, on them:
     whatever a program gets wrong shows here, before any PS is touched. ``eval_seed``: the job's seed,
     for the evaluation set's context."""
-    import tensorflow as tf
 
     from ttj_trainer import variables
     from ttj_trainer.data import DatasetError
@@ -254,18 +253,7 @@ def prepare(entrypoint: str, program: Program, context: InputContext, eval_seed:
         raise  # a dataset that cannot be had is said as such (TrainerExit.DATA_UNAVAILABLE)
     except Exception as err:
         raise _fail(entrypoint, f"train_input raised {last_line(err)}") from err
-    if not isinstance(dataset, tf.data.Dataset):
-        raise _fail(entrypoint, f"train_input returned a {type(dataset).__name__}, not a tf.data.Dataset")
-    batches = iter(dataset)
-    try:
-        element = next(batches)
-    except StopIteration as err:
-        raise _fail(entrypoint, "train_input gave an empty dataset") from err
-    except Exception as err:
-        raise _fail(entrypoint, f"reading train_input failed: {last_line(err)}") from err
-    if not isinstance(element, tuple) or len(element) != 2:
-        raise _fail(entrypoint, "train_input's elements must be (features, labels) pairs")
-    features, labels = element
+    batches, (features, labels) = _first_pair(entrypoint, "train_input", dataset)
     made_from = build(entrypoint, program, features)
     shared = variables.shared(program.model, program.optimizer, made_from)
     initial = {item.name: item.variable.numpy() for item in shared if item.name != variables.GLOBAL_STEP}
@@ -289,26 +277,34 @@ def prepare(entrypoint: str, program: Program, context: InputContext, eval_seed:
     return Prepared(entrypoint, program, step, shared, initial, (features, labels), batches, first_loss, eval_context)
 
 
+def _first_pair(entrypoint: str, source: str, dataset: Any) -> tuple[Iterator[Any], tuple[Any, Any]]:
+    """What ``source`` (an input function of the program) returned, as an iterator and its first
+    (features, labels) element; the program's error, said as such, when it is not that."""
+    import tensorflow as tf
+
+    if not isinstance(dataset, tf.data.Dataset):
+        raise _fail(entrypoint, f"{source} returned a {type(dataset).__name__}, not a tf.data.Dataset")
+    batches = iter(dataset)
+    try:
+        element = next(batches)
+    except StopIteration as err:
+        raise _fail(entrypoint, f"{source} gave an empty dataset") from err
+    except Exception as err:
+        raise _fail(entrypoint, f"reading {source} failed: {last_line(err)}") from err
+    if not isinstance(element, tuple) or len(element) != 2:
+        raise _fail(entrypoint, f"{source}'s elements must be (features, labels) pairs")
+    return batches, (element[0], element[1])
+
+
 def _check_evaluation(entrypoint: str, program: Program, context: InputContext) -> None:
     """One batch of the evaluation set through the model, the loss and fresh copies of the metrics."""
-    import tensorflow as tf
 
     assert program.eval_input is not None
     try:
         dataset = program.eval_input(context)
     except Exception as err:
         raise _fail(entrypoint, f"eval_input raised {last_line(err)}") from err
-    if not isinstance(dataset, tf.data.Dataset):
-        raise _fail(entrypoint, f"eval_input returned a {type(dataset).__name__}, not a tf.data.Dataset")
-    try:
-        element = next(iter(dataset))
-    except StopIteration as err:
-        raise _fail(entrypoint, "eval_input gave an empty dataset") from err
-    except Exception as err:
-        raise _fail(entrypoint, f"reading eval_input failed: {last_line(err)}") from err
-    if not isinstance(element, tuple) or len(element) != 2:
-        raise _fail(entrypoint, "eval_input's elements must be (features, labels) pairs")
-    features, labels = element
+    _, (features, labels) = _first_pair(entrypoint, "eval_input", dataset)
     try:
         predictions = program.model(features, training=False)
     except Exception as err:
