@@ -71,12 +71,8 @@ def child(mode: str, ps_addresses: str, own: str, args: argparse.Namespace) -> N
     prepared = program.prepare(ENTRYPOINT, p, program.InputContext(0, 1, args.batch_size, 0))
     if mode == "dense":
         parameters.sparse_embedding_lookups = lambda _model: 0  # Keras's own Embedding.call stays
-    store = parameters.ParameterStore(
-        p.model,
-        p.optimizer,
-        prepared.step,
-        prepared.shared,
-        prepared.initial,
+    store = parameters.ParameterStore.of(
+        prepared,
         ps_count=len(ps),
         worker_slots=1,
         local_device=devices.worker_cpu(0),

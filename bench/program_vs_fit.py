@@ -179,12 +179,8 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
             return prepared.step(p.model, p.optimizer, features, labels)
 
     on_local = timed(lambda i: float(local_step(*batches[i % 10]).numpy()))
-    store = ParameterStore(
-        p.model,
-        p.optimizer,
-        prepared.step,
-        prepared.shared,
-        prepared.initial,
+    store = ParameterStore.of(
+        prepared,
         ps_count=1,
         worker_slots=1,
         local_device=local,

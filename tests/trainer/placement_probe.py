@@ -31,12 +31,8 @@ if len(sys.argv) > 1:
     entrypoint, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
 prepared = program.prepare(entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, 4, 0))
 p = prepared.program
-store = ParameterStore(
-    p.model,
-    p.optimizer,
-    prepared.step,
-    prepared.shared,
-    prepared.initial,
+store = ParameterStore.of(
+    prepared,
     ps_count=1,
     worker_slots=2,
     local_device=compute,

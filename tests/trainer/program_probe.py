@@ -52,12 +52,8 @@ def main() -> None:
         entrypoint, program.load(entrypoint, json.loads(args)), program.InputContext(0, 1, int(batch), int(seed))
     )
     p = prepared.program
-    store = ParameterStore(
-        p.model,
-        p.optimizer,
-        prepared.step,
-        prepared.shared,
-        prepared.initial,
+    store = ParameterStore.of(
+        prepared,
         ps_count=len(ps_list),
         worker_slots=1,
         local_device=devices.worker_cpu(0),

@@ -123,12 +123,8 @@ class Connection:
         self.prepared = prepared
         self.batches = prepared.batches
         self.pending = prepared.first
-        self.store = ParameterStore(
-            loaded.model,
-            loaded.optimizer,
-            prepared.step,
-            prepared.shared,
-            prepared.initial,
+        self.store = ParameterStore.of(
+            prepared,
             ps_count=len(self.cfg.ps_addresses),
             worker_slots=len(self.cfg.worker_addresses),
             local_device=self.local_device,

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from ttj_contract import Role
-from ttj_trainer.program import TrainStep
+from ttj_trainer.program import Prepared, TrainStep
 from ttj_trainer.variables import GLOBAL_STEP, Shared, rebind, reindex_optimizer, shared_resource
 
 HEARTBEATS = "ttj/heartbeats"
@@ -176,6 +176,29 @@ class ParameterStore:
         scale_learning_rate(optimizer, self.scale)
         updates_beside_variables(optimizer)
         sparse_embedding_lookups(model)
+
+    @classmethod
+    def of(
+        cls,
+        prepared: Prepared,
+        *,
+        ps_count: int,
+        worker_slots: int,
+        local_device: str,
+        ps_device_of: Callable[[int], str] = ps_device,
+    ) -> ParameterStore:
+        """The store of a prepared program: its model, optimizer, step, shared variables and fresh values."""
+        return cls(
+            prepared.program.model,
+            prepared.program.optimizer,
+            prepared.step,
+            prepared.shared,
+            prepared.initial,
+            ps_count=ps_count,
+            worker_slots=worker_slots,
+            local_device=local_device,
+            ps_device_of=ps_device_of,
+        )
 
     @property
     def checkpointed(self) -> list[Slot]:
