@@ -266,6 +266,9 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 #: How long a worker may stay unschedulable before its slot is filled from the next group, without
 #: ``workers.fallbackAfterSeconds``.
 DEFAULT_FALLBACK_AFTER_SECONDS = 600
+#: How long new workers skip a group whose capacity was found out, unless one of its workers runs sooner, without
+#: ``workers.capacityRetrySeconds``: spot stock-outs in a zone last from minutes to hours.
+DEFAULT_CAPACITY_RETRY_SECONDS = 1800
 
 
 class WorkerGroupSpec(_Model):
@@ -429,6 +432,16 @@ class WorkerSpec(_Model):
         le=MAX_INT32,
         description="With groups: how long a worker may stay unschedulable (no node can take it, none is being "
         f"added) before its slot is filled from the next group; default {DEFAULT_FALLBACK_AFTER_SECONDS}.",
+    )
+    capacity_retry_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT32,
+        description="With groups: how long new workers skip a group found out of capacity (a worker of it "
+        "unschedulable for fallbackAfterSeconds) before they try it again and workers in less preferred groups move "
+        "back to it, unless one of its workers runs sooner; default "
+        f"{DEFAULT_CAPACITY_RETRY_SECONDS}. A retry that finds the group still out costs one worker pending for "
+        "fallbackAfterSeconds.",
     )
 
     @property
@@ -766,7 +779,7 @@ class WorkerGroupStatus(_Model):
         default=None,
         description="Since when new workers skip this group: one of its workers stayed unschedulable for "
         "workers.fallbackAfterSeconds (RFC 3339); cleared once one of its workers is scheduled after it and runs, "
-        "or 30 minutes after it (new workers try the group again, and workers move back to it).",
+        "or workers.capacityRetrySeconds after it (new workers try the group again, and workers move back to it).",
         json_schema_extra={"format": "date-time"},
     )
     capacity_unavailable_reason: str | None = Field(

@@ -45,7 +45,7 @@ from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import Costing, cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
 from ttj.planner.evaluation import progress_events
-from ttj.planner.groups import group_problems, groups_of, groups_status, recorded_unavailable
+from ttj.planner.groups import group_problems, groups_of, groups_status, next_capacity_retry, recorded_unavailable
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.lost import ServerLoss
@@ -292,6 +292,7 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             chief.wake,
             stall.wake,
             slots.wake,
+            next_capacity_retry(spec, slots.unavailable),
             None if suspended else deadline_of(spec, parse_time(reading.start_time)),
         ],
     )
@@ -324,7 +325,7 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
             previous.cost,
             now=now,
             config=run.config,
-            unavailable=recorded_unavailable(previous.worker_groups or [], now),
+            unavailable=recorded_unavailable(spec, previous.worker_groups or [], now),
         ),
         suspension=suspension,
     )
@@ -409,9 +410,10 @@ def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Wor
         suspended=reading.suspension.suspended,
         resuming=reading.suspension.resuming,
         now=run.now,
-        unavailable=recorded_unavailable(run.previous.worker_groups or [], run.now),
+        unavailable=recorded_unavailable(spec, run.previous.worker_groups or [], run.now),
         previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,
         extra_allowed=reading.costing.allows_extra,
+        group_prices=reading.costing.group_rates,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from ttj.api.models import CostStatus, TransientTrainingJobSpec
@@ -85,6 +85,9 @@ class Costing:
     #: The budget allows one worker more than replicas (priced at the group a new worker goes to): to move a
     #: worker back to a preferred group, make-before-break.
     allows_extra: bool = True
+    #: What one more worker of each group costs per hour (empty without prices): which worker a scale-down
+    #: releases first.
+    group_rates: Mapping[str | None, float] = field(default_factory=dict)
 
 
 def cost_and_budget(
@@ -149,7 +152,12 @@ def _priced(
             stop_lead_seconds=WORKER_TERMINATION_GRACE_SECONDS,
         )
 
-    return Costing(cost, decide(requested), allows_extra=decide(requested + 1).cap(requested + 1) == requested + 1)
+    return Costing(
+        cost,
+        decide(requested),
+        allows_extra=decide(requested + 1).cap(requested + 1) == requested + 1,
+        group_rates=rates,
+    )
 
 
 def _next_group(groups: tuple[Group, ...], alive: list[Obj], unavailable: Mapping[str, Unavailable]) -> Group:

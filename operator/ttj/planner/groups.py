@@ -10,9 +10,9 @@ worker pending as unschedulable for ``workers.fallbackAfterSeconds`` shows that 
 it is deleted, its group is marked (``status.workerGroups[].capacityUnavailableSince``), and its slot goes to
 the next group with room. The mark is the only memory, and it lives in the status: a restarted operator
 skips the same groups. It lasts until a worker of the group is scheduled after it and runs (a group can still
-get workers while marked: when every later group is full or marked too) or :data:`CAPACITY_RETRY_SECONDS`
-pass, after which new workers try the group again (and workers in less preferred groups move back to it,
-:mod:`ttj.planner.slots`).
+get workers while marked: when every later group is full or marked too) or ``workers.capacityRetrySeconds``
+pass (:func:`capacity_retry`), after which new workers try the group again (and workers in less preferred groups
+move back to it, :mod:`ttj.planner.slots`).
 
 Why the wait and not the cluster autoscaler's ``NotTriggerScaleUp``/``FailedScaleUp`` Events: the pod's own
 ``PodScheduled=False Unschedulable`` condition is level state the planner already observes; Events are
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ttj.api.models import (
+    DEFAULT_CAPACITY_RETRY_SECONDS,
     DEFAULT_FALLBACK_AFTER_SECONDS,
     ZONE_LABEL,
     PodCost,
@@ -39,8 +40,6 @@ from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.observed import Obj, condition, labels_of, meta
 from ttj_contract import ACCELERATOR_LABEL, LABEL_WORKER_GROUP, PREEMPTIBLE_LABEL, SPOT_LABEL, format_time, parse_time
 
-#: How long new workers skip a group whose capacity was found out, unless one of its workers runs sooner.
-CAPACITY_RETRY_SECONDS = 1800
 #: Node labels ttj sets from a group's fields: a group's nodeSelector may not set them.
 GROUP_PLACEMENT_LABELS = (SPOT_LABEL, PREEMPTIBLE_LABEL, ACCELERATOR_LABEL)
 
@@ -130,14 +129,30 @@ def fallback_after(spec: TransientTrainingJobSpec) -> timedelta:
     return timedelta(seconds=DEFAULT_FALLBACK_AFTER_SECONDS if seconds is None else seconds)
 
 
-def recorded_unavailable(previous: Iterable[WorkerGroupStatus], now: datetime) -> dict[str, Unavailable]:
-    """The groups status marks as out of capacity, less the marks older than :data:`CAPACITY_RETRY_SECONDS`."""
+def capacity_retry(spec: TransientTrainingJobSpec) -> timedelta:
+    """How long a group's mark lasts: workers.capacityRetrySeconds, else the default."""
+    seconds = spec.workers.capacity_retry_seconds
+    return timedelta(seconds=DEFAULT_CAPACITY_RETRY_SECONDS if seconds is None else seconds)
+
+
+def recorded_unavailable(
+    spec: TransientTrainingJobSpec, previous: Iterable[WorkerGroupStatus], now: datetime
+) -> dict[str, Unavailable]:
+    """The groups status marks as out of capacity, less the marks older than :func:`capacity_retry`."""
+    retry = capacity_retry(spec)
     marks: dict[str, Unavailable] = {}
     for entry in previous:
         since = parse_time(entry.capacity_unavailable_since)
-        if since is not None and now - since < timedelta(seconds=CAPACITY_RETRY_SECONDS):
+        if since is not None and now - since < retry:
             marks[entry.name] = Unavailable(since, entry.capacity_unavailable_reason or "")
     return marks
+
+
+def next_capacity_retry(spec: TransientTrainingJobSpec, marks: Mapping[str, Unavailable]) -> datetime | None:
+    """When the first of ``marks`` lapses and new workers try its group again (a pass is due then); None
+    without marks."""
+    first = min((mark.since for mark in marks.values()), default=None)
+    return None if first is None else first + capacity_retry(spec)
 
 
 def unschedulable_since(pod: Obj, verdict: PodVerdict) -> datetime | None:

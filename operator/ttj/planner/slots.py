@@ -12,8 +12,9 @@ preferred group has room. Once every worker runs and nothing else changes in a p
 created in the most preferred group with room whose capacity is not known to be out, in a free slot
 (``workers.maxReplicas`` above ``replicas``: without a free slot there is no move back, as the slots are
 TF_CONFIG's worker list), if the budget allows one more worker. While it is pending the job holds
-``replicas + 1`` workers; once it runs, scaling down to ``replicas`` releases the least preferred running
-worker (a Normal Event ``MovedBack``). The chief is never released, so a chief in a fallback group stays there
+``replicas + 1`` workers; once it runs, scaling down to ``replicas`` releases the dearest per hour of the running
+workers in a less preferred group than the new one, at their groups' prices (:func:`release_order`; a Normal
+Event ``MovedBack``). The chief is never released, so a chief in a fallback group stays there
 (it moves only when it is lost and another worker is elected), and a move back never interrupts a checkpoint.
 If the extra worker stays unschedulable for ``fallbackAfterSeconds`` it is deleted and its group marked, and
 nothing replaces it. The extra worker is recognised from the observed pods alone: one worker more than
@@ -96,6 +97,7 @@ def fill_worker_slots(
     unavailable: Mapping[str, Unavailable] | None = None,
     previous_desired: int | None = None,
     extra_allowed: bool = True,
+    group_prices: Mapping[str | None, float] | None = None,
 ) -> WorkerSlots:
     """``recorded``: status.slotIncarnations as last written. ``refill_finished``: workers that exited 0
     free their slots (the chief ended without the final checkpoint, so the job needs a worker to write it).
@@ -104,7 +106,9 @@ def fill_worker_slots(
     new pod takes the incarnation above them, so that no name comes back. ``now`` and ``unavailable`` (the
     groups status.workerGroups marks as out of capacity): for capacity fallback (:mod:`ttj.planner.groups`).
     ``previous_desired``: status.workers.desired as last written (a scale-down the user asked for is no move
-    back). ``extra_allowed``: the budget allows one worker more than ``replicas`` (to move back)."""
+    back). ``extra_allowed``: the budget allows one worker more than ``replicas`` (to move back).
+    ``group_prices``: what one worker of each group costs per hour (none known: the order of preference alone
+    says which worker a scale-down releases)."""
     workers = list(workers)
     slots = spec.workers.slots
     desired = min(spec.workers.replicas, slots)
@@ -113,7 +117,9 @@ def fill_worker_slots(
     filled, duplicates = _one_per_slot(occupancy, verdicts, holder, slots)
     extra = _moving_back(filled, desired, verdicts, holder, groups)
     before_scale_down = filled
-    filled, scaled_down = _scaled_down(filled, desired + (extra is not None), verdicts, holder, groups)
+    filled, scaled_down = _scaled_down(
+        filled, desired + (extra is not None), verdicts, holder, groups, prices=group_prices or {}
+    )
     moved_back = _moved_back(
         before_scale_down, filled, verdicts, groups, user_scaled=previous_desired != spec.workers.replicas
     )
@@ -428,27 +434,59 @@ def _scaled_down(
     verdicts: Mapping[str, PodVerdict],
     holder: str | None,
     groups: tuple[Group, ...],
+    *,
+    prices: Mapping[str | None, float],
 ) -> tuple[dict[int, Obj], list[Write]]:
-    """Down to ``desired``: pending pods first, then those of the least preferred groups (a fallback, often
-    on-demand and the dearest), then the highest slots; never the chief."""
+    """Down to ``desired``, releasing workers in :func:`release_order`."""
     excess = len(filled) - desired
     if excess <= 0:
         return filled, []
-    rank = {group.name: index for index, group in enumerate(groups)}
-    order = sorted(
-        filled.items(),
-        key=lambda item: (
-            name_of(item[1]) == holder,
-            verdicts[name_of(item[1])].state == PodState.RUNNING,
-            -rank.get(group_of(item[1]), len(groups)),
-            -item[0],
-        ),
-    )
-    removed = dict(order[:excess])
+    released = release_order(filled, verdicts, holder, groups, prices)[:excess]
     return (
-        {slot: pod for slot, pod in filled.items() if slot not in removed},
-        [_delete(pod, "ScaledDown") for pod in removed.values()],
+        {slot: pod for slot, pod in filled.items() if slot not in released},
+        [_delete(filled[slot], "ScaledDown") for slot in released],
     )
+
+
+def release_order(
+    filled: Mapping[int, Obj],
+    verdicts: Mapping[str, PodVerdict],
+    holder: str | None,
+    groups: tuple[Group, ...],
+    prices: Mapping[str | None, float],
+) -> list[int]:
+    """The slots in the order a scale-down releases their workers: pending ones first (they cost nothing yet); then the
+    running workers in a less preferred group than the one that started last (the worker created to move back,
+    once it runs), the dearest per hour at its group's price first (an on-demand fallback before a spot one,
+    wherever the job lists it); then the others, least preferred group first; ties in a tier by the order of
+    preference (least preferred first), then the highest slot. The chief comes last: it is never released while
+    another worker can be. Only workers below the one that started last are priced, so the worker that moved
+    back is never the one it replaces, however dear its group."""
+    rank = {group.name: index for index, group in enumerate(groups)}
+    running = [pod for pod in filled.values() if verdicts[name_of(pod)].state == PodState.RUNNING]
+    newest = _newest(running)
+    newest_rank = rank.get(group_of(newest), len(groups)) if newest is not None else len(groups)
+
+    def order(item: tuple[int, Obj]) -> tuple[bool, bool, bool, float, int, int]:
+        slot, pod = item
+        group_rank = rank.get(group_of(pod), len(groups))
+        is_running = verdicts[name_of(pod)].state == PodState.RUNNING
+        behind = is_running and group_rank > newest_rank
+        return (
+            name_of(pod) == holder,
+            is_running,
+            not behind,
+            -prices.get(group_of(pod), 0.0) if behind else 0.0,
+            -group_rank,
+            -slot,
+        )
+
+    return [slot for slot, _ in sorted(filled.items(), key=order)]
+
+
+def _newest(running: Iterable[Obj]) -> Obj | None:
+    """The running worker that started last (by its startTime, then its incarnation)."""
+    return max(running, key=lambda pod: (_started(pod), worker_incarnation(name_of(pod))), default=None)
 
 
 def _occupancy(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict], refill_finished: bool) -> _Occupancy:

@@ -376,7 +376,7 @@ def fallen_back_world(replicas: int, max_replicas: int, groups: list[dict[str, A
     return world
 
 
-#: When l4's mark has lapsed (CAPACITY_RETRY_SECONDS) and new workers try it again.
+#: When l4's mark has lapsed (workers.capacityRetrySeconds, by default) and new workers try it again.
 RETRY = T0 + timedelta(seconds=1800)
 
 
@@ -632,3 +632,217 @@ def test_budget_projections_price_each_worker_at_its_group() -> None:
         "pending in t4 and od, one more to l4": round(t4 + od + l4, 6),
     }
     assert len({round(l4, 6), round(t4, 6), round(od, 6)}) == 3
+
+
+# -- how long a group found out of capacity is skipped ----------------------------------------------------------
+def test_a_groups_mark_lasts_capacity_retry_seconds() -> None:
+    from ttj.api.models import WorkerGroupStatus
+    from ttj.planner.groups import next_capacity_retry, recorded_unavailable
+
+    marks = [
+        WorkerGroupStatus(name="l4", capacity_unavailable_since=format_time(T0), capacity_unavailable_reason="out"),
+        WorkerGroupStatus(name="t4", capacity_unavailable_since=format_time(T0 + timedelta(seconds=50))),
+        WorkerGroupStatus(name="t4-od"),
+    ]
+
+    def skipped(retry: int | None, seconds: int) -> tuple[list[str], Any]:
+        spec = TransientTrainingJobSpec.model_validate(
+            grouped(replicas=1, minReplicas=1, **({} if retry is None else {"capacityRetrySeconds": retry}))["spec"]
+        )
+        now = T0 + timedelta(seconds=seconds)
+        found = recorded_unavailable(spec, marks, now)
+        wake = next_capacity_retry(spec, found)
+        return sorted(found), None if wake is None else (wake - T0).total_seconds()
+
+    cases = {
+        "default, just marked": skipped(None, 60),
+        "default, l4's 30 minutes over": skipped(None, 1800),
+        "default, both over": skipped(None, 1850),
+        "120 s, l4's not over": skipped(120, 119),
+        "120 s, l4's over": skipped(120, 120),
+        "120 s, both over": skipped(120, 170),
+    }
+    assert cases == {
+        "default, just marked": (["l4", "t4"], 1800.0),
+        "default, l4's 30 minutes over": (["t4"], 1850.0),
+        "default, both over": ([], None),
+        "120 s, l4's not over": (["l4", "t4"], 120.0),
+        "120 s, l4's over": (["t4"], 170.0),
+        "120 s, both over": ([], None),
+    }
+
+
+def test_capacity_retry_seconds_is_checked_by_the_api() -> None:
+    import pydantic
+    import pytest
+
+    for bad in (0, -1, 2**31):
+        with pytest.raises(pydantic.ValidationError, match="capacityRetrySeconds"):
+            TransientTrainingJobSpec.model_validate(grouped(capacityRetrySeconds=bad)["spec"])
+    spec = TransientTrainingJobSpec.model_validate(grouped(capacityRetrySeconds=1)["spec"])
+    assert spec.workers.capacity_retry_seconds == 1
+
+
+# -- which worker a move back (or a scale-down) releases -------------------------------------------------------
+#: l4 spot preferred, then on-demand T4 (listed before spot T4: kept to one, e.g. for a chief), then spot T4.
+PRICED_GROUPS = [
+    {"name": "l4", "acceleratorType": "nvidia-l4", "maxReplicas": 2},
+    {"name": "t4-od", "provisioning": "on-demand", "maxReplicas": 1},
+    {"name": "t4"},
+]
+#: USD per hour of one worker of each group (the packaged gce-us-central1 table's order: od > l4 > t4).
+PRICES = {"l4": 0.283, "t4-od": 0.54, "t4": 0.15}
+
+
+def release_case(
+    workers: list[tuple[str, str, int | None]], *, chief: str, prices: dict[str, float] | None = None
+) -> list[str]:
+    """The release order of ``workers`` (group, state, start second: None while pending), slots in order; the
+    chief is slot ``chief``'s; names are ``slot/group``."""
+    from ttj.planner.classify import classify_pod
+    from ttj.planner.groups import group_worker_pod, groups_of
+    from ttj.planner.slots import release_order
+
+    manifest = grouped(replicas=len(workers), groups=PRICED_GROUPS, maxReplicas=8)
+    spec = TransientTrainingJobSpec.model_validate(manifest["spec"])
+    by_name = {g.name: g for g in groups_of(spec)}
+    filled, nodes, names = {}, {}, {}
+    for slot, (group, state, started) in enumerate(workers):
+        pod = group_worker_pod(manifest, by_name[group], slot, 1)
+        if state == "running":
+            assert started is not None
+            at = T0 + timedelta(seconds=started)
+            nodes[f"n{slot}"] = node(f"n{slot}", "on-demand" if group == "t4-od" else "spot")
+            pod["spec"]["nodeName"] = f"n{slot}"
+            pod["status"] = {"phase": "Running", "startTime": format_time(at)}
+        else:
+            pod["status"] = {"phase": "Pending"}
+        filled[slot] = pod
+        names[pod["metadata"]["name"]] = f"{slot}/{group}"
+    now = T0 + timedelta(seconds=100)
+    verdicts = {
+        name: classify_pod(p, nodes, now, timedelta(minutes=5))
+        for p in filled.values()
+        for name in [p["metadata"]["name"]]
+    }
+    holder = next(n for n, label in names.items() if label == chief)
+    order = release_order(filled, verdicts, holder, groups_of(spec), PRICES if prices is None else prices)
+    return [names[filled[slot]["metadata"]["name"]] for slot in order]
+
+
+def test_a_move_back_releases_the_dearest_worker_behind_the_new_one() -> None:
+    running = "running"
+    cases = {
+        "an l4 worker moved back: the on-demand one goes first, though spot t4 is listed after it": release_case(
+            [("t4", running, 0), ("t4-od", running, 1), ("t4", running, 2), ("l4", running, 50)], chief="0/t4"
+        ),
+        "without prices: the order of preference (least preferred first)": release_case(
+            [("t4", running, 0), ("t4-od", running, 1), ("t4", running, 2), ("l4", running, 50)],
+            chief="0/t4",
+            prices={},
+        ),
+        "the new worker's group is dearer than the spot fallback's: the new one stays": release_case(
+            [("t4", running, 0), ("t4", running, 1), ("l4", running, 50)], chief="0/t4"
+        ),
+        "equal prices behind the new one: the highest slot": release_case(
+            [("t4-od", running, 0), ("t4", running, 1), ("t4", running, 2), ("l4", running, 50)], chief="0/t4-od"
+        ),
+        "a pending worker goes before any running one": release_case(
+            [("t4-od", running, 0), ("t4", None, None), ("l4", running, 50)], chief="0/t4-od"
+        ),
+        "the newest in the least preferred group (a replacement): nothing is behind it, the order of preference": (
+            release_case([("l4", running, 0), ("t4-od", running, 1), ("t4", running, 50)], chief="0/l4")
+        ),
+        "the chief is never released before another worker, however dear": release_case(
+            [("t4-od", running, 0), ("t4", running, 1), ("l4", running, 50)], chief="0/t4-od"
+        ),
+    }
+    assert cases == {
+        "an l4 worker moved back: the on-demand one goes first, though spot t4 is listed after it": [
+            "1/t4-od",
+            "2/t4",
+            "3/l4",
+            "0/t4",
+        ],
+        "without prices: the order of preference (least preferred first)": ["2/t4", "1/t4-od", "3/l4", "0/t4"],
+        "the new worker's group is dearer than the spot fallback's: the new one stays": ["1/t4", "2/l4", "0/t4"],
+        "equal prices behind the new one: the highest slot": ["2/t4", "1/t4", "3/l4", "0/t4-od"],
+        "a pending worker goes before any running one": ["1/t4", "2/l4", "0/t4-od"],
+        "the newest in the least preferred group (a replacement): nothing is behind it, the order of preference": [
+            "2/t4",
+            "1/t4-od",
+            "0/l4",
+        ],
+        "the chief is never released before another worker, however dear": ["1/t4", "2/l4", "0/t4-od"],
+    }
+
+
+def test_with_prices_a_move_back_releases_the_on_demand_fallback_listed_before_spot() -> None:
+    """capacityRetrySeconds 120: l4 and t4-od are out when the job starts, so its three workers run in spot t4
+    (the chief in slot 0). t4-od's mark lapses first: one worker moves back to it. Then l4's: its worker runs, and
+    the on-demand worker goes, the dearest, though spot t4 is the least preferred group."""
+    from ttj.cost.prices import load_price_table
+    from ttj.planner import PlannerConfig
+
+    config = PlannerConfig(prices=load_price_table())
+    world = World(
+        job(
+            workers={
+                "replicas": 3,
+                "minReplicas": 1,
+                "maxReplicas": 4,
+                "groups": PRICED_GROUPS,
+                "fallbackAfterSeconds": 60,
+                "capacityRetrySeconds": 120,
+            }
+        )
+    )
+    world.job["status"] = {
+        "workerGroups": [
+            {"name": "l4", "capacityUnavailableSince": format_time(T0), "capacityUnavailableReason": "out"},
+            {
+                "name": "t4-od",
+                "capacityUnavailableSince": format_time(T0 - timedelta(seconds=100)),
+                "capacityUnavailableReason": "out",
+            },
+        ]
+    }
+    world.observed.nodes["cpu-0"] = node("cpu-0", "on-demand")
+    world.reconcile(T0, config)
+    run_ps(world, "mnist-ps-0-abc")
+    assert live(world) == [("mnist-worker-0-1", "t4"), ("mnist-worker-1-1", "t4"), ("mnist-worker-2-1", "t4")]
+    for slot in range(3):
+        world.observed.nodes[f"t4-{slot}"] = node(f"t4-{slot}", age=timedelta(hours=10 - slot))
+        run_pod(world, f"mnist-worker-{slot}-1", f"t4-{slot}")
+    world.reconcile(T0 + timedelta(seconds=1), config)
+    assert world.job["status"]["chief"]["pod"] == "mnist-worker-0-1"
+    waiting = passes_priced(world, T0 + timedelta(seconds=10), config)
+    assert (pod_writes(waiting), waiting.requeue_after) == ([], 10.0)  # woken when t4-od's mark lapses
+
+    def move_back(at: timedelta, node_name: str, kind: str, accelerator: str) -> list[Any]:
+        """A pass at T0 + ``at`` creates a worker, which then runs; the pass after releases one."""
+        made = pod_writes(passes_priced(world, T0 + at, config))
+        world.observed.nodes[node_name] = gpu_node(node_name, accelerator, kind)
+        run_pod(world, made[0][1], node_name, T0 + at + timedelta(seconds=5))
+        moved = passes_priced(world, T0 + at + timedelta(seconds=6), config)
+        passes_priced(world, T0 + at + timedelta(seconds=7), config)  # the released pod goes
+        return [made, pod_writes(moved), [e.message for e in moved.events if e.reason == "MovedBack"]]
+
+    assert move_back(timedelta(seconds=20), "od-0", "on-demand", "nvidia-tesla-t4") == [
+        [("CreateChild", "mnist-worker-3-1", "t4-od")],
+        [("DeleteChild", "mnist-worker-2-1", "ScaledDown")],
+        [
+            "worker slot 2 moved from group t4 back to group t4-od (as slot 3: mnist-worker-3-1 runs, "
+            "mnist-worker-2-1 released)"
+        ],
+    ]
+    assert pod_writes(passes_priced(world, T0 + timedelta(seconds=119), config)) == []  # l4 still skipped
+    assert move_back(timedelta(seconds=120), "l4-0", "spot", "nvidia-l4") == [
+        [("CreateChild", "mnist-worker-2-2", "l4")],
+        [("DeleteChild", "mnist-worker-3-1", "ScaledDown")],
+        [
+            "worker slot 3 moved from group t4-od back to group l4 (as slot 2: mnist-worker-2-2 runs, "
+            "mnist-worker-3-1 released)"
+        ],
+    ]
+    assert live(world) == [("mnist-worker-0-1", "t4"), ("mnist-worker-1-1", "t4"), ("mnist-worker-2-2", "l4")]
