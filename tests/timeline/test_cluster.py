@@ -260,3 +260,23 @@ def test_evaluations_and_the_export_come_from_the_events_and_the_status(run: Run
     stars = [line for line in fig.axes[1].get_lines() if line.get_marker() == "*"]
     assert [list(line.get_xdata()) for line in stars] == [[310.0, 320.0]]
     plt.close(fig)
+
+
+def test_a_workers_group_is_read_from_its_label_named_in_the_text_and_drawn() -> None:
+    from ttj.timeline.model import Timeline
+
+    world = World(
+        job(workers={"replicas": 1, "minReplicas": 1, "groups": [{"name": "l4", "acceleratorType": "nvidia-l4"}]})
+    )
+    world.reconcile(T0)
+    timeline = from_cluster(world.job, [], world.observed.pods, world.observed.lease, T0 + 10 * S)
+    sampled = Timeline()
+    for pod in world.observed.pods:
+        sampled.observe_pod(0.0, pod)
+    assert [(s.lane, s.group) for s in timeline.pods.values()] == [("worker 0", "l4")]
+    assert [(s.lane, s.group) for s in sampled.pods.values()] == [("worker 0", "l4")]
+    assert "mnist-worker-0-1  created" in render(timeline, "ns/mnist")
+    assert render(timeline, "ns/mnist").count("  group l4") == 1
+    fig = figure(timeline, "ns/mnist")
+    assert [text.get_text() for text in fig.axes[0].texts] == ["l4"]
+    plt.close(fig)

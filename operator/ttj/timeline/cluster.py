@@ -26,7 +26,16 @@ from pydantic import ValidationError
 from ttj.api.models import PreemptionCost
 from ttj.planner.evaluation import EVALUATED, MODEL_EXPORTED, parse_evaluated, parse_exported
 from ttj.timeline.model import PodSpan, Timeline, outcome_of
-from ttj_contract import ANNOTATION_PROGRESS, LABEL_PS_INDEX, LABEL_ROLE, LABEL_SLOT, LeaseProgress, Role, parse_time
+from ttj_contract import (
+    ANNOTATION_PROGRESS,
+    LABEL_PS_INDEX,
+    LABEL_ROLE,
+    LABEL_SLOT,
+    LABEL_WORKER_GROUP,
+    LeaseProgress,
+    Role,
+    parse_time,
+)
 
 #: "POD (slot S, node N) is chief at epoch E" (ChiefElected) or "chief POD at epoch E" (the Elected condition).
 _ELECTED = re.compile(r"^(?:chief )?(?P<pod>[a-z0-9][-a-z0-9.]*)\b.*?\bat epoch (?P<epoch>\d+)")
@@ -121,6 +130,7 @@ def _pods(timeline: Timeline, pods: Iterable[dict[str, Any]]) -> None:
             created=_seconds(timeline, created) or 0.0,
             running=_seconds(timeline, running),
             ended=_seconds(timeline, ended),
+            group=labels.get(LABEL_WORKER_GROUP),
         )
         if ended is not None:
             span.outcome = outcome_of(pod)

@@ -73,6 +73,8 @@ def figure(timeline: Timeline, title: str) -> Any:
             )
             if span.running > span.created:
                 lanes.barh(y, span.running - span.created, left=span.created, height=0.6, color=PENDING, zorder=Z_BAR)
+        if span.group is not None:  # which kind of node the worker was made for
+            lanes.annotate(span.group, (span.created, y - 0.34), fontsize=7, color="#424242", zorder=Z_MARKER)
         for index, (elected, epoch, pod) in enumerate(timeline.chiefs):
             if pod != span.name:
                 continue

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ttj.api.models import PreemptionCost
-from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role
+from ttj_contract import LABEL_ROLE, LABEL_SLOT, LABEL_WORKER_GROUP, Role
 
 #: Pod status reasons written when the node, not the code, ended the pod.
 NODE_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown", "NodeLost", "DeletionByTaintManager"})
@@ -31,6 +31,8 @@ class PodSpan:
     running: float | None = None
     ended: float | None = None
     outcome: str = "running"  # running | succeeded | failed | preempted | deleted
+    #: The worker group it was made for (jobs with spec.workers.groups).
+    group: str | None = None
 
     @property
     def lane(self) -> str:
@@ -85,7 +87,11 @@ class Timeline:
         span = self.pods.get(name)
         if span is None:
             span = self.pods[name] = PodSpan(
-                name=name, role=labels.get(LABEL_ROLE, "?"), slot=int(slot) if slot is not None else None, created=now
+                name=name,
+                role=labels.get(LABEL_ROLE, "?"),
+                slot=int(slot) if slot is not None else None,
+                created=now,
+                group=labels.get(LABEL_WORKER_GROUP),
             )
         status = pod.get("status") or {}
         span.node = (pod.get("spec") or {}).get("nodeName") or span.node

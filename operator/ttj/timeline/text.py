@@ -48,7 +48,9 @@ def render(timeline: Timeline, title: str) -> str:
         chief = [f"e{epoch}" for _, epoch, pod in timeline.chiefs if pod == span.name]
         lines.append(
             f"  {span.lane:<9} {span.name:<{width}}  created {_at(span.created)}  running {_at(span.running)}  "
-            f"ended {_at(span.ended)}  {span.outcome}" + (f"  chief {','.join(chief)}" if chief else "")
+            f"ended {_at(span.ended)}  {span.outcome}"
+            + (f"  group {span.group}" if span.group else "")
+            + (f"  chief {','.join(chief)}" if chief else "")
         )
     if timeline.evaluations or timeline.export:
         lines += ["", "evaluation and the exported model:"]
