@@ -35,16 +35,19 @@ class Stack:
         authorization_mode: str = "AlwaysAllow",
         operator_identity: Callable[[str], str] | None = None,
         program_path: Sequence[Path] = (),
+        gpu_pools: Sequence[str] = (),
     ) -> None:
         """``authorization_mode`` is the local cluster's; ``operator_identity(admin_kubeconfig)`` returns the
         kubeconfig the operator runs with (default: the admin's); ``program_path``: directories of programs'
-        code for the local cluster's pods (``ttj local-cluster --program-path``)."""
+        code for the local cluster's pods (``ttj local-cluster --program-path``); ``gpu_pools``: the local
+        cluster's GPU pools as ``--pool`` values, instead of one spot T4 pool of ``gpu_nodes`` nodes."""
         self.workdir = workdir
         self.gpu_nodes = gpu_nodes
         self.operator_args = operator_args
         self.authorization_mode = authorization_mode
         self.operator_identity = operator_identity
         self.program_path = tuple(program_path)
+        self.gpu_pools = tuple(gpu_pools)
         self.external = os.environ.get("KUBECONFIG")
         self.kubeconfig = Path(self.external) if self.external else workdir / "kubeconfig"
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -119,9 +122,9 @@ class Stack:
         return process
 
     def _start_local_cluster(self) -> None:
-        gpu_pool = (
+        gpu_pools = self.gpu_pools or (
             f"name={GPU_POOL},nodes={self.gpu_nodes},provisioning=spot,accelerator=nvidia-tesla-t4,gpus=1,"
-            "cpu=8,memory=30Gi,machine-type=n1-standard-8,restore-after=never"
+            "cpu=8,memory=30Gi,machine-type=n1-standard-8,restore-after=never",
         )
         cluster = self._spawn(
             "local-cluster",
@@ -132,8 +135,7 @@ class Stack:
             str(self.workdir / "state"),
             "--pool",
             f"name={CPU_POOL},nodes=2,cpu=4,memory=15Gi,machine-type=n1-standard-4",
-            "--pool",
-            gpu_pool,
+            *(option for pool in gpu_pools for option in ("--pool", pool)),
             "--authorization-mode",
             self.authorization_mode,
             *(option for directory in self.program_path for option in ("--program-path", str(directory))),

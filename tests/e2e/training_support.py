@@ -40,11 +40,15 @@ _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)-e(\d+)\.index$")
 
 
 def start_stack(
-    tmp_path_factory: pytest.TempPathFactory, gpu_nodes: int = 4, program_path: Sequence[Path] = ()
+    tmp_path_factory: pytest.TempPathFactory,
+    gpu_nodes: int = 4,
+    program_path: Sequence[Path] = (),
+    gpu_pools: Sequence[str] = (),
 ) -> Iterator[Stack]:
     """The body of a module-scoped ``stack`` fixture: a local cluster authorizing by RBAC, the operator running as
     the ServiceAccount and RBAC of manifests/base, and each trainer as its job's ServiceAccount; ``program_path``:
-    directories of programs' code the local cluster's pods import (``ttj local-cluster --program-path``)."""
+    directories of programs' code the local cluster's pods import (``ttj local-cluster --program-path``);
+    ``gpu_pools``: GPU pools as ``ttj local-cluster --pool`` values (default: ``gpu_nodes`` spot T4 nodes)."""
     workdir = tmp_path_factory.mktemp("stack")
 
     def operator_kubeconfig(admin_kubeconfig: str) -> str:
@@ -62,6 +66,7 @@ def start_stack(
         authorization_mode="RBAC",
         operator_identity=operator_kubeconfig,
         program_path=program_path,
+        gpu_pools=gpu_pools,
     )
     with stack as running:
         yield running
