@@ -99,22 +99,24 @@ class Migrations:
         such live node. A node already draining is not drained twice: its record is returned."""
         with self._lock:
             if self.registry.begin_drain(node):
+                victims = self.kubelet.pods_on_node(node)
                 record = MigrationRecord(node, self.registry.pool_of(node), cause, time.monotonic())
+                record.pods = [obj_key(p) for p in victims]
                 self.records.append(record)
-                threading.Thread(target=self._drain, args=(record,), name=f"migrate-{node}", daemon=True).start()
+                threading.Thread(
+                    target=self._drain, args=(record, victims), name=f"migrate-{node}", daemon=True
+                ).start()
             else:
                 record = next(r for r in self.records if r.node == node)
         if wait:
             record.done.wait(WAIT_S)
         return record
 
-    def _drain(self, record: MigrationRecord) -> None:
+    def _drain(self, record: MigrationRecord, victims: list[JSON]) -> None:
         node = record.node
         log.info("draining node %s for its compute class's active migration (%s)", node, record.cause)
         try:
             self.lifecycle.add_taint(node, deletion_taint(time.time()))
-            victims = self.kubelet.pods_on_node(node)
-            record.pods = [obj_key(p) for p in victims]
             record.refused = [obj_key(p) for p in self._evict_all(victims)]
             grace = max((_grace_seconds(p) for p in victims), default=0)
             deadline = time.monotonic() + grace + OVERRUN_S
