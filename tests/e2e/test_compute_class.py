@@ -98,6 +98,9 @@ def test_a_worker_the_class_migrates_is_replaced_as_a_planned_handover(env: dict
     assert event.type == "Normal"
     assert moved.metadata.name in event.message
     assert not [e for e in job_events(env) if e.reason == "WorkerPreempted"]
+    metrics = env["operator"].metrics()
+    assert f'ttj_worker_migrations_total{{job="train",namespace="{env["ns"]}"}} 1.0' in metrics
+    assert f'ttj_preemptions_total{{job="train",namespace="{env["ns"]}"}}' not in metrics
     entries = {e["name"]: e for e in (status.get("cost") or {}).get("pods") or []}
     priced = entries.get(moved.metadata.name)
     if priced is not None:  # priced as the node it ran on: spot L4 or on-demand T4, whatever spec.workers says
