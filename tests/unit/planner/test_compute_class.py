@@ -252,3 +252,16 @@ def test_a_class_worker_is_priced_by_the_node_it_landed_on() -> None:
     assert l4["usdPerHour"] == pytest.approx(l4_price.usd_per_hour)
     assert t4_od["usdPerHour"] == pytest.approx(t4_price.usd_per_hour)
     assert l4["group"] == t4_od["group"] == "flex"
+
+
+def test_a_class_worker_whose_node_is_unknown_is_priced_as_the_node_its_group_landed_on() -> None:
+    """Not as spec.workers' T4 spot: the class chose an L4 spot node for the group's other worker."""
+    world = World(classy())
+    start(world, [class_node("flex-0"), class_node("flex-1", "nvidia-tesla-t4", spot=False), node("od-0", "on-demand")])
+    unseen = on(world, "flex-1")
+    del world.observed.nodes["flex-1"]  # not in the operator's cache yet
+    world.reconcile(T0, PRICED)
+    entries = {e["name"]: e for e in world.job["status"]["cost"]["pods"]}
+    assert entries[unseen]["usdPerHour"] == pytest.approx(entries[on(world, "flex-0")]["usdPerHour"])
+    assert entries[unseen]["provisioning"] == "spot"
+    assert any(unseen in note and "node unknown" in note for note in world.job["status"]["cost"]["notes"])
