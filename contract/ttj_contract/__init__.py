@@ -338,6 +338,13 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 LEGACY_INSTANCE_TYPE_LABEL = "beta.kubernetes.io/instance-type"
 #: The extended resource of GPUs, and the key of the taint GKE puts on GPU nodes.
 GPU_RESOURCE = "nvidia.com/gpu"
+#: A pod's nodeSelector key that picks a GKE custom compute class; GKE labels the class's nodes with it, and
+#: taints them with it (value: the class's name, effect NoSchedule).
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+#: The taint the cluster autoscaler puts on a node it is about to drain and delete (value: the Unix time).
+AUTOSCALER_DELETION_TAINT = "ToBeDeletedByClusterAutoscaler"
+#: The DisruptionTarget reason of a pod the API server's Eviction subresource is deleting.
+EVICTION_REASON = "EvictionByEvictionAPI"
 
 
 class Provisioning(StrEnum):

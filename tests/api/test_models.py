@@ -133,6 +133,7 @@ GROUPS = [
     {"name": "l4-spot", "acceleratorType": "nvidia-l4", "batchSize": 256},
     {"name": "t4-spot-b", "zone": "us-central1-b"},
     {"name": "t4-on-demand", "provisioning": "on-demand", "maxReplicas": 2},
+    {"name": "flex", "computeClass": "gpu-fallback"},
 ]
 
 
@@ -140,10 +141,14 @@ def test_worker_groups_leave_unset_fields_to_the_workers_defaults() -> None:
     parsed = TransientTrainingJobSpec.model_validate(spec(workers={"replicas": 4, "groups": GROUPS}))
     groups = parsed.workers.groups
     assert groups is not None
-    assert [(g.name, g.accelerator_type, g.provisioning, g.max_replicas, g.batch_size, g.zone) for g in groups] == [
-        ("l4-spot", "nvidia-l4", None, None, 256, None),
-        ("t4-spot-b", None, None, None, None, "us-central1-b"),
-        ("t4-on-demand", None, "on-demand", 2, None, None),
+    assert [
+        (g.name, g.accelerator_type, g.provisioning, g.max_replicas, g.batch_size, g.zone, g.compute_class)
+        for g in groups
+    ] == [
+        ("l4-spot", "nvidia-l4", None, None, 256, None, None),
+        ("t4-spot-b", None, None, None, None, "us-central1-b", None),
+        ("t4-on-demand", None, "on-demand", 2, None, None, None),
+        ("flex", None, None, None, None, None, "gpu-fallback"),
     ]
     # the job's counts are the total over its groups; without groups nothing changes
     assert (parsed.workers.replicas, parsed.workers.slots) == (4, 4)
@@ -162,6 +167,15 @@ def test_worker_groups_leave_unset_fields_to_the_workers_defaults() -> None:
             "a group with zone may not also set topology.kubernetes.io/zone in its nodeSelector",
         ),
         ([{"name": "a", "maxReplicas": 300}], "less than or equal to 256"),
+        (
+            [{"name": "a", "computeClass": "c", "acceleratorType": "nvidia-l4"}],
+            "a group with computeClass may not also set acceleratorType or provisioning",
+        ),
+        (
+            [{"name": "a", "computeClass": "c", "provisioning": "spot"}],
+            "a group with computeClass may not also set acceleratorType or provisioning",
+        ),
+        ([{"name": "a", "computeClass": "Not A Label"}], "String should match pattern"),
         ([{"name": "a", "template": {}}], "Extra inputs are not permitted"),
     ],
 )

@@ -145,6 +145,7 @@ def test_worker_groups_are_stored_in_order_and_scale_counts_all_of_them(
         {"name": "l4", "acceleratorType": "nvidia-l4", "batchSize": 256},
         {"name": "t4", "zone": "zone-b"},
         {"name": "t4-od", "provisioning": "on-demand", "maxReplicas": 1},
+        {"name": "flex", "computeClass": "gpu-fallback"},
     ]
     created = _create(
         custom, namespace, minimal_job("grp", workers={"replicas": 2, "maxReplicas": 4, "groups": groups})
@@ -161,6 +162,8 @@ def test_worker_groups_are_stored_in_order_and_scale_counts_all_of_them(
         ([{"name": "a"}, {"name": "a"}], "each group needs a name of its own"),
         ([{"name": "a", "zone": "z", "nodeSelector": {"topology.kubernetes.io/zone": "y"}}], "a group with zone"),
         ([{"name": f"g{i}"} for i in range(9)], "must have at most 8 items"),
+        ([{"name": "a", "computeClass": "c", "acceleratorType": "nvidia-l4"}], "a group with computeClass"),
+        ([{"name": "a", "computeClass": "c", "provisioning": "spot"}], "a group with computeClass"),
     ],
 )
 def test_bad_worker_groups_are_refused(

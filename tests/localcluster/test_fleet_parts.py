@@ -41,6 +41,8 @@ def test_a_node_goes_from_registering_to_gone_and_its_name_stays_taken() -> None
         "accelerator": None,
         "preemption": "none",
         "preempted": 1,
+        "migrated": 0,
+        "computeClass": None,
         "zone": "us-central1-a",
         "speed": 1.0,
         "stockedOut": False,
@@ -49,6 +51,21 @@ def test_a_node_goes_from_registering_to_gone_and_its_name_stays_taken() -> None
         registry.begin_shutdown(node)
     assert registry.state_of("someone-elses-node") is None
     assert registry.state_of(None) is None
+
+
+def test_a_drained_node_stays_live_until_gone_and_counts_as_migrated() -> None:
+    registry = NodeRegistry(POOLS)
+    node = registry.reserve("gpu")
+    with pytest.raises(KeyError, match="no live node"):
+        registry.begin_drain(node)  # still registering: nothing to drain yet
+    registry.mark_ready(node)
+    assert registry.begin_drain(node) is True
+    assert registry.begin_drain(node) is False  # already draining: not twice
+    assert registry.state_of(node) is NodeState.DRAINING
+    assert registry.live_nodes("gpu") == [node]  # Ready and heartbeating while its pods are evicted
+    registry.mark_gone(node, preempted=False)
+    assert (registry.describe()["gpu"]["migrated"], registry.describe()["gpu"]["preempted"]) == (1, 0)
+    assert registry.missing("gpu") == 1
 
 
 def test_no_node_of_a_stocked_out_pool_is_created() -> None:

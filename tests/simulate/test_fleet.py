@@ -175,13 +175,12 @@ def test_the_plan_as_manifests(fitted: FittedModel, template: SimJob) -> None:
     assert "acceleratorType" not in workers
     # transient before on-demand, each by dollars per step
     assert workers["groups"] == [
-        {"name": "t4-spot", "accelerator": T4, "gpusPerWorker": 1, "provisioning": "spot",
-         "minReplicas": 1, "maxReplicas": 1},
-        {"name": "l4-spot", "accelerator": L4, "gpusPerWorker": 1, "provisioning": "spot",
-         "minReplicas": 2, "maxReplicas": 2},
-        {"name": "t4-on-demand", "accelerator": T4, "gpusPerWorker": 1, "provisioning": "on-demand",
-         "minReplicas": 1, "maxReplicas": 1},
+        {"name": "t4-spot", "acceleratorType": T4, "provisioning": "spot", "maxReplicas": 1},
+        {"name": "l4-spot", "acceleratorType": L4, "provisioning": "spot", "maxReplicas": 2},
+        {"name": "t4-on-demand", "acceleratorType": T4, "provisioning": "on-demand", "maxReplicas": 1},
     ]  # fmt: skip
+    applied = TransientTrainingJob.model_validate(grouped)  # applies: worker groups are in the CRD
+    assert [g.max_replicas for g in applied.spec.workers.groups or []] == [1, 2, 1]
     _, uniform = manifests(Mix((Group(K80, "preemptible", 6),)), context, "resnet32")
     assert uniform is not None
     job = TransientTrainingJob.model_validate(uniform)  # applies today
@@ -206,9 +205,9 @@ def test_the_cli_prints_the_plan_against_the_manifest(tmp_path: Path, capsys: py
     assert "Cheapest plan:" in out
     assert "The manifest's own fleet, 4 K80 preemptible" in out
     assert GROUPS_NOTE in out_file.read_text()
-    assert "today's single-group manifest" in out_file.read_text()
+    assert "the same plan without worker groups" in out_file.read_text()
     payload = json.loads(report.read_text())
     assert payload["best"]["odds"] >= 0.9
     assert payload["reference"]["mix"] == "4 K80 preemptible"
-    assert payload["manifest"]["spec"]["workers"]["groups"][0]["accelerator"] == "nvidia-tesla-k80"
+    assert payload["manifest"]["spec"]["workers"]["groups"][0]["acceleratorType"] == "nvidia-tesla-k80"
     assert payload["mixes"] == 5 + 5 + 10  # one group of 1-5 twice, and two groups summing to at most 5

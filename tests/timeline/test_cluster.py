@@ -280,3 +280,30 @@ def test_a_workers_group_is_read_from_its_label_named_in_the_text_and_drawn() ->
     fig = figure(timeline, "ns/mnist")
     assert [text.get_text() for text in fig.axes[0].texts] == ["l4"]
     plt.close(fig)
+
+
+def test_a_worker_its_compute_class_moved_ends_migrated_not_preempted() -> None:
+    from tests.unit.planner import test_compute_class as cc
+
+    world = cc.started()
+    holder = world.job["status"]["chief"]["pod"]
+    moved = next(name for name in (cc.on(world, "flex-0"), cc.on(world, "flex-1")) if name != holder)
+    cc.drain(world, str(world.pod(moved)["spec"]["nodeName"]), T0 + 110 * S)  # type: ignore[index]
+    terminate(world, moved, 143, now=T0 + 112 * S)
+    kept = list(world.observed.pods)
+    events: list[dict[str, Any]] = []
+    for now in (T0 + 113 * S, T0 + 114 * S):
+        world.reconcile(now, cc.PRICED)
+        events += [
+            {"type": e.type, "reason": e.reason, "message": e.message, "lastTimestamp": format_time(now)}
+            for e in world.events[len(events) :]
+        ]
+    # while the evicted pod is still held by its finalizer, its bar ends migrated; once gone, no record keeps it
+    # (a migration is no loss: status.preemptionCosts has none), only the Event
+    for pods, drawn in ((kept, True), (world.observed.pods, False)):
+        timeline = from_cluster(world.job, events, pods, world.observed.lease, T0 + 120 * S)
+        assert (timeline.pods[moved].outcome if drawn else moved not in timeline.pods) == (
+            "migrated" if drawn else True
+        )
+        assert not [what for _, what in timeline.preemptions if moved in what]
+        assert "Migrated" in {reason for _, _, reason, _ in timeline.events}

@@ -1,5 +1,5 @@
-"""The handlers of resource URLs: collections, objects and their subresources (status, scale, binding, log,
-finalize), and watches. Each resolves its URL against the registry (404 for what is not served), maps the
+"""The handlers of resource URLs: collections, objects and their subresources (status, scale, binding, eviction,
+log, finalize), and watches. Each resolves its URL against the registry (404 for what is not served), maps the
 method to a Kubernetes verb (405 for one the URL does not take), lets the fault injector act, then serves."""
 
 from __future__ import annotations
@@ -153,6 +153,13 @@ class ResourceHandlers:
         await self._accept("create" if request.method == "POST" else None, target)
         body = await read_json(request)
         return json_response(self.subresources.bind(target.namespace_or_empty, target.name, body), 201)
+
+    async def eviction(self, request: web.Request) -> web.StreamResponse:
+        target = self._target(request, "eviction")
+        assert target.name is not None
+        await self._accept("create" if request.method == "POST" else None, target)
+        body = await read_json(request)
+        return json_response(self.subresources.evict(target.namespace_or_empty, target.name, body), 201)
 
     async def log(self, request: web.Request) -> web.StreamResponse:
         target = self._target(request, "log")

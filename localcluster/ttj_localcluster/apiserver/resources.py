@@ -84,8 +84,10 @@ class ResourceType:
             main["categories"] = list(self.categories)
         entries = [main]
         for sub in self.subresources:
-            sub_kind = {"scale": "Scale", "binding": "Binding", "token": "TokenRequest"}.get(sub, self.kind)
-            sub_verbs = {"binding": ["create"], "log": ["get"], "token": ["create"]}.get(
+            sub_kind = {"scale": "Scale", "binding": "Binding", "eviction": "Eviction", "token": "TokenRequest"}.get(
+                sub, self.kind
+            )
+            sub_verbs = {"binding": ["create"], "eviction": ["create"], "log": ["get"], "token": ["create"]}.get(
                 sub, ["get", "patch", "update"]
             )
             entry: dict[str, Any] = {
@@ -99,6 +101,8 @@ class ResourceType:
                 entry.update(group="autoscaling", version="v1")
             elif sub == "token":
                 entry.update(group="authentication.k8s.io", version="v1")
+            elif sub == "eviction":
+                entry.update(group="policy", version="v1")
             entries.append(entry)
         return entries
 
@@ -124,7 +128,7 @@ def builtin_types() -> list[ResourceType]:
             short_names=("po",),
             categories=("all",),
             status_subresource=True,
-            extra_subresources=("binding", "log"),
+            extra_subresources=("binding", "eviction", "log"),
         ),
         _core("Service", "services", short_names=("svc",), categories=("all",), status_subresource=True),
         _core("Binding", "bindings"),

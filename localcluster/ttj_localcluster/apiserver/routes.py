@@ -98,6 +98,7 @@ def _add_resources(router: web.UrlDispatcher, handlers: ResourceHandlers) -> Non
         "status": handlers.status,
         "scale": handlers.scale,
         "binding": handlers.binding,
+        "eviction": handlers.eviction,
         "log": handlers.log,
         "finalize": handlers.finalize,
         "token": handlers.token,

@@ -1,5 +1,7 @@
-"""The subresources that are not the object itself: ``pods/binding`` (the scheduler's write) and ``scale``
-(an ``autoscaling/v1`` Scale view of a workload's replicas); ``status`` is an update mode of ApiCore."""
+"""The subresources that are not the object itself: ``pods/binding`` (the scheduler's write), ``pods/eviction``
+(a delete that asks the pod's disruption budgets first, what ``kubectl drain`` and the cluster autoscaler use)
+and ``scale`` (an ``autoscaling/v1`` Scale view of a workload's replicas); ``status`` is an update mode of
+ApiCore."""
 
 from __future__ import annotations
 
@@ -11,9 +13,15 @@ from ttj_contract import format_time
 
 from . import patching
 from .core import ApiCore
-from .errors import STALE, bad_request, conflict, invalid, not_found
+from .errors import STALE, ApiError, bad_request, conflict, invalid, not_found
 from .resources import PODS, ResourceType
-from .selectors import label_selector_to_string
+from .selectors import label_selector_to_string, parse_label_selector
+
+PDBS = ("policy", "poddisruptionbudgets")
+#: The DisruptionTarget condition kube's Eviction subresource puts on a pod before deleting it (its reason and
+#: message, as kube-apiserver writes them).
+EVICTION_CONDITION = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+EVICTION_MESSAGE = "Eviction API: evicting"
 
 
 def _get_path(obj: Any, path: str) -> Any:
@@ -58,6 +66,57 @@ class Subresources:
         new.setdefault("status", {})["conditions"] = conditions
         stored = self.core.store.put(PODS, new, pod)
         self.core.notify(rtype, stored, pod)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def evict(self, namespace: str, name: str, eviction: Any) -> dict[str, Any]:
+        """``POST pods/NAME/eviction``: refused with 429 while a disruption budget selecting the pod allows no
+        disruption (a budget whose status has not been computed allows none, as in kube); else the pod gets the
+        ``DisruptionTarget`` condition and is deleted with the Eviction's ``deleteOptions``. A pod that is not
+        running (pending, finished, already being deleted) is deleted without asking the budgets."""
+        rtype = self.core.registry.get("", "v1", "pods")
+        assert rtype is not None
+        if not isinstance(eviction, dict):
+            raise bad_request("the body of an eviction must be an Eviction object")
+        pod = self.core.store.get(PODS, namespace, name)
+        if pod is None:
+            raise not_found("pods", "", name)
+        options = eviction.get("deleteOptions") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Pending", "Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+            self.core.delete(rtype, namespace, name, options)
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        for budget in self.core.store.items(PDBS, namespace):
+            matches = parse_label_selector(label_selector_to_string((budget.get("spec") or {}).get("selector")))
+            if matches is None or not matches(pod):
+                continue
+            status = budget.get("status") or {}
+            computed = status.get("observedGeneration", 0) >= budget["metadata"].get("generation", 1)
+            if not computed or int(status.get("disruptionsAllowed") or 0) < 1:
+                raise ApiError(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    causes=[
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": f"The disruption budget {budget['metadata']['name']} needs "
+                            f"{status.get('desiredHealthy', 0)} healthy pods and has "
+                            f"{status.get('currentHealthy', 0)} currently",
+                        }
+                    ],
+                    retry_after_seconds=10,
+                )
+        new = copy.deepcopy(pod)
+        conditions = [
+            c for c in (new.get("status") or {}).get("conditions") or [] if c.get("type") != "DisruptionTarget"
+        ]
+        conditions.append(
+            {**EVICTION_CONDITION, "message": EVICTION_MESSAGE, "lastTransitionTime": format_time(self.core.clock())}
+        )
+        new.setdefault("status", {})["conditions"] = conditions
+        stored = self.core.store.put(PODS, new, pod)
+        self.core.notify(rtype, stored, pod)
+        self.core.delete(rtype, namespace, name, options)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     @staticmethod

@@ -22,7 +22,7 @@ POOL_HELP = (
     "add a node pool: name=NAME,nodes=N,provisioning=on-demand|spot|preemptible,accelerator=TYPE,gpus=N,"
     "cpu=Q,memory=Q,machine-type=T,zone=Z,preemption=none|scripted|lifetime,preempt-at=S[:S...],seed=N,"
     "time-scale=X,grace=S,restore-after=S|never,speed=X,step-seconds=S,stocked-out=true|false,"
-    "stock-out-window=FROM:UNTIL (repeatable; replaces the default pools)"
+    "stock-out-window=FROM:UNTIL,compute-class=NAME (repeatable; replaces the default pools)"
 )
 
 
@@ -89,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     control.add_argument(
         "--preempt-pod", metavar="NAMESPACE/NAME", help="preempt the node that runs this pod, and exit"
     )
+    control.add_argument(
+        "--migrate-node",
+        metavar="NODE",
+        help="drain this node as GKE's cluster autoscaler does for a compute class's active migration (its "
+        "ToBeDeletedByClusterAutoscaler taint, each pod evicted), delete it, and exit",
+    )
     control.add_argument("--restore-pool", metavar="POOL", help="bring this pool back to its size now, and exit")
     control.add_argument(
         "--stock-out",
@@ -101,7 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     control.add_argument("--restock", metavar="POOL", help="capacity is back: the pool returns to its size; and exit")
     control.add_argument("--status", action="store_true", help="print pools, nodes and preemptions as JSON, and exit")
-    control.add_argument("--wait", action="store_true", help="with --preempt-*: return once the node is gone")
+    control.add_argument(
+        "--wait", action="store_true", help="with --preempt-* or --migrate-node: return once the node is gone"
+    )
 
 
 def pools_from_args(args: argparse.Namespace) -> list[NodePool]:
@@ -168,6 +176,7 @@ def run_command(args: argparse.Namespace) -> int | None:
     wanted = [
         args.preempt_node,
         args.preempt_pod,
+        getattr(args, "migrate_node", None),
         args.restore_pool,
         getattr(args, "stock_out", None),
         getattr(args, "restock", None),
@@ -177,8 +186,8 @@ def run_command(args: argparse.Namespace) -> int | None:
         return None
     if sum(1 for w in wanted if w) > 1:
         print(
-            "ttj local-cluster: give one of --preempt-node, --preempt-pod, --restore-pool, --stock-out, --restock, "
-            "--status",
+            "ttj local-cluster: give one of --preempt-node, --preempt-pod, --migrate-node, --restore-pool, "
+            "--stock-out, --restock, --status",
             file=sys.stderr,
         )
         return 2
@@ -198,6 +207,8 @@ def run_command(args: argparse.Namespace) -> int | None:
         elif args.preempt_pod:
             namespace, _, name = str(args.preempt_pod).rpartition("/")
             answer = control.preempt_pod(namespace or "default", name, wait=args.wait)
+        elif getattr(args, "migrate_node", None):
+            answer = control.migrate_node(args.migrate_node, wait=args.wait)
         elif args.restore_pool:
             answer = control.restore_pool(args.restore_pool)
         elif getattr(args, "stock_out", None):

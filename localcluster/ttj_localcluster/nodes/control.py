@@ -7,6 +7,9 @@ can find it:
 - ``GET  /ttj-local/status``  → the fleet's id, pools, live nodes, preemptions so far
 - ``POST /ttj-local/preempt`` ``{"node": NAME}`` or ``{"pod": "NAMESPACE/NAME"}``, optional ``"wait": true``
   (answer once the node is gone) → ``{"node", "pool", "pods", "done"}``
+- ``POST /ttj-local/migrate`` ``{"node": NAME}``, optional ``"wait": true`` → ``{"node", "pool", "pods",
+  "refused", "done"}``: the cluster autoscaler drains the node for its compute class's active migration
+  (``NodeFleet.migrate_node``)
 - ``POST /ttj-local/lose`` ``{"node": NAME}``: the node's kubelet goes silent (``NodeFleet.lose_node``)
 - ``POST /ttj-local/restore`` ``{"pool": NAME}`` and optional ``"nodes": N`` → ``{"nodes": [new names]}``
 - ``POST /ttj-local/stock-out`` ``{"pool": NAME}``, optional ``"keepNodes": true`` → ``{"pool", "stockedOut",
@@ -115,6 +118,13 @@ class _Handlers:
             raise ValueError('give "node": NAME or "pod": "NAMESPACE/NAME"')
         return web.json_response(record.to_json())
 
+    async def migrate(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not body.get("node"):
+            raise ValueError('give "node": NAME')
+        record = await asyncio.to_thread(self.fleet.migrate_node, str(body["node"]), wait=bool(body.get("wait")))
+        return web.json_response(record.to_json())
+
     async def lose(self, request: web.Request) -> web.Response:
         body = await _body(request)
         if not body.get("node"):
@@ -200,6 +210,7 @@ def control_app(fleet: NodeFleet) -> web.Application:
     for slash in ("", "/"):  # with or without a trailing slash
         app.router.add_get(f"{PREFIX}/status{slash}", handlers.status)
         app.router.add_post(f"{PREFIX}/preempt{slash}", handlers.preempt)
+        app.router.add_post(f"{PREFIX}/migrate{slash}", handlers.migrate)
         app.router.add_post(f"{PREFIX}/lose{slash}", handlers.lose)
         app.router.add_post(f"{PREFIX}/restore{slash}", handlers.restore)
         app.router.add_post(f"{PREFIX}/partition{slash}", handlers.partition)
@@ -316,6 +327,10 @@ class ControlClient:
 
     def preempt_pod(self, namespace: str, name: str, wait: bool = False) -> JSON:
         return self._call("POST", "/preempt", {"pod": f"{namespace}/{name}", "wait": wait})
+
+    def migrate_node(self, node: str, wait: bool = False) -> JSON:
+        """The cluster autoscaler drains the node (its compute class's active migration) and deletes it."""
+        return self._call("POST", "/migrate", {"node": node, "wait": wait}, timeout=300)
 
     def lose_node(self, node: str) -> JSON:
         return self._call("POST", "/lose", {"node": node})

@@ -10,6 +10,8 @@ The parts, each with one job:
   CLI) or by :mod:`.preemption_sources` (lifetimes drawn from the ICAC'19 measurements, scripted times);
 - :mod:`.autoscaler`: what GKE's cluster autoscaler says on pods pending for a stocked-out pool
   (:meth:`NodeFleet.stock_out`, :meth:`NodeFleet.restock`, or a pool's ``stock-out-window``);
+- :mod:`.migration`: the autoscaler's drain of a node a compute class's active migration leaves
+  (:meth:`NodeFleet.migrate_node`);
 - :mod:`.control`: the HTTP endpoint of the preemption control and of every node's kubelet (logs);
 - :mod:`.ownership`: the fleet's claim on the cluster (the control ConfigMap, its Nodes' label), and its
   leaving: a fleet that stops deletes its Nodes and the ConfigMap.
@@ -31,6 +33,7 @@ from .control import ControlServer
 from .heartbeats import LEASE_RENEW_S, NodeLeases
 from .kubelet import Kubelet
 from .lifecycle import NodeLifecycle
+from .migration import MigrationRecord, Migrations
 from .network import PodNetwork
 from .ownership import FleetIdentity, claim_control, delete_fleet_nodes, release_control
 from .pod_networking import PodNetworking
@@ -53,6 +56,7 @@ class _Started:
     lifecycle: NodeLifecycle
     kubelet: Kubelet
     preemptions: Preemptions
+    migrations: Migrations
     control: ControlServer
     autoscaler: ClusterAutoscaler
 
@@ -93,6 +97,7 @@ class NodeFleet:
         #: per-pod network namespaces when ``pod_network`` and possible, else the host's network
         self.networking = PodNetworking(self.state_dir, run_pods=run_pods, namespaces=pod_network)
         self.preemptions: list[PreemptionRecord] = []
+        self.migrations: list[MigrationRecord] = []
         self.kubeconfig: str | None = None
         self._stop = threading.Event()
         self._timers = Timers(self._stop)
@@ -159,6 +164,7 @@ class NodeFleet:
         preemptions = Preemptions(
             client, self.registry, lifecycle, kubelet, timers=self._timers, stop=self._stop, records=self.preemptions
         )
+        migrations = Migrations(client, self.registry, lifecycle, kubelet, stop=self._stop, records=self.migrations)
         autoscaler = ClusterAutoscaler(
             client,
             kubelet.pods.items,
@@ -168,7 +174,7 @@ class NodeFleet:
             scan_s=self.autoscaler_scan_s,
             backoff_s=self.autoscaler_backoff_s,
         )
-        self._started = _Started(client, leases, lifecycle, kubelet, preemptions, control, autoscaler)
+        self._started = _Started(client, leases, lifecycle, kubelet, preemptions, migrations, control, autoscaler)
         leases.ensure_namespace()
         if previous is not None:
             gone = delete_fleet_nodes(client, previous.fleet) if previous.fleet else []
@@ -309,6 +315,12 @@ class NodeFleet:
         """Preempt the node that runs this pod."""
         return self._parts().preemptions.preempt_pod(namespace, name, wait=wait)
 
+    def migrate_node(self, node: str, *, cause: str = "injected", wait: bool = False) -> MigrationRecord:
+        """The cluster autoscaler drains the node, as for a compute class's active migration (the
+        ToBeDeletedByClusterAutoscaler taint, each pod evicted through the Eviction API), then deletes it; the
+        pool does not replace it. Returns at once (``wait=True``: when the node is gone)."""
+        return self._parts().migrations.migrate_node(node, cause=cause, wait=wait)
+
     def _preempt(self, node: str, cause: str) -> PreemptionRecord:
         return self.preempt_node(node, cause=cause)
 
@@ -317,6 +329,7 @@ class NodeFleet:
             "fleet": self.identity.id,
             "pools": self.registry.describe(),
             "preemptions": [r.to_json() for r in list(self.preemptions)],
+            "migrations": [r.to_json() for r in list(self.migrations)],
             "runPods": self.run_pods,
             "stateDir": str(self.state_dir),
             "programPath": list(self.program_path),

@@ -79,6 +79,12 @@ class NodeLifecycle:
         not_ready = ready_condition(False, "KubeletNotReady", "node is shutting down", now_rfc3339())
         self._patch(node, {"status": {"conditions": replace_condition(_conditions(current), not_ready)}}, "/status")
 
+    def add_taint(self, node: str, taint: JSON) -> None:
+        """One taint more (in place of one of the same key): e.g. the cluster autoscaler's before a drain."""
+        current = self._current(node)
+        taints = [t for t in _taints(current) if t.get("key") != taint.get("key")]
+        self._patch(node, {"spec": {"taints": [*taints, taint]}})
+
     def mark_unreachable(self, node: str) -> None:
         """What the node lifecycle controller writes once heartbeats are overdue."""
         current = self._current(node)

@@ -8,6 +8,7 @@ select them unchanged.
 
 from __future__ import annotations
 
+import re
 import secrets
 import zlib
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 
 from ttj_contract import (
     ACCELERATOR_LABEL,
+    COMPUTE_CLASS_LABEL,
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
     LEGACY_INSTANCE_TYPE_LABEL,
@@ -37,6 +39,7 @@ IMPENDING_TERMINATION_TAINT: dict[str, str] = {
     "effect": "NoSchedule",
 }
 CLUSTER_NAME = "ttj-local"
+COMPUTE_CLASS_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 #: every node's InternalIP: the kubelets (and pods sharing the host's network) are on this machine
 NODE_INTERNAL_IP = "127.0.0.1"
 NODE_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -75,6 +78,8 @@ class NodePool:
     stocked_out: bool = False
     #: a scheduled stock-out: (from, until) seconds after the start; until None: until restocked
     stock_out_window: tuple[float, float | None] | None = None
+    #: the GKE custom compute class the pool's nodes serve: labelled and tainted with its name, as GKE does
+    compute_class: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c == "-" for c in self.name) or not self.name[0].isalpha():
@@ -95,6 +100,8 @@ class NodePool:
             raise ValueError(f"pool {self.name}: time-scale must be > 0 and grace >= 0")
         if self.speed <= 0 or self.step_seconds < 0:
             raise ValueError(f"pool {self.name}: speed must be > 0 and step-seconds >= 0")
+        if self.compute_class is not None and not COMPUTE_CLASS_NAME.fullmatch(self.compute_class):
+            raise ValueError(f"pool {self.name}: compute-class must be a label value (e.g. gpu-fallback)")
         window = self.stock_out_window
         if window is not None and (window[0] < 0 or (window[1] is not None and window[1] <= window[0])):
             raise ValueError(f"pool {self.name}: stock-out-window FROM:UNTIL needs 0 <= FROM < UNTIL")
@@ -268,6 +275,8 @@ def node_labels(pool: NodePool, node_name: str) -> dict[str, str]:
     if pool.accelerator:
         labels[ACCELERATOR_LABEL] = pool.accelerator
         labels["cloud.google.com/gke-gpu"] = "true"
+    if pool.compute_class:
+        labels[COMPUTE_CLASS_LABEL] = pool.compute_class
     return labels
 
 
@@ -299,6 +308,8 @@ def node_object(pool: NodePool, node_name: str, internal_ip: str, now: str | Non
     if pool.gpus:
         capacity[GPU_RESOURCE] = str(pool.gpus)
     taints = [dict(GPU_TAINT)] if pool.gpus else []
+    if pool.compute_class:
+        taints.append({"key": COMPUTE_CLASS_LABEL, "value": pool.compute_class, "effect": "NoSchedule"})
     conditions = [
         {
             "type": t,

@@ -25,6 +25,9 @@ class NodeState(StrEnum):
     READY = "Ready"
     #: preempted: tainted and NotReady while its pods get their grace period, then deleted
     SHUTTING_DOWN = "ShuttingDown"
+    #: drained by the cluster autoscaler (a compute class's active migration): tainted, still Ready and
+    #: heartbeating while its pods are evicted, then deleted
+    DRAINING = "Draining"
     #: lost without a shutdown (``lose_node``): its kubelet is silent, its Node left to others
     UNREACHABLE = "Unreachable"
     #: its Node is deleted; the name stays taken
@@ -32,8 +35,8 @@ class NodeState(StrEnum):
 
     @property
     def live(self) -> bool:
-        """Counted in its pool, heartbeating, and may be given new pods."""
-        return self in (NodeState.REGISTERING, NodeState.READY)
+        """Counted in its pool, heartbeating, and may be given new pods (a draining node's taint keeps them off)."""
+        return self in (NodeState.REGISTERING, NodeState.READY, NodeState.DRAINING)
 
 
 class StockOut(RuntimeError):
@@ -49,6 +52,8 @@ class StockOut(RuntimeError):
 class _PoolCounts:
     pool: NodePool
     preempted: int = 0
+    #: nodes drained away by a compute class's active migration
+    migrated: int = 0
     #: no capacity: no node of the pool can be created (GCE's ZONE_RESOURCE_POOL_EXHAUSTED)
     stocked_out: bool = False
 
@@ -130,6 +135,17 @@ class NodeRegistry:
             self._state[node] = NodeState.SHUTTING_DOWN
             return True
 
+    def begin_drain(self, node: str) -> bool:
+        """Ready → draining: True; already draining: False; else KeyError."""
+        with self._lock:
+            state = self._state.get(node)
+            if state is NodeState.DRAINING:
+                return False
+            if state is not NodeState.READY:
+                raise KeyError(self._no_live_node(node))
+            self._state[node] = NodeState.DRAINING
+            return True
+
     def mark_unreachable(self, node: str) -> None:
         """Live → unreachable; else KeyError."""
         with self._lock:
@@ -138,11 +154,15 @@ class NodeRegistry:
                 raise KeyError(self._no_live_node(node))
             self._state[node] = NodeState.UNREACHABLE
 
-    def mark_gone(self, node: str) -> None:
-        """A preempted node's end: its pool counts one preemption more."""
+    def mark_gone(self, node: str, *, preempted: bool = True) -> None:
+        """A preempted (else drained) node's end: its pool counts one preemption (else migration) more."""
         with self._lock:
             self._state[node] = NodeState.GONE
-            self._pools[self._pool_of[node]].preempted += 1
+            counts = self._pools[self._pool_of[node]]
+            if preempted:
+                counts.preempted += 1
+            else:
+                counts.migrated += 1
 
     def live_nodes(self, pool: str | None = None) -> list[str]:
         """Live nodes (of one pool), oldest first."""
@@ -169,6 +189,8 @@ class NodeRegistry:
                     "accelerator": c.pool.accelerator,
                     "preemption": c.pool.preemption,
                     "preempted": c.preempted,
+                    "migrated": c.migrated,
+                    "computeClass": c.pool.compute_class,
                     "zone": c.pool.zone,
                     "speed": c.pool.speed,
                     "stockedOut": c.stocked_out,

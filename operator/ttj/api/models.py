@@ -29,6 +29,7 @@ from ttj_contract import (
     API_VERSION,
     BUILTIN_DATASETS,
     BUILTIN_MODELS,
+    COMPUTE_CLASS_LABEL,
     DEFAULT_BUILTIN_DATASET,
     DEFAULT_BUILTIN_MODEL,
     KIND,
@@ -280,6 +281,11 @@ class WorkerGroupSpec(_Model):
                 f"!has(self.zone) || !has(self.nodeSelector) || !('{ZONE_LABEL}' in self.nodeSelector)",
                 f"a group with zone may not also set {ZONE_LABEL} in its nodeSelector",
             ),
+            (
+                "!has(self.computeClass) || (!has(self.acceleratorType) && !has(self.provisioning))",
+                "a group with computeClass may not also set acceleratorType or provisioning: its compute class "
+                "chooses the nodes",
+            ),
         )
     )
 
@@ -336,11 +342,31 @@ class WorkerGroupSpec(_Model):
         description=f"Pin the group to one zone (the node label {ZONE_LABEL}), e.g. to fall back to another "
         "zone's spot capacity; unset: any zone.",
     )
+    compute_class: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE,
+        description=f"A GKE custom compute class the group's workers select (nodeSelector {COMPUTE_CLASS_LABEL}, "
+        "with a toleration of the class's taint) instead of ttj's accelerator and provisioning labels: the "
+        "class's priorities choose the machine, each worker is priced by the node it landed on, and a worker "
+        "the class's active migration drains away is replaced as a planned handover, not counted as a "
+        "preemption. Excludes acceleratorType and provisioning.",
+    )
 
     @model_validator(mode="after")
     def _zone_once(self) -> WorkerGroupSpec:
         if self.zone is not None and ZONE_LABEL in (self.node_selector or {}):
             raise ValueError(f"a group with zone may not also set {ZONE_LABEL} in its nodeSelector")
+        return self
+
+    @model_validator(mode="after")
+    def _class_chooses_nodes(self) -> WorkerGroupSpec:
+        if self.compute_class is not None and (self.accelerator_type is not None or self.provisioning is not None):
+            raise ValueError(
+                "a group with computeClass may not also set acceleratorType or provisioning: its compute class "
+                "chooses the nodes"
+            )
         return self
 
 
@@ -763,8 +789,15 @@ class WorkerGroupStatus(_Model):
     """One worker group's workers and cost (spec.workers.groups, in their order)."""
 
     name: str = Field(description="The group's name.")
-    accelerator_type: str | None = Field(default=None, description="GPU type of the group's nodes.")
-    provisioning: str | None = Field(default=None, description="How the group's nodes are bought.")
+    accelerator_type: str | None = Field(
+        default=None, description="GPU type of the group's nodes (unset for a group with a compute class)."
+    )
+    provisioning: str | None = Field(
+        default=None, description="How the group's nodes are bought (unset for a group with a compute class)."
+    )
+    compute_class: str | None = Field(
+        default=None, description="The GKE custom compute class that chooses the group's nodes, if any."
+    )
     desired: int = Field(default=0, ge=0, description="Worker slots the group is to hold now.")
     active: int = Field(default=0, ge=0, description="The group's workers running.")
     pending: int = Field(default=0, ge=0, description="The group's workers created but not yet running.")
@@ -1066,6 +1099,12 @@ class TransientTrainingJobStatus(_Model):
     )
     preemptions: int = Field(default=0, ge=0, description="Workers and parameter servers lost to preemption.")
     replacements: int = Field(default=0, ge=0, description="Worker pods created to replace lost ones.")
+    migrations: int = Field(
+        default=0,
+        ge=0,
+        description="Workers a compute class's active migration drained away (planned handovers: replaced, "
+        "but not counted in preemptions).",
+    )
     chief_elections: int = Field(default=0, ge=0, description="Chiefs elected over the job's life.")
     failures: int = Field(default=0, ge=0, description="Failures of the training code (counted against backoffLimit).")
     progress: ProgressStatus | None = Field(default=None, description="Progress reported by the chief.")

@@ -89,6 +89,7 @@ class JobStatusBody(TypedDict, total=False):
     workers: dict[str, Any]
     preemptions: int
     replacements: int
+    migrations: int
     chiefElections: int
     failures: int
     progress: dict[str, Any]

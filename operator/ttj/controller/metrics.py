@@ -22,6 +22,7 @@ COUNTERS = {
     "replacements": "replacements",
     "chiefElections": "chief_elections",
     "failures": "failures",
+    "migrations": "migrations",
 }
 #: The phases ttj_job_phase reports.
 PHASES = tuple(phase.value for phase in Phase)
@@ -37,6 +38,12 @@ class Metrics:
             "ttj_worker_replacements_total", "Worker pods created to replace lost ones.", LABELS, registry=registry
         )
         self.chief_elections = Counter("ttj_chief_elections_total", "Chiefs elected.", LABELS, registry=registry)
+        self.migrations = Counter(
+            "ttj_worker_migrations_total",
+            "Workers a compute class's active migration moved (planned handovers, not preemptions).",
+            LABELS,
+            registry=registry,
+        )
         self.failures = Counter(
             "ttj_job_failures_total",
             "Failures of the training code (count toward backoffLimit).",

@@ -49,11 +49,13 @@ class Assessment:
     wake: tuple[datetime, ...]
     #: The workers counted as preempted in this pass, sorted.
     preempted: tuple[str, ...] = ()
+    #: Workers their compute class's active migration moved, counted in this pass: replaced, but no loss.
+    migrations: int = 0
 
     @property
     def replacements(self) -> int:
-        """Every counted loss gets a replacement pod in its slot in this same plan."""
-        return self.preemptions + self.failures
+        """Every counted loss, and every migrated worker, gets a replacement pod in its slot in this same plan."""
+        return self.preemptions + self.failures + self.migrations
 
     def count(self, state: PodState) -> int:
         return sum(v.state == state for v in self.verdicts.values())
@@ -68,7 +70,7 @@ def assess_workers(
     already = set(accounted_before) & set(by_name)
 
     accounted = set(already)
-    preemptions = failures = 0
+    preemptions = failures = migrations = 0
     preempted: list[str] = []
     last_failure = ""
     events: list[EmitEvent] = []
@@ -77,7 +79,10 @@ def assess_workers(
         if not verdict.lost or name in accounted:
             continue
         accounted.add(name)
-        if verdict.state == PodState.PREEMPTED:
+        if verdict.migrated:
+            migrations += 1
+            events.append(EmitEvent("Normal", "Migrated", f"worker {name} handed over: {verdict.message}"))
+        elif verdict.state == PodState.PREEMPTED:
             preemptions += 1
             preempted.append(name)
             events.append(EmitEvent("Warning", "WorkerPreempted", f"worker {name} lost: {verdict.message}"))
@@ -105,6 +110,7 @@ def assess_workers(
         releases=tuple(releases),
         wake=tuple(_node_grace_ends(workers, observed.nodes, now, node_grace)),
         preempted=tuple(preempted),
+        migrations=migrations,
     )
 
 

@@ -23,6 +23,7 @@ from ttj_contract import (
     ANNOTATION_DESIRED_WORKERS,
     ANNOTATION_PS_TEMPLATE,
     API_VERSION,
+    COMPUTE_CLASS_LABEL,
     CONTAINER_NAME,
     DATA_CACHE_PATH,
     DATA_CACHE_VOLUME,
@@ -226,25 +227,46 @@ def _data_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[Obj]]:
     return [], []
 
 
-def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
+def worker_pod(
+    job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int, *, compute_class: str | None = None
+) -> Obj:
     """Worker pod ``incarnation`` of ``slot``: ttj's pod with the workers' template (``workers.template`` with
-    ``workers.nodeSelector`` and ``tolerations``) merged under it."""
-    return merged_under(bare_worker_pod(job, spec, slot, incarnation), worker_template(spec.workers))
+    ``workers.nodeSelector`` and ``tolerations``) merged under it. With ``compute_class`` the pod selects that
+    GKE compute class instead of ttj's provisioning and accelerator labels."""
+    return merged_under(
+        bare_worker_pod(job, spec, slot, incarnation, compute_class=compute_class), worker_template(spec.workers)
+    )
 
 
-def bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
-    """What ttj owns of a worker pod."""
-    name = job["metadata"]["name"]
-    namespace = job["metadata"].get("namespace") or "default"
+def _placement(spec: TransientTrainingJobSpec, compute_class: str | None) -> tuple[dict[str, str], list[Obj]]:
+    """A worker's nodeSelector and tolerations: its compute class's (the class's priorities choose spot or not
+    and the GPU), else the labels of its provisioning and accelerator type."""
     workers = spec.workers
-    node_selector: dict[str, str] = {}
     tolerations: list[Obj] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    if compute_class is not None:
+        # GKE taints a class's nodes with its name; its webhook adds this toleration too, other clusters do not.
+        tolerations.append(
+            {"key": COMPUTE_CLASS_LABEL, "operator": "Equal", "value": compute_class, "effect": "NoSchedule"}
+        )
+        return {COMPUTE_CLASS_LABEL: compute_class}, tolerations
+    node_selector: dict[str, str] = {}
     transient = PROVISIONING_LABELS.get(Provisioning(workers.provisioning))
     if transient is not None:
         node_selector[transient] = "true"
         tolerations.append({"key": transient, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     if workers.gpus_per_worker > 0:
         node_selector[ACCELERATOR_LABEL] = workers.accelerator_type
+    return node_selector, tolerations
+
+
+def bare_worker_pod(
+    job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int, *, compute_class: str | None = None
+) -> Obj:
+    """What ttj owns of a worker pod."""
+    name = job["metadata"]["name"]
+    namespace = job["metadata"].get("namespace") or "default"
+    workers = spec.workers
+    node_selector, tolerations = _placement(spec, compute_class)
     volumes, mounts = _checkpoint_volume(spec)
     scratch, scratch_mounts = _scratch_volumes()
     data_volumes, data_mounts = _data_volume(spec)
@@ -268,7 +290,7 @@ def bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarna
         ],
         "volumes": [*volumes, *scratch],
     }
-    if workers.provisioning == Provisioning.ON_DEMAND:
+    if workers.provisioning == Provisioning.ON_DEMAND and compute_class is None:
         pod_spec["affinity"] = _on_demand_affinity()
     metadata = _metadata(
         job, worker_pod_name(name, slot, incarnation), {LABEL_ROLE: Role.WORKER.value, LABEL_SLOT: str(slot)}

@@ -5,6 +5,13 @@ training code: its node is gone or NotReady past a short grace, the kubelet or t
 ended it (pod reason Terminated/Shutdown/NodeShutdown/NodeLost, a DisruptionTarget condition), it
 was deleted by someone else, or it died of a signal (137/143) that is not its own OOM. It counts as
 *failed* only on a non-zero exit of its own (1–127, or OOMKilled).
+
+A worker of a GKE compute class (its nodeSelector names one) that leaves because the class's active migration
+moved it is *migrated*: a preemption as far as its replacement and the chief's handover go, but a planned one,
+not counted as a loss. The evidence is the cluster autoscaler draining its node: the node carries the
+autoscaler's ``ToBeDeletedByClusterAutoscaler`` taint, or the pod's ``DisruptionTarget`` condition says the
+Eviction API is deleting it (``EvictionByEvictionAPI``). A spot preemption of the same node (the kubelet's
+``TerminationByKubelet``, the node lost without a drain) stays a preemption.
 """
 
 from __future__ import annotations
@@ -13,8 +20,24 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from ttj.planner.observed import Obj, annotations_of, condition, container_statuses, meta, node_name_of, pod_status
-from ttj_contract import ANNOTATION_DELETED, parse_time
+from ttj.api.objects import ConditionBody
+from ttj.planner.observed import (
+    Obj,
+    annotations_of,
+    condition,
+    container_statuses,
+    meta,
+    node_name_of,
+    pod_spec,
+    pod_status,
+)
+from ttj_contract import (
+    ANNOTATION_DELETED,
+    AUTOSCALER_DELETION_TAINT,
+    COMPUTE_CLASS_LABEL,
+    EVICTION_REASON,
+    parse_time,
+)
 
 #: Pod status reasons written when the node, not the code, ended the pod.
 PREEMPTION_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown", "NodeLost", "DeletionByTaintManager"})
@@ -44,6 +67,8 @@ class PodVerdict:
     pending_reason: str = ""
     #: For failed pods: the container's exit code.
     exit_code: int | None = None
+    #: For preempted pods: its compute class's active migration drained it away (a planned handover).
+    migrated: bool = False
 
     @property
     def lost(self) -> bool:
@@ -80,6 +105,25 @@ def _node_lost_since(pod: Obj, nodes: dict[str, Obj], now: datetime, grace: time
     return None
 
 
+def _drained_by_autoscaler(node: Obj | None) -> bool:
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    return any(taint.get("key") == AUTOSCALER_DELETION_TAINT for taint in taints)
+
+
+def _migration(pod: Obj, nodes: dict[str, Obj], disruption: ConditionBody | None) -> str:
+    """Why ``pod`` left as its compute class's active migration (a drain of its node), or "" when it did not."""
+    compute_class = (pod_spec(pod).get("nodeSelector") or {}).get(COMPUTE_CLASS_LABEL)
+    if not compute_class:
+        return ""
+    node_name = node_name_of(pod)
+    reason = disruption.get("reason") if disruption is not None and disruption.get("status") == "True" else None
+    if reason == EVICTION_REASON:
+        return f"evicted from node {node_name} (compute class {compute_class} moving its workloads)"
+    if reason is None and node_name and _drained_by_autoscaler(nodes.get(node_name)):
+        return f"node {node_name} drained by the cluster autoscaler (compute class {compute_class})"
+    return ""
+
+
 def _terminated(pod: Obj) -> Obj | None:
     for status in container_statuses(pod):
         terminated = status.get("state", {}).get("terminated")
@@ -110,8 +154,13 @@ def classify_pod(pod: Obj, nodes: dict[str, Obj], now: datetime, node_grace: tim
         candidates = [t for t in (node_lost, deleting, finished) if t is not None]
         if disrupted and disruption is not None:
             candidates.append(parse_time(disruption.get("lastTransitionTime")) or now)
+        migration = _migration(pod, nodes, disruption)
         return PodVerdict(
-            PodState.PREEMPTED, since=min(candidates, default=now), message=why, force_delete=node_lost is not None
+            PodState.PREEMPTED,
+            since=min(candidates, default=now),
+            message=migration or why,
+            force_delete=node_lost is not None,
+            migrated=bool(migration),
         )
 
     if phase == "Failed":

@@ -349,6 +349,7 @@ def _counted(run: _Pass, reading: _Reading, *, server_preemptions: int = 0) -> T
             "preemptions": previous.preemptions + assessed.preemptions + server_preemptions,
             "failures": previous.failures + assessed.failures,
             "replacements": previous.replacements + assessed.replacements,
+            "migrations": previous.migrations + assessed.migrations,
             "accounted_pods": list(assessed.accounted) or None,
             "progress": reading.progress,
             "cost": reading.costing.cost,

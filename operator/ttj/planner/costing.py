@@ -126,7 +126,7 @@ def _priced(
     groups = groups_of(spec)
     alive = {name: v for name, v in verdicts.items() if v.alive}
     alive_pods = [pod for pod in observed.pods if name_of(pod) in alive]
-    nodes = {group.name: expected_worker_node(group.spec, prices) for group in groups}
+    nodes = {group.name: _group_worker_node(group, observed, alive_pods, prices) for group in groups}
     rates = {group.name: worker_hourly_rate(group.spec, prices, nodes[group.name]) for group in groups}
     cost = accrue(
         previous,
@@ -158,6 +158,24 @@ def _priced(
         allows_extra=decide(requested + 1).cap(requested + 1) == requested + 1,
         group_rates=rates,
     )
+
+
+def _group_worker_node(group: Group, observed: Observed, alive: list[Obj], prices: PriceTable) -> NodeShape:
+    """The node a worker of ``group`` is priced on before its own is known: the node its fields describe, or,
+    for a group whose compute class chooses the nodes, the node its latest started live worker landed on (the
+    fields' node, spec.workers', only while none has)."""
+    if group.compute_class is not None:
+        landed = []
+        for pod in alive:
+            node_name = node_name_of(pod)
+            node = observed.nodes.get(node_name) if node_name and group_of(pod) == group.name else None
+            started = parse_time(pod_status(pod).get("startTime"))
+            if node is not None and started is not None:
+                landed.append((started, name_of(pod), node))
+        if landed:
+            _, _, node = max(landed, key=lambda item: (item[0], item[1]))
+            return NodeShape.from_labels(labels_of(node), gpu_capacity(node))
+    return expected_worker_node(group.spec, prices)
 
 
 def _next_group(groups: tuple[Group, ...], alive: list[Obj], unavailable: Mapping[str, Unavailable]) -> Group:

@@ -38,20 +38,29 @@ from ttj.api.models import (
 from ttj.planner import children
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.observed import Obj, condition, labels_of, meta
-from ttj_contract import ACCELERATOR_LABEL, LABEL_WORKER_GROUP, PREEMPTIBLE_LABEL, SPOT_LABEL, format_time, parse_time
+from ttj_contract import (
+    ACCELERATOR_LABEL,
+    COMPUTE_CLASS_LABEL,
+    LABEL_WORKER_GROUP,
+    PREEMPTIBLE_LABEL,
+    SPOT_LABEL,
+    format_time,
+    parse_time,
+)
 
 #: Node labels ttj sets from a group's fields: a group's nodeSelector may not set them.
-GROUP_PLACEMENT_LABELS = (SPOT_LABEL, PREEMPTIBLE_LABEL, ACCELERATOR_LABEL)
+GROUP_PLACEMENT_LABELS = (SPOT_LABEL, PREEMPTIBLE_LABEL, ACCELERATOR_LABEL, COMPUTE_CLASS_LABEL)
 
 
 @dataclass(frozen=True)
 class Group:
     """A kind of worker node: its name (None for the one group of a job without groups), the job's spec as its
-    pods see it, and the most slots it may hold (None: no cap)."""
+    pods see it, the most slots it may hold (None: no cap), and the GKE compute class that chooses its nodes."""
 
     name: str | None
     spec: TransientTrainingJobSpec
     max_slots: int | None = None
+    compute_class: str | None = None
 
     def has_room(self, held: int) -> bool:
         return self.max_slots is None or held < self.max_slots
@@ -69,7 +78,7 @@ def groups_of(spec: TransientTrainingJobSpec) -> tuple[Group, ...]:
     """The job's worker groups in order of preference."""
     if not spec.workers.groups:
         return (Group(None, spec),)
-    return tuple(Group(g.name, group_spec(spec, g), g.max_replicas) for g in spec.workers.groups)
+    return tuple(Group(g.name, group_spec(spec, g), g.max_replicas, g.compute_class) for g in spec.workers.groups)
 
 
 def group_spec(spec: TransientTrainingJobSpec, group: WorkerGroupSpec) -> TransientTrainingJobSpec:
@@ -98,7 +107,7 @@ def group_problems(spec: TransientTrainingJobSpec) -> list[str]:
     """Why a group's nodeSelector would override ttj's placement."""
     return [
         f"workers.groups[{i}] ({g.name}): nodeSelector may not set {key}: ttj places the pods by provisioning and "
-        "acceleratorType"
+        "acceleratorType, or computeClass"
         for i, g in enumerate(spec.workers.groups or [])
         for key in sorted(set(g.node_selector or {}) & set(GROUP_PLACEMENT_LABELS))
     ]
@@ -118,7 +127,7 @@ def worker_gpus(spec: TransientTrainingJobSpec, pod: Obj) -> int:
 
 def group_worker_pod(job: Obj, group: Group, slot: int, incarnation: int) -> Obj:
     """Worker pod ``incarnation`` of ``slot`` in ``group``."""
-    pod = children.worker_pod(job, group.spec, slot, incarnation)
+    pod = children.worker_pod(job, group.spec, slot, incarnation, compute_class=group.compute_class)
     if group.name is not None:
         pod["metadata"]["labels"][LABEL_WORKER_GROUP] = group.name
     return pod
@@ -228,8 +237,9 @@ def groups_status(
         entries.append(
             WorkerGroupStatus(
                 name=name,
-                accelerator_type=group.spec.workers.accelerator_type,
-                provisioning=str(group.spec.workers.provisioning),
+                accelerator_type=group.spec.workers.accelerator_type if group.compute_class is None else None,
+                provisioning=str(group.spec.workers.provisioning) if group.compute_class is None else None,
+                compute_class=group.compute_class,
                 desired=desired,
                 active=active,
                 pending=max(0, desired - active),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,46 +122,45 @@ def load_job(path: Path) -> Any:
         raise ValueError(f"{path}: not a valid {KIND}: {problems}") from None
 
 
-def main(args: argparse.Namespace) -> int:
-    if getattr(args, "plan", False):
-        from ttj.simulate.fleet import plan_main
+@dataclass(frozen=True)
+class _Request:
+    """What ``ttj simulate`` was asked, checked: the manifest's job, the grid and the fitted models."""
 
-        return plan_main(args)
+    name: str
+    manifest: Any
+    template: Any  # SimJob
+    data: Any  # the ICAC'19 measurements
+    fitted: Any  # FittedModel
+    accelerators: list[str]
+    jobs: list[Any]  # SimJob
+
+
+def _fail(message: str) -> int:
+    print(f"ttj simulate: {message}", file=sys.stderr)
+    return 2
+
+
+def _request(args: argparse.Namespace) -> _Request | str:
+    """The checked request, or what is wrong with it."""
     from ttj.simulate.engine import SimJob
-    from ttj.simulate.fit import PS_NETWORK_CEILING_STEPS_S, fit
+    from ttj.simulate.fit import fit
     from ttj.simulate.icac19 import load_training_data
-    from ttj.simulate.prices import price_note
-    from ttj.simulate.report import (
-        comparison_table,
-        draw_chart,
-        hours,
-        pct,
-        recommend,
-        revocation_table,
-        usd,
-        validation_table,
-    )
-    from ttj.simulate.study import POLICIES, POLICY_LABELS, Study, accelerator_name, grid
+    from ttj.simulate.study import POLICIES, accelerator_name, grid
 
     try:
         manifest = load_job(args.manifest)
     except ValueError as exc:
-        print(f"ttj simulate: {exc}", file=sys.stderr)
-        return 2
+        return str(exc)
     unknown = [p for p in args.policies if p not in POLICIES]
     if unknown:
-        print(f"ttj simulate: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})", file=sys.stderr)
-        return 2
+        return f"unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})"
     if args.runs < 1:
-        print("ttj simulate: --runs must be at least 1", file=sys.stderr)
-        return 2
+        return "--runs must be at least 1"
     try:
         data = load_training_data(args.data)
         fitted = fit(data)
     except (OSError, ValueError) as exc:
-        print(f"ttj simulate: cannot fit the models: {exc}", file=sys.stderr)
-        return 2
-
+        return f"cannot fit the models: {exc}"
     name = str(manifest.metadata.get("name") or args.manifest.stem)
     template = SimJob(name, manifest.spec)
     workers = args.workers or sorted({2, 4, 8, template.workers})
@@ -169,57 +168,50 @@ def main(args: argparse.Namespace) -> int:
     provisionings = args.provisioning or list(dict.fromkeys([template.provisioning, "on-demand"]))
     bad = [p for p in provisionings if p not in ("spot", "preemptible", "on-demand")]
     if bad:
-        print(f"ttj simulate: unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)", file=sys.stderr)
-        return 2
+        return f"unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)"
     try:
         jobs = grid(template, workers, accelerators, provisionings)
-        if args.single_gpu:
-            singles = [
-                template.with_cluster(workers=1, accelerator=a, provisioning=p)
-                for a in accelerators
-                for p in provisionings
-            ]
-            jobs = [job.single_gpu() for job in singles] + jobs
-        study = Study(
-            fitted,
-            runs=args.runs,
-            seed=args.seed,
-            lifetimes=args.lifetimes,
-            price_table=args.price_table,
-            checkpoint_write_s=args.checkpoint_write_seconds,
-            interval_runs=max(1, args.interval_runs),
-        )
-        throughput = fitted.throughput
-        # fail before printing anything on a GPU type the models or the prices do not know
+        # fail before printing anything on a GPU type the models do not know
         for accelerator in accelerators:
-            throughput.predict(1, accelerator)
-        price_notes = sorted(
-            {note for job in jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
-        )
-        trained = manifest.spec.program.entrypoint if manifest.spec.program else manifest.spec.built_in_model
-        print(f"job {name}: {template.train_steps} steps of {trained} on {manifest.spec.built_in_dataset}")
-        capacity_low, capacity_high = throughput.ps_capacity_range
-        print(
-            f"model (fitted on ICAC'19, K80 runs of 1-{throughput.max_fitted_workers} workers): "
-            f"{throughput.per_worker_steps_s:.3f} steps/s per K80 worker; "
-            f"PS capacity {throughput.ps_capacity_steps_s:.0f} "
-            f"steps/s (95 % range {capacity_low:.0f}-{capacity_high:.0f}; line rate of its machine "
-            f"{PS_NETWORK_CEILING_STEPS_S:.0f}), saturation sharpness k={throughput.sharpness:g}; run noise "
-            f"{throughput.noise_sigma:.1%}; start-up {fitted.startup_s:.0f} s; revocations: {args.lifetimes} "
-            f"lifetimes; {args.runs} runs per row, seed {args.seed}; prices: {args.price_table}"
-        )
-        print("\nRevocation rates (Kaplan-Meier, 95 % Greenwood band):")
-        print(revocation_table([fitted.revocation_summary(a, args.lifetimes) for a in accelerators]))
-        for note in price_notes:
-            print(f"note: {note}")
-        validation = study.validate(template, data) if args.validate else []
-        if validation:
-            print("\nReproducing the ICAC'19 measurements (paper's static policy, ResNet-32, 64K steps):")
-            print(validation_table(validation))
-        summaries = study.compare(jobs, args.policies)
+            fitted.throughput.predict(1, accelerator)
     except ValueError as exc:
-        print(f"ttj simulate: {exc}", file=sys.stderr)
-        return 2
+        return str(exc)
+    if args.single_gpu:
+        singles = [
+            template.with_cluster(workers=1, accelerator=a, provisioning=p) for a in accelerators for p in provisionings
+        ]
+        jobs = [job.single_gpu() for job in singles] + jobs
+    return _Request(name, manifest, template, data, fitted, accelerators, jobs)
+
+
+def _print_models(args: argparse.Namespace, request: _Request, price_notes: list[str]) -> None:
+    """What the runs rest on: the job, the fitted throughput model, the revocation rates, the price notes."""
+    from ttj.simulate.fit import PS_NETWORK_CEILING_STEPS_S
+    from ttj.simulate.report import revocation_table
+
+    spec, throughput = request.manifest.spec, request.fitted.throughput
+    trained = spec.program.entrypoint if spec.program else spec.built_in_model
+    print(f"job {request.name}: {request.template.train_steps} steps of {trained} on {spec.built_in_dataset}")
+    capacity_low, capacity_high = throughput.ps_capacity_range
+    print(
+        f"model (fitted on ICAC'19, K80 runs of 1-{throughput.max_fitted_workers} workers): "
+        f"{throughput.per_worker_steps_s:.3f} steps/s per K80 worker; "
+        f"PS capacity {throughput.ps_capacity_steps_s:.0f} "
+        f"steps/s (95 % range {capacity_low:.0f}-{capacity_high:.0f}; line rate of its machine "
+        f"{PS_NETWORK_CEILING_STEPS_S:.0f}), saturation sharpness k={throughput.sharpness:g}; run noise "
+        f"{throughput.noise_sigma:.1%}; start-up {request.fitted.startup_s:.0f} s; revocations: {args.lifetimes} "
+        f"lifetimes; {args.runs} runs per row, seed {args.seed}; prices: {args.price_table}"
+    )
+    print("\nRevocation rates (Kaplan-Meier, 95 % Greenwood band):")
+    print(revocation_table([request.fitted.revocation_summary(a, args.lifetimes) for a in request.accelerators]))
+    for note in price_notes:
+        print(f"note: {note}")
+
+
+def _print_comparison(args: argparse.Namespace, jobs: list[Any], summaries: list[Any]) -> None:
+    """The configurations side by side, what is extrapolated, and ttj's policy against the others."""
+    from ttj.simulate.report import comparison_table, hours, pct, usd
+    from ttj.simulate.study import POLICY_LABELS
 
     print("\nConfigurations side by side (time and cost: completed runs; $/done job: all runs / completed;")
     print("ranges: the throughput interval and the revocation band, on the same traces):")
@@ -229,51 +221,105 @@ def main(args: argparse.Namespace) -> int:
         print("\nNot fitted on measurements (the ranges above carry it):")
         for config, notes in flagged.items():
             print(f"  {config}: {'; '.join(notes)}")
-    if "ttj" in args.policies and len(args.policies) > 1:
-        print("\nThis project's policy against the others, on the same traces:")
-        for job in (
-            j for j in jobs if j.provisioning != "on-demand" and not j.without_ps
-        ):  # on-demand: no revocations, all alike
-            ours = next(s for s in summaries if s.config == job.label and s.policy == POLICY_LABELS["ttj"])
-            for other in (s for s in summaries if s.config == job.label and s.policy != ours.policy):
-                print(
-                    f"  {job.label:<18} vs {other.policy:<12}: completion {pct(ours.completion_rate, False)} vs "
-                    f"{pct(other.completion_rate, False)}, $/done job {usd(ours.cost_per_completed_usd)} vs "
-                    f"{usd(other.cost_per_completed_usd)}, time {hours(ours.time_mean_s)} h vs "
-                    f"{hours(other.time_mean_s)} h, r=1 time overhead {pct(ours.r1_time_overhead)} vs "
-                    f"{pct(other.r1_time_overhead)}, steps lost {ours.steps_lost_mean:.0f} vs "
-                    f"{other.steps_lost_mean:.0f}"
-                )
+    if "ttj" not in args.policies or len(args.policies) == 1:
+        return
+    print("\nThis project's policy against the others, on the same traces:")
+    # on-demand runs have no revocations: every policy runs them alike
+    for job in (j for j in jobs if j.provisioning != "on-demand" and not j.without_ps):
+        ours = next(s for s in summaries if s.config == job.label and s.policy == POLICY_LABELS["ttj"])
+        for other in (s for s in summaries if s.config == job.label and s.policy != ours.policy):
+            print(
+                f"  {job.label:<18} vs {other.policy:<12}: completion {pct(ours.completion_rate, False)} vs "
+                f"{pct(other.completion_rate, False)}, $/done job {usd(ours.cost_per_completed_usd)} vs "
+                f"{usd(other.cost_per_completed_usd)}, time {hours(ours.time_mean_s)} h vs "
+                f"{hours(other.time_mean_s)} h, r=1 time overhead {pct(ours.r1_time_overhead)} vs "
+                f"{pct(other.r1_time_overhead)}, steps lost {ours.steps_lost_mean:.0f} vs "
+                f"{other.steps_lost_mean:.0f}"
+            )
+
+
+def _print_recommendation(args: argparse.Namespace, summaries: list[Any]) -> None:
+    from ttj.simulate.report import hours, pct, recommend, usd
+    from ttj.simulate.study import POLICY_LABELS
+
     policy = POLICY_LABELS["ttj" if "ttj" in args.policies else args.policies[0]]
     deadline_s = args.deadline * 3600 if args.deadline is not None else None
     best, why = recommend(summaries, policy=policy, budget_usd=args.budget, deadline_s=deadline_s)
     if best is None:
         print(f"\nRecommendation: {why}")
-    else:
-        print(
-            f"\nRecommendation ({policy}): {best.config} — {why}: {hours(best.time_mean_s)} h "
-            f"(p95 {hours(best.time_p95_s)} h), {usd(best.cost_mean_usd)} (p95 {usd(best.cost_p95_usd)}), "
-            f"{pct(best.completion_rate, False)} completed"
+        return
+    print(
+        f"\nRecommendation ({policy}): {best.config} — {why}: {hours(best.time_mean_s)} h "
+        f"(p95 {hours(best.time_p95_s)} h), {usd(best.cost_mean_usd)} (p95 {usd(best.cost_p95_usd)}), "
+        f"{pct(best.completion_rate, False)} completed"
+    )
+
+
+def _report_json(
+    args: argparse.Namespace, request: _Request, price_notes: list[str], summaries: list[Any], validation: list[Any]
+) -> dict[str, Any]:
+    from ttj.simulate.fit import PS_NETWORK_CEILING_STEPS_S
+
+    throughput = request.fitted.throughput
+    return {
+        "job": request.name,
+        "model": {
+            "perWorkerStepsPerSecondK80": throughput.per_worker_steps_s,
+            "psCapacityStepsPerSecond": throughput.ps_capacity_steps_s,
+            "psCapacityRange": list(throughput.ps_capacity_range),
+            "psNetworkCeilingStepsPerSecond": PS_NETWORK_CEILING_STEPS_S,
+            "sharpness": throughput.sharpness,
+            "maxFittedWorkers": throughput.max_fitted_workers,
+        },
+        "revocations": [asdict(request.fitted.revocation_summary(a, args.lifetimes)) for a in request.accelerators],
+        "priceNotes": price_notes,
+        "summaries": [asdict(s) for s in summaries],
+        "validation": [{"measured": asdict(m), "simulated": asdict(s)} for m, s in validation],
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    if getattr(args, "plan", False):
+        from ttj.simulate.fleet import plan_main
+
+        return plan_main(args)
+    from ttj.simulate.prices import price_note
+    from ttj.simulate.report import draw_chart, validation_table
+    from ttj.simulate.study import Study
+
+    request = _request(args)
+    if isinstance(request, str):
+        return _fail(request)
+    try:
+        study = Study(
+            request.fitted,
+            runs=args.runs,
+            seed=args.seed,
+            lifetimes=args.lifetimes,
+            price_table=args.price_table,
+            checkpoint_write_s=args.checkpoint_write_seconds,
+            interval_runs=max(1, args.interval_runs),
         )
+        price_notes = sorted(
+            {note for job in request.jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
+        )
+        _print_models(args, request, price_notes)
+        validation = study.validate(request.template, request.data) if args.validate else []
+        if validation:
+            print("\nReproducing the ICAC'19 measurements (paper's static policy, ResNet-32, 64K steps):")
+            print(validation_table(validation))
+        summaries = study.compare(request.jobs, args.policies)
+    except ValueError as exc:
+        return _fail(str(exc))
+    _print_comparison(args, request.jobs, summaries)
+    _print_recommendation(args, summaries)
     if not args.no_chart:
-        target = args.chart or Path(f"simulate-{name}.png")
-        drawn = draw_chart(summaries, target, title=f"ttj simulate {name}: time vs cost ({args.runs} runs each)")
+        target = args.chart or Path(f"simulate-{request.name}.png")
+        drawn = draw_chart(
+            summaries, target, title=f"ttj simulate {request.name}: time vs cost ({args.runs} runs each)"
+        )
         print(f"\nchart: {drawn}")
     if args.json is not None:
-        payload = {
-            "job": name,
-            "model": {
-                "perWorkerStepsPerSecondK80": throughput.per_worker_steps_s,
-                "psCapacityStepsPerSecond": throughput.ps_capacity_steps_s,
-                "psCapacityRange": list(throughput.ps_capacity_range),
-                "psNetworkCeilingStepsPerSecond": PS_NETWORK_CEILING_STEPS_S,
-                "sharpness": throughput.sharpness,
-                "maxFittedWorkers": throughput.max_fitted_workers,
-            },
-            "revocations": [asdict(fitted.revocation_summary(a, args.lifetimes)) for a in accelerators],
-            "priceNotes": price_notes,
-            "summaries": [asdict(s) for s in summaries],
-            "validation": [{"measured": asdict(m), "simulated": asdict(s)} for m, s in validation],
-        }
+        payload = _report_json(args, request, price_notes, summaries, validation)
         args.json.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
     return 0

@@ -51,8 +51,8 @@ BATCH_RUNS = 25
 _NOISE_SIGMAS = 2.0
 
 GROUPS_NOTE = (
-    "spec.workers.groups is the PROPOSED worker-groups shape of issue 26, not in the CRD yet: "
-    "applying this manifest needs worker groups"
+    "each group holds its planned count (maxReplicas); slots fill in the groups' order, so raise a group's "
+    "maxReplicas to let it take slots another cannot fill"
 )
 
 
@@ -510,7 +510,9 @@ def mix_of(job: SimJob) -> Mix:
 
 
 def manifests(plan_mix: Mix, context: PlanContext, name: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(the job with worker groups in order of preference, today's single-group job if the mix is uniform)."""
+    """(the job with worker groups in order of preference, the single-group job if the mix is uniform); both
+    checked against the API model, so what is printed applies."""
+    from ttj.api.models import TransientTrainingJob
     from ttj_contract import API_VERSION, KIND
 
     job = mix_job(context.template, plan_mix, context)
@@ -521,15 +523,16 @@ def manifests(plan_mix: Mix, context: PlanContext, name: str) -> tuple[dict[str,
     workers["groups"] = [
         {
             "name": group.name,
-            "accelerator": group.accelerator,
-            "gpusPerWorker": context.template.spec.workers.gpus_per_worker,
+            "acceleratorType": group.accelerator,
             "provisioning": group.provisioning,
-            "minReplicas": group.count,
             "maxReplicas": group.count,
         }
         for group in preference_order(plan_mix, context)
     ]
     grouped = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {**spec, "workers": workers}}
+    for manifest in (grouped, today):
+        if manifest is not None:
+            TransientTrainingJob.model_validate(manifest)
     return grouped, today
 
 
@@ -681,7 +684,7 @@ def _write_plan(args: argparse.Namespace, plan: FleetPlan, context: PlanContext,
         return 1
     text = f"# {GROUPS_NOTE}\n---\n" + yaml.safe_dump(grouped, sort_keys=False)
     if today is not None:
-        text += "# today's single-group manifest of the same plan: applies now\n---\n"
+        text += "# the same plan without worker groups (a uniform fleet)\n---\n"
         text += yaml.safe_dump(today, sort_keys=False)
     print(f"\nThe plan as a job, worker groups in order of preference ({GROUPS_NOTE}):\n")
     print(text)

@@ -3,7 +3,8 @@
 Nothing here was recorded while the job ran, so the picture is as complete as the cluster's memory:
 
 - pods that still exist give their own lifetimes; lost pods the operator deleted live on in
-  ``status.preemptionCosts`` (from when they started to when they were lost) and in WorkerPreempted Events;
+  ``status.preemptionCosts`` (from when they started to when they were lost) and in WorkerPreempted Events
+  (workers a compute class moved, in Migrated Events);
 - chief epochs come from ChiefElected Events, ``status.chief`` and the Lease;
 - the global step is known at each loss (the records), at the latest checkpoint and now; the cost at each
   loss and now. Between those points the picture draws straight lines.
@@ -40,6 +41,7 @@ from ttj_contract import (
 #: "POD (slot S, node N) is chief at epoch E" (ChiefElected) or "chief POD at epoch E" (the Elected condition).
 _ELECTED = re.compile(r"^(?:chief )?(?P<pod>[a-z0-9][-a-z0-9.]*)\b.*?\bat epoch (?P<epoch>\d+)")
 _WORKER_LOST = re.compile(r"^worker (?P<pod>\S+) (?:lost|failed)")
+_WORKER_MIGRATED = re.compile(r"^worker (?P<pod>\S+) handed over")
 
 
 def event_time(event: dict[str, Any]) -> datetime | None:
@@ -188,6 +190,10 @@ def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
                 span = timeline.pods.get(lost["pod"])
                 if span is not None and span.ended is None:
                     span.ended, span.outcome = moment, "preempted"
+        elif reason == "Migrated" and (moved := _WORKER_MIGRATED.search(message)):
+            span = timeline.pods.get(moved["pod"])
+            if span is not None and span.ended is None:
+                span.ended, span.outcome = moment, "migrated"
         elif reason == "WorkerFailed" and (lost := _WORKER_LOST.search(message)):
             timeline.failures.append((moment, lost["pod"]))
         elif reason == EVALUATED and (evaluated := parse_evaluated(message)):

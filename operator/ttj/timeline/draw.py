@@ -13,7 +13,13 @@ from ttj.timeline.text import cost_line
 from ttj_contract import Role
 
 PENDING, RUNNING, CHIEF, LOST = "#e0e0e0", "#90caf9", "#6a1b9a", "#ef6c00"
-OUTCOME_COLOURS = {"succeeded": "#2e7d32", "failed": "#c62828", "preempted": LOST, "deleted": "#757575"}
+OUTCOME_COLOURS = {
+    "succeeded": "#2e7d32",
+    "failed": "#c62828",
+    "preempted": LOST,
+    "migrated": "#1565c0",
+    "deleted": "#757575",
+}
 EVALUATION = "#ad1457"
 #: Evaluations labelled with their metrics on the picture (the latest ones; more would overlap).
 MAX_LABELLED_EVALUATIONS = 6

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ttj.api.models import PreemptionCost
-from ttj_contract import LABEL_ROLE, LABEL_SLOT, LABEL_WORKER_GROUP, Role
+from ttj_contract import COMPUTE_CLASS_LABEL, EVICTION_REASON, LABEL_ROLE, LABEL_SLOT, LABEL_WORKER_GROUP, Role
 
 #: Pod status reasons written when the node, not the code, ended the pod.
 NODE_REASONS = frozenset({"Terminated", "Shutdown", "NodeShutdown", "NodeLost", "DeletionByTaintManager"})
@@ -30,7 +30,7 @@ class PodSpan:
     created: float = 0.0
     running: float | None = None
     ended: float | None = None
-    outcome: str = "running"  # running | succeeded | failed | preempted | deleted
+    outcome: str = "running"  # running | succeeded | failed | preempted | migrated | deleted
     #: The worker group it was made for (jobs with spec.workers.groups).
     group: str | None = None
 
@@ -167,8 +167,15 @@ class Timeline:
 
 
 def outcome_of(pod: dict[str, Any]) -> str:
-    """How a finished pod ended: preempted (its node ended it), succeeded or failed."""
+    """How a finished pod ended: migrated (its compute class's active migration evicted it), preempted (its node
+    ended it), succeeded or failed."""
     status = pod.get("status") or {}
+    evicted = any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason") == EVICTION_REASON
+        for c in status.get("conditions") or []
+    )
+    if evicted and COMPUTE_CLASS_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {}):
+        return "migrated"
     preempted = status.get("reason") in NODE_REASONS or any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []
     )

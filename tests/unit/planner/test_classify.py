@@ -131,3 +131,79 @@ def test_unschedulable_reason_is_reported() -> None:
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes available"}
     ]
     assert classify_pod(p, READY, T0, GRACE).pending_reason == "Unschedulable: 0/3 nodes available"
+
+
+def _class_pod(
+    phase: str = "Running", node_name: str = "n1", compute_class: str | None = "gpu-fallback", **extra: Any
+) -> dict[str, Any]:
+    the_pod = pod(phase, node_name, **extra)
+    if compute_class is not None:
+        the_pod["spec"]["nodeSelector"] = {"cloud.google.com/compute-class": compute_class}
+    return the_pod
+
+
+def _disruption(reason: str) -> dict[str, Any]:
+    return {"type": "DisruptionTarget", "status": "True", "reason": reason, "lastTransitionTime": format_time(T0)}
+
+
+def _draining(name: str = "n1", **kwargs: Any) -> dict[str, Any]:
+    drained = node(name, **kwargs)
+    drained["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}],
+    }
+    return drained
+
+
+DELETING: dict[str, Any] = {"metadata": {"deletionTimestamp": format_time(T0)}}
+EVICTED = _disruption("EvictionByEvictionAPI")
+
+
+@pytest.mark.parametrize(
+    ("case", "the_pod", "nodes", "state", "migrated"),
+    [
+        ("class worker evicted", _class_pod(condition=EVICTED), READY, "P", True),
+        ("class worker evicted, node gone", _class_pod(condition=EVICTED), {}, "P", True),
+        ("class worker deleted on a draining node", _class_pod(**DELETING), {"n1": _draining()}, "P", True),
+        ("class worker exit 143 on a draining node", _class_pod("Failed", exit=143), {"n1": _draining()}, "P", True),
+        ("class worker running on a draining node", _class_pod(), {"n1": _draining()}, "R", False),
+        ("class worker, spot shutdown", _class_pod(condition=_disruption("TerminationByKubelet")), READY, "P", False),
+        (
+            "class worker, spot shutdown of a draining node",
+            _class_pod("Failed", exit=143, reason="Terminated", condition=_disruption("TerminationByKubelet")),
+            {"n1": _draining()},
+            "P",
+            False,
+        ),
+        ("class worker, node lost", _class_pod(), {}, "P", False),
+        ("class worker, node NotReady", _class_pod(), NOT_READY_LONG, "P", False),
+        ("class worker deleted by someone", _class_pod(**DELETING), READY, "P", False),
+        ("class worker exits 1", _class_pod("Failed", exit=1), {"n1": _draining()}, "F", False),
+        (
+            "plain worker evicted",
+            _class_pod(compute_class=None, condition=_disruption("EvictionByEvictionAPI")),
+            READY,
+            "P",
+            False,
+        ),
+        (
+            "plain worker on a draining node",
+            _class_pod(compute_class=None, **DELETING),
+            {"n1": _draining()},
+            "P",
+            False,
+        ),
+    ],
+)
+def test_a_compute_class_migration_is_a_planned_handover(
+    case: str, the_pod: dict[str, Any], nodes: dict[str, Any], state: str, migrated: bool
+) -> None:
+    """A worker its compute class's active migration drains away (the autoscaler's taint on its node, or the
+    Eviction API's DisruptionTarget) is replaced like a preempted one but flagged as a planned handover; a spot
+    preemption, a lost node or a deletion without a drain stays a preemption, a failure of the code a failure."""
+    verdict = classify_pod(the_pod, nodes, T0, GRACE)
+    expected = {"P": PodState.PREEMPTED, "R": PodState.RUNNING, "F": PodState.FAILED}[state]
+    assert (verdict.state, verdict.migrated) == (expected, migrated), case
+    if migrated:
+        assert "gpu-fallback" in verdict.message
+        assert "n1" in verdict.message
