@@ -795,6 +795,12 @@ class WorkerGroupStatus(_Model):
         alias="settledUSD",
         description="Of usd: the cost of the group's worker pods that no longer exist, in US dollars.",
     )
+    cross_zone_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="crossZoneUSD",
+        description="Of usd: the group's workers' traffic with parameter servers in other zones, in US dollars.",
+    )
     capacity_unavailable_since: str | None = Field(
         default=None,
         description="Since when new workers skip this group: one of its workers stayed unschedulable for "
@@ -920,6 +926,12 @@ class PodCost(_Model):
     on_demand_equivalent_usd: float = Field(
         default=0.0, ge=0, alias="onDemandEquivalentUSD", description="The same pod-seconds at on-demand prices."
     )
+    cross_zone_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="crossZoneUSD",
+        description="A worker's traffic with parameter servers in other zones, in US dollars (not in usd).",
+    )
 
 
 class CostStatus(_Model):
@@ -949,6 +961,21 @@ class CostStatus(_Model):
         default=None,
         description="Cost of each pod that ran and still exists.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"]},
+    )
+    cross_zone_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="crossZoneUSD",
+        description="Of usd: traffic between workers and parameter servers in different zones of the region, "
+        "in US dollars (docs/cost.md).",
+    )
+    cross_zone_gib: float = Field(
+        default=0.0, ge=0, alias="crossZoneGiB", description="The GiB that traffic amounts to."
+    )
+    cross_zone_step: int | None = Field(
+        default=None,
+        ge=0,
+        description="The global step cross-zone traffic is priced up to (from the chief's parameterBytes on).",
     )
     price_table: str | None = Field(default=None, description="Name of the price table used.")
     notes: list[Annotated[str, Field(description="One reason, in words.")]] | None = Field(
