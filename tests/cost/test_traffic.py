@@ -66,6 +66,14 @@ def test_the_intervals_steps_are_shared_by_seconds_run_and_priced_per_gib() -> N
     [
         ([], 100, CrossZoneTraffic(100, {}, {})),  # nobody to charge
         ([ZonedWorker("w", "b", 10.0)], 0, CrossZoneTraffic(0, {}, {})),
+        # a worker twice as fast makes two thirds of the steps
+        (
+            [ZonedWorker("w", "b", 10.0, relative_speed=2.0), ZonedWorker("v", "b", 10.0)],
+            30,
+            CrossZoneTraffic(
+                30, {"w": 20 * 2 * GIB, "v": 10 * 2 * GIB}, {"w": pytest.approx(0.4), "v": pytest.approx(0.2)}
+            ),
+        ),
         # nobody ran a measurable time in the interval (one pass after another at the same instant): evenly
         (
             [ZonedWorker("w", "b", 0.0), ZonedWorker("v", "a", 0.0)],

@@ -8,9 +8,10 @@ charges traffic between zones of one region per GiB in each direction; same-zone
 (docs/cost.md has the price and its source).
 
 Per-worker steps are not reported: the job's global steps in an interval are shared out among the workers by
-the seconds each ran in it. That is exact for workers of one speed and misattributes between groups of
-different speeds (a faster GPU makes more of the steps); the job's total is right either way whenever all
-workers of the interval sit in the same zones relative to the parameter servers.
+the seconds each ran in it (times a relative speed, 1.0 for every worker until per-worker step rates are
+reported). That is exact for workers of one speed and misattributes between groups of different speeds (a
+faster GPU makes more of the steps); the job's total is right either way whenever all workers of the
+interval sit in the same zones relative to the parameter servers.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class ZonedWorker:
-    """A worker pod as the traffic is priced: its ledger uid, its node's zone, and how long it ran in the
-    interval priced (seconds)."""
+    """A worker pod as the traffic is priced: its ledger uid, its node's zone, how long it ran in the interval
+    priced (seconds), and its step rate relative to the others' (1.0 for all while per-worker rates are not
+    reported)."""
 
     uid: str
     zone: str | None
     seconds: float
+    relative_speed: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -75,14 +78,15 @@ def cross_zone_traffic(
     usd_per_gib: float,
 ) -> CrossZoneTraffic:
     """The cross-zone bytes and USD of ``steps`` global steps made by ``workers``, shared out by their seconds
-    in the interval (evenly when none ran a measurable time)."""
+    in the interval times their relative speed (evenly when none ran a measurable time)."""
     present = list(workers)
     if steps <= 0 or not present:
         return CrossZoneTraffic(max(0, steps), {}, {})
-    total_seconds = sum(max(0.0, worker.seconds) for worker in present)
+    weights = [max(0.0, worker.seconds) * max(0.0, worker.relative_speed) for worker in present]
+    total = sum(weights)
     moved: dict[str, float] = {}
-    for worker in present:
-        share = max(0.0, worker.seconds) / total_seconds if total_seconds > 0 else 1.0 / len(present)
+    for worker, weight in zip(present, weights, strict=True):
+        share = weight / total if total > 0 else 1.0 / len(present)
         per_step = cross_zone_bytes_per_step(worker.zone, ps_zones, parameter_bytes)
         moved[worker.uid] = moved.get(worker.uid, 0.0) + steps * share * per_step
     crossed = {uid: amount for uid, amount in moved.items() if amount > 0}
