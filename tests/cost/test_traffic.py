@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ttj.api.models import CostStatus, PodCost
+from ttj.api.models import CostStatus, CrossZoneStatus, PodCost
 from ttj.cost.model import NodeShape, PodObservation, accrue
 from ttj.cost.prices import DEFAULT_INTER_ZONE_USD_PER_GIB, load_price_table, parse_price_book
 from ttj.cost.traffic import (
@@ -112,31 +112,41 @@ def test_traffic_goes_to_the_workers_entries_and_the_jobs_total_and_the_next_acc
     prices = load_price_table(table="gce-us-central1")
     node = NodeShape("n1-standard-4", "nvidia-tesla-t4", 1, Provisioning.SPOT)
     worker = PodObservation("w-0", "uid-w", "worker", T0, node=node, gpus=1, group="t4-b", zone="b")
-    first = accrue(None, [worker], T0 + timedelta(hours=1), prices)
+    hour = T0 + timedelta(hours=1)
+    first = accrue(None, [worker], hour, prices)
     gpu_usd = first.usd
-    traffic = CrossZoneTraffic(100, {"uid-w": 2.5 * GIB, "uid-gone": 0.5 * GIB}, {"uid-w": 0.025, "uid-gone": 0.005})
-    added = add_cross_zone(first, traffic, 700)
-    assert (added.usd, added.cross_zone_usd, added.cross_zone_gib, added.cross_zone_step) == (
-        pytest.approx(gpu_usd + 0.03),
-        pytest.approx(0.03),
-        pytest.approx(3.0),
-        700,
+    # the first report only marks where pricing starts
+    marked = add_cross_zone(first, CrossZoneTraffic(0, {}, {}), global_step=500, now=hour)
+    assert (marked.usd, marked.cross_zone) == (gpu_usd, CrossZoneStatus(step=500, priced_at=format_micro_time(hour)))
+    # half an hour later, 200 steps: some of a worker still here, some of one gone since
+    later = hour + timedelta(minutes=30)
+    traffic = CrossZoneTraffic(200, {"uid-w": 2.5 * GIB, "uid-gone": 0.5 * GIB}, {"uid-w": 0.025, "uid-gone": 0.005})
+    added = add_cross_zone(accrue(marked, [worker], later, prices), traffic, global_step=700, now=later)
+    assert added.usd == pytest.approx(1.5 * gpu_usd + 0.03)
+    assert added.cross_zone is not None
+    assert added.cross_zone.model_dump() == {
+        "usd": pytest.approx(0.03),
+        "gib": pytest.approx(3.0),
+        "step": 700,
+        "priced_at": format_micro_time(later),
+        "usd_per_hour": pytest.approx(0.06),
+    }
+    assert [(e.uid, e.cross_zone_usd) for e in added.pods or []] == [("uid-w", 0.025)]
+    # no new step: the interval goes on, nothing changes
+    assert (
+        add_cross_zone(added, CrossZoneTraffic(0, {}, {}), global_step=700, now=later + timedelta(minutes=1)) == added
     )
-    assert [(e.uid, e.usd, e.cross_zone_usd) for e in added.pods or []] == [("uid-w", gpu_usd, 0.025)]
-    # the next pass: the GPU's hour more, the traffic kept in the job's total and in the entry
-    later = accrue(added, [worker], T0 + timedelta(hours=2), prices)
-    assert (later.usd, later.cross_zone_usd, later.cross_zone_step) == (
-        pytest.approx(2 * gpu_usd + 0.03),
-        pytest.approx(0.03),
-        700,
-    )
-    assert [(e.uid, e.cross_zone_usd) for e in later.pods or []] == [("uid-w", 0.025)]
+    # the next accrual: the GPU's time more, the traffic kept in the job's total and in the entry
+    then = accrue(added, [worker], T0 + timedelta(hours=2), prices)
+    assert (then.usd, then.cross_zone) == (pytest.approx(2 * gpu_usd + 0.03), added.cross_zone)
+    assert [(e.uid, e.cross_zone_usd) for e in then.pods or []] == [("uid-w", 0.025)]
     # the worker gone: its GPU cost is settled, the traffic stays in the job's total once
-    gone = accrue(later, [], T0 + timedelta(hours=3), prices)
-    assert (gone.usd, gone.settled_usd, gone.cross_zone_usd) == (
-        pytest.approx(2 * gpu_usd + 0.03),
-        pytest.approx(2 * gpu_usd),
-        pytest.approx(0.03),
+    gone = accrue(then, [], T0 + timedelta(hours=3), prices)
+    assert (gone.usd, gone.settled_usd) == (pytest.approx(2 * gpu_usd + 0.03), pytest.approx(2 * gpu_usd))
+    # the step went back (a PS restored from a checkpoint): the mark follows it, the rate stays
+    restored = add_cross_zone(gone, CrossZoneTraffic(0, {}, {}), global_step=650, now=T0 + timedelta(hours=3))
+    assert restored.cross_zone == added.cross_zone.model_copy(
+        update={"step": 650, "priced_at": format_micro_time(T0 + timedelta(hours=3))}
     )
 
 
@@ -158,11 +168,7 @@ def test_a_ledger_written_before_cross_zone_pricing_reads_as_none_of_it() -> Non
             "accruedAt": format_micro_time(T0 + timedelta(hours=1)),
         }
     )
-    assert (old.cross_zone_usd, old.cross_zone_step, old.pods[0].cross_zone_usd if old.pods else None) == (
-        0.0,
-        None,
-        0.0,
-    )
+    assert (old.cross_zone, old.pods[0].cross_zone_usd if old.pods else None) == (None, 0.0)
 
 
 def test_the_inter_zone_price_is_a_table_setting_with_a_default() -> None:

@@ -934,6 +934,25 @@ class PodCost(_Model):
     )
 
 
+class CrossZoneStatus(_Model):
+    """What the traffic between workers and parameter servers in different zones has cost (ttj.cost.traffic)."""
+
+    usd: float = Field(default=0.0, ge=0, description="Of cost.usd: the traffic's cost so far, in US dollars.")
+    gib: float = Field(default=0.0, ge=0, description="The traffic so far, in GiB.")
+    step: int = Field(ge=0, description="The global step the traffic is priced up to.")
+    priced_at: str = Field(
+        description="When the traffic was priced up to step (MicroTime): the next steps were made after it.",
+        json_schema_extra={"format": "date-time"},
+    )
+    usd_per_hour: float = Field(
+        default=0.0,
+        ge=0,
+        alias="usdPerHour",
+        description="The traffic's cost per hour over the latest interval that priced steps, in US dollars; the "
+        "budget adds it to cost.usdPerHour.",
+    )
+
+
 class CostStatus(_Model):
     """Money spent so far."""
 
@@ -962,20 +981,10 @@ class CostStatus(_Model):
         description="Cost of each pod that ran and still exists.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"]},
     )
-    cross_zone_usd: float = Field(
-        default=0.0,
-        ge=0,
-        alias="crossZoneUSD",
-        description="Of usd: traffic between workers and parameter servers in different zones of the region, "
-        "in US dollars (docs/cost.md).",
-    )
-    cross_zone_gib: float = Field(
-        default=0.0, ge=0, alias="crossZoneGiB", description="The GiB that traffic amounts to."
-    )
-    cross_zone_step: int | None = Field(
+    cross_zone: CrossZoneStatus | None = Field(
         default=None,
-        ge=0,
-        description="The global step cross-zone traffic is priced up to (from the chief's parameterBytes on).",
+        description="Traffic between workers and parameter servers in different zones of the region, once the "
+        "chief reports parameterBytes (docs/cost.md).",
     )
     price_table: str | None = Field(default=None, description="Name of the price table used.")
     notes: list[Annotated[str, Field(description="One reason, in words.")]] | None = Field(

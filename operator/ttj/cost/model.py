@@ -19,7 +19,7 @@ How the ledger stays exact:
   ``cloud.google.com/gke-preemptible``); parameter servers always at on-demand prices.
   ``onDemandEquivalentUSD`` prices the same pod-seconds at on-demand prices.
 - Traffic between workers and parameter servers in different zones is priced by :mod:`ttj.cost.traffic`
-  after each accrual; ``crossZoneUSD`` keeps its total, part of ``usd`` (not of the on-demand equivalent: an
+  after each accrual; ``crossZone.usd`` keeps its total, part of ``usd`` (not of the on-demand equivalent: an
   on-demand run beside its parameter servers has none).
 """
 
@@ -242,7 +242,7 @@ def accrue(
             settled_usd += entry.usd
             settled_on_demand += entry.on_demand_equivalent_usd
     # Cross-zone traffic (ttj.cost.traffic) is kept as the job's own total; the entries' share is per group only.
-    usd_total = settled_usd + sum(entry.usd for entry in entries) + before.cross_zone_usd
+    usd_total = settled_usd + sum(entry.usd for entry in entries) + (before.cross_zone.usd if before.cross_zone else 0)
     on_demand_total = settled_on_demand + sum(entry.on_demand_equivalent_usd for entry in entries)
     running_rate = sum(entry.usd_per_hour for entry in entries if entry.ended_at is None)
     kept_notes = list(dict.fromkeys([*(before.notes or []), *notes]))[-10:]
@@ -255,9 +255,7 @@ def accrue(
         settled_usd=settled_usd,
         settled_on_demand_equivalent_usd=settled_on_demand,
         pods=sorted(entries, key=lambda entry: (entry.role, entry.name, entry.uid)) or None,
-        cross_zone_usd=before.cross_zone_usd,
-        cross_zone_gib=before.cross_zone_gib,
-        cross_zone_step=before.cross_zone_step,
+        cross_zone=before.cross_zone,
         price_table=prices.name,
         notes=kept_notes or None,
         accrued_at=format_micro_time(now),

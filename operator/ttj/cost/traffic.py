@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ttj.api.models import CostStatus
-from ttj_contract import format_usd
+from ttj.api.models import CostStatus, CrossZoneStatus
+from ttj_contract import format_micro_time, format_usd, parse_time
 
 GIB = 1 << 30
 
@@ -109,24 +109,44 @@ def seconds_in(started: datetime | None, ended: datetime | None, since: datetime
     return max(0.0, (end - max(started, since)).total_seconds())
 
 
-def add_cross_zone(cost: CostStatus, traffic: CrossZoneTraffic, global_step: int) -> CostStatus:
-    """``cost`` (just accrued) with ``traffic`` added: to each worker's ledger entry, the job's cross-zone
-    total and its cost, and the step it is priced up to moved to ``global_step``."""
+def add_cross_zone(cost: CostStatus, traffic: CrossZoneTraffic, *, global_step: int, now: datetime) -> CostStatus:
+    """``cost`` (just accrued) with ``traffic`` (the steps from ``cost.crossZone.step`` to ``global_step``) added:
+    to each worker's ledger entry, to the job's cross-zone total and its cost. The mark moves to ``global_step``
+    at ``now`` when steps were priced, the first time, and when the step went back; without new steps the
+    interval goes on. The hourly rate is the priced interval's."""
+    before = cost.cross_zone
+    if before is not None and traffic.steps == 0 and global_step >= before.step:
+        return cost
+    rate = before.usd_per_hour if before is not None else 0.0
+    if before is not None and traffic.steps > 0:
+        hours = (now - _recorded(before.priced_at)).total_seconds() / 3600.0
+        rate = traffic.usd / hours if hours > 0 else rate
     entries = [
-        entry.model_copy(update={"cross_zone_usd": entry.cross_zone_usd + traffic.usd_by_worker.get(entry.uid, 0.0)})
+        entry.model_copy(update={"cross_zone_usd": entry.cross_zone_usd + traffic.usd_by_worker[entry.uid]})
         if entry.uid in traffic.usd_by_worker
         else entry
         for entry in cost.pods or []
     ]
-    # A worker the traffic names that left the ledger meanwhile (it is gone): its share goes to the job alone.
+    # A worker the traffic names that left the ledger meanwhile: its share is the job's alone.
     usd = cost.usd + traffic.usd
     return cost.model_copy(
         update={
             "pods": entries or None,
             "usd": usd,
             "summary": format_usd(usd),
-            "cross_zone_usd": cost.cross_zone_usd + traffic.usd,
-            "cross_zone_gib": cost.cross_zone_gib + traffic.bytes / GIB,
-            "cross_zone_step": global_step,
+            "cross_zone": CrossZoneStatus(
+                usd=(before.usd if before is not None else 0.0) + traffic.usd,
+                gib=(before.gib if before is not None else 0.0) + traffic.bytes / GIB,
+                step=global_step,
+                priced_at=format_micro_time(now),
+                usd_per_hour=rate,
+            ),
         }
     )
+
+
+def _recorded(text: str) -> datetime:
+    moment = parse_time(text)
+    if moment is None:
+        raise ValueError(f"not a time: {text!r}")
+    return moment

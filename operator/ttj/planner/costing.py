@@ -94,20 +94,16 @@ def parameter_server_zones(observed: Observed, count: int) -> list[str | None]:
 
 
 def priced_traffic(
-    cost: CostStatus,
-    pods: list[PodObservation],
-    observed: Observed,
-    *,
-    since: datetime | None,
-    now: datetime,
-    prices: PriceTable,
+    cost: CostStatus, pods: list[PodObservation], observed: Observed, *, now: datetime, prices: PriceTable
 ) -> CostStatus:
-    """``cost`` with the cross-zone traffic since the last pass added (:mod:`ttj.cost.traffic`), once the chief
-    reports the bytes its parameter servers hold; the global step it read marks where the next pass goes on."""
+    """``cost`` with the cross-zone traffic of the steps since the last priced one added (:mod:`ttj.cost.traffic`),
+    once the chief reports the bytes its parameter servers hold."""
     report = LeaseProgress.from_annotation(annotations_of(observed.lease or {}).get(ANNOTATION_PROGRESS))
     if report is None or report.parameter_bytes is None:
         return cost
-    steps = steps_to_price(cost.cross_zone_step, report.global_step)
+    mark = cost.cross_zone
+    steps = steps_to_price(mark.step if mark is not None else None, report.global_step)
+    since = parse_time(mark.priced_at) if mark is not None else None
     workers = [
         ZonedWorker(pod.uid, pod.zone, seconds_in(pod.started_at, pod.ended_at, since or now, now))
         for pod in pods
@@ -120,7 +116,7 @@ def priced_traffic(
         steps=steps,
         usd_per_gib=prices.inter_zone_usd_per_gib,
     )
-    return add_cross_zone(cost, traffic, report.global_step)
+    return add_cross_zone(cost, traffic, global_step=report.global_step, now=now)
 
 
 @dataclass(frozen=True)
@@ -182,8 +178,7 @@ def _priced(
         fallback_worker_node=expected_worker_node(spec, prices),
         group_worker_nodes={name: node for name, node in nodes.items() if name is not None},
     )
-    since = parse_time(previous.accrued_at) if previous is not None else None
-    cost = priced_traffic(cost, pods, observed, since=since, now=now, prices=prices)
+    cost = priced_traffic(cost, pods, observed, now=now, prices=prices)
     new_worker = _next_group(groups, alive_pods, unavailable)
     pending = [pod for pod in alive_pods if alive[name_of(pod)].state == PodState.PENDING]
     requested = max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive))

@@ -657,17 +657,25 @@ def test_a_group_in_another_zone_than_the_parameter_server_pays_for_the_traffic(
     report = {"globalStep": 0, "epoch": 1, "parameterBytes": [100 * 10**6]}
     renew(world, T0, report)
     first = world.reconcile(T0 + timedelta(minutes=1), config).status
-    assert (first["cost"]["crossZoneStep"], first["cost"]["crossZoneUSD"]) == (0, 0.0)
+    assert first["cost"]["crossZone"] == {
+        "usd": 0.0,
+        "gib": 0.0,
+        "step": 0,
+        "pricedAt": "2026-11-21T12:01:00.000000Z",
+        "usdPerHour": 0.0,
+    }
     renew(world, T0 + timedelta(hours=1), report | {"globalStep": 7200})
     hour = world.reconcile(T0 + timedelta(hours=1, minutes=1), config).status
     # both ran the whole hour: 3600 steps each, the zone-b worker's at 200 MB across
     usd = 3600 * 200 * 10**6 / GIB * 0.01
     cost = hour["cost"]
-    assert (cost["crossZoneStep"], cost["crossZoneUSD"], cost["crossZoneGiB"]) == (
-        7200,
-        pytest.approx(usd),
-        pytest.approx(usd / 0.01),
-    )
+    assert cost["crossZone"] == {
+        "usd": pytest.approx(usd),
+        "gib": pytest.approx(usd / 0.01),
+        "step": 7200,
+        "pricedAt": "2026-11-21T13:01:00.000000Z",
+        "usdPerHour": pytest.approx(usd),
+    }
     ledger = {e["name"]: (e["usd"], e.get("crossZoneUSD", 0.0)) for e in cost["pods"]}
     assert cost["usd"] == pytest.approx(sum(gpu + traffic for gpu, traffic in ledger.values()))
     assert ledger["mnist-worker-1-1"][1] == pytest.approx(usd)
@@ -683,4 +691,4 @@ def test_a_group_in_another_zone_than_the_parameter_server_pays_for_the_traffic(
         "t4-a": 0.0,
         "t4-b": pytest.approx(usd),
     }
-    assert later["cost"]["crossZoneUSD"] == pytest.approx(usd)
+    assert later["cost"]["crossZone"]["usd"] == pytest.approx(usd)
