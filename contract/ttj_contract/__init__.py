@@ -402,6 +402,9 @@ class LeaseProgress:
     evaluation: Mapping[str, float] | None = None
     #: Where the chief exported the final model (the directory holding ``model.keras`` and ``saved_model/``).
     export_path: str | None = None
+    #: Bytes of the model's variables on each parameter server, by PS index: what one worker step reads from
+    #: that server and sends back as gradients (embedding tables looked up by row are not in it).
+    parameter_bytes: tuple[int, ...] | None = None
 
     def to_annotation(self) -> str:
         fields = {
@@ -415,6 +418,7 @@ class LeaseProgress:
             "evaluationStep": self.evaluation_step,
             "evaluation": None if self.evaluation is None else dict(self.evaluation),
             "exportPath": self.export_path,
+            "parameterBytes": None if self.parameter_bytes is None else list(self.parameter_bytes),
         }
         return json.dumps({k: v for k, v in fields.items() if v is not None}, separators=(",", ":"))
 
@@ -445,6 +449,14 @@ class LeaseProgress:
                 evaluation_step=None if evaluation_step is None else int(evaluation_step),
                 evaluation=None if evaluation is None else {str(k): float(v) for k, v in evaluation.items()},
                 export_path=None if export is None else str(export),
+                parameter_bytes=_parameter_bytes(data.get("parameterBytes")),
             )
         except (ValueError, TypeError, AttributeError):
             return None
+
+
+def _parameter_bytes(raw: object) -> tuple[int, ...] | None:
+    """A report's parameterBytes; None when absent or malformed (it prices traffic, the rest of the report stands)."""
+    if not isinstance(raw, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw):
+        return None
+    return tuple(raw)

@@ -61,6 +61,7 @@ def test_the_progress_record_has_the_documented_keys() -> None:
         evaluation_step=4,
         evaluation={"loss": 0.5, "accuracy": 0.75},
         export_path="/ckpt/export/step-5",
+        parameter_bytes=(1024, 2048),
     )
     assert list(json.loads(full.to_annotation())) == keys
 
@@ -80,6 +81,24 @@ def test_progress_survives_the_annotation(step: int, checkpoint: int | None, pat
 @pytest.mark.parametrize("text", [None, "", "not json", "[]", '{"globalStep": "many"}', '"7"'])
 def test_a_malformed_progress_report_reads_as_none(text: str | None) -> None:
     assert LeaseProgress.from_annotation(text) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("[1024, 0, 512]", (1024, 0, 512)),
+        ("[]", ()),
+        ('"many"', None),
+        ("[1.5]", None),
+        ("[-1]", None),
+        ("[true]", None),
+        ("null", None),
+    ],
+)
+def test_a_malformed_parameter_bytes_is_dropped_alone(raw: str, expected: tuple[int, ...] | None) -> None:
+    assert LeaseProgress.from_annotation(f'{{"globalStep": 9, "parameterBytes": {raw}}}') == LeaseProgress(
+        9, parameter_bytes=expected
+    )
 
 
 def test_only_the_global_step_is_needed_before_the_first_checkpoint() -> None:

@@ -67,3 +67,15 @@ def test_no_ledger_yet_means_nothing_spent() -> None:
     decision = budget_decision(spec(1), None, requested_new_workers=4, worker_usd_per_hour=1, horizon_seconds=900)
     assert decision.allow_new_workers == 4
     assert decision.projected_usd == pytest.approx(1.0)
+
+
+def test_the_budget_counts_cross_zone_traffic_as_spent_and_its_rate_as_running() -> None:
+    from ttj.api.models import CrossZoneStatus
+
+    cost = CostStatus(usd=9.0, usd_per_hour=1.0)
+    traffic = CrossZoneStatus(usd=4.0, step=1, priced_at="2026-11-26T03:00:00.000000Z", usd_per_hour=3.0)
+    # 15 minutes ahead: $9 + $1/h leaves room for 3 workers at $1/h; with the traffic's $3/h, for none
+    assert budget_decision(spec(10.0), cost, requested_new_workers=3, worker_usd_per_hour=1.0).allow_new_workers == 3
+    with_traffic = cost.model_copy(update={"cross_zone": traffic})
+    decision = budget_decision(spec(10.0), with_traffic, requested_new_workers=3, worker_usd_per_hour=1.0)
+    assert decision.allow_new_workers == 0

@@ -24,6 +24,8 @@ from tests.conformance.identities import client_with_token, status_of
 from tests.e2e.operator_identity import install_operator_identity
 from tests.e2e.operator_support import ChiefHeartbeat, OperatorProcess, cluster_with_nodes, install_crd, wait_for
 
+from ttj_contract import lease_name
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 PREFIX = "op-e2e"
@@ -632,3 +634,57 @@ def test_a_worker_moves_back_to_a_group_with_room_make_before_break(env: dict[st
     )
     assert final["chief"]["pod"] == chief
     assert [(g["name"], g["active"]) for g in final["workerGroups"]] == [("a", 2), ("b", 0)]
+
+
+def test_a_group_in_another_zone_than_the_parameter_server_pays_for_the_traffic(env: dict[str, Any]) -> None:
+    """Two spot T4 nodes moved to zone b, a group pinned there, the PS in zone a: once the chief reports 1 GiB on
+    its PS, each global step of the zone-b worker moves 2 GiB across zones, $0.02 at the default price."""
+    needs_control(env)  # relabels nodes of the local cluster
+    core = env["core"]
+    zone_label = "topology.kubernetes.io/zone"
+    idle = [
+        n
+        for n in core.list_node().items
+        if (n.metadata.labels or {}).get("cloud.google.com/gke-accelerator") == "nvidia-tesla-t4"
+    ][:2]
+    home = {n.metadata.name: n.metadata.labels[zone_label] for n in idle}
+    for name in home:
+        core.patch_node(name, {"metadata": {"labels": {zone_label: "us-central1-b"}}})
+    try:
+        create_job(env, replicas=1, workers={"groups": [{"name": "b", "zone": "us-central1-b"}]})
+        status = running(env, replicas=1, epoch=1)
+        chief = status["chief"]["pod"]
+        assert core.read_namespaced_pod(chief, env["ns"]).spec.node_name in home
+        coordination = client.CoordinationV1Api(env["api"])
+        lease = lease_name("train")
+
+        def report(step: int) -> None:
+            progress = {"globalStep": step, "epoch": 1, "parameterBytes": [1 << 30]}
+            coordination.patch_namespaced_lease(
+                lease,
+                env["ns"],
+                {"metadata": {"annotations": {"transient.training/progress": json.dumps(progress)}}},
+            )
+
+        report(10)
+        wait_for(
+            "the traffic marked from step 10",
+            lambda: ((job_status(env).get("cost") or {}).get("crossZone") or {}).get("step") == 10,
+            timeout=30,
+        )
+        report(60)
+        cost = wait_for(
+            "the traffic of 50 steps priced",
+            lambda: (c := (job_status(env).get("cost") or {}).get("crossZone") or {}).get("step") == 60 and c,
+            timeout=30,
+        )
+        assert (cost["usd"], cost["gib"]) == (pytest.approx(1.0), pytest.approx(100.0))
+        final = job_status(env)
+        assert final["cost"]["usd"] > 1.0
+        [group] = final["workerGroups"]
+        assert (group["name"], group["crossZoneUSD"]) == ("b", pytest.approx(1.0))
+        worker_usd = sum(p["usd"] for p in final["cost"]["pods"] if p["role"] == "worker")
+        assert group["usd"] == pytest.approx(1.0 + worker_usd, abs=1e-5)
+    finally:
+        for name, zone in home.items():
+            core.patch_node(name, {"metadata": {"labels": {zone_label: zone}}})

@@ -148,4 +148,11 @@ def test_the_chief_reports_its_evaluations_and_the_exported_model(lease_and_job:
         assert progress.evaluation[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
     assert progress.export_path == export.location(job.checkpoint_uri, final.step)
     assert Path(progress.export_path, export.KERAS_FILE).is_file()
+    # what a step moves to and from its one PS: the model's variables (the operator prices cross-zone traffic)
+    from ttj_trainer import program
+
+    name = f"{PROGRAMS}:mlp_with_evaluation"
+    built = program.prepare(name, program.load(name, {"optimizer": "adam"}), program.InputContext(0, 1, BATCH, 0))
+    model_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in built.program.model.variables)
+    assert progress.parameter_bytes == (model_bytes,)
     assert np.isfinite(progress.evaluation["loss"])

@@ -155,6 +155,25 @@ def test_plan_balances_variables_with_their_slots_by_bytes_and_splits_none() -> 
     }
 
 
+def test_a_step_moves_the_model_variables_of_each_ps_but_not_the_slots_nor_tables_looked_up_by_row() -> None:
+    import tensorflow as tf
+
+    from ttj_trainer.parameters import HEARTBEATS, Slot, step_bytes_per_ps
+    from ttj_trainer.variables import GLOBAL_STEP
+
+    slots = [
+        Slot("model/00000", (1000, 16), tf.float32, 0),  # an embedding table, looked up by row
+        Slot("optimizer/00001", (1000, 16), tf.float32, 0),
+        Slot("model/00001", (16, 4), tf.float32, 1),
+        Slot("optimizer/00002", (16, 4), tf.float32, 1),
+        Slot("model/00002", (4,), tf.float64, 1),  # e.g. BatchNormalization's statistics: read and written
+        Slot(GLOBAL_STEP, (), tf.int64, 0),
+        Slot(HEARTBEATS, (2,), tf.float64, 0),
+    ]
+    assert step_bytes_per_ps(slots, 3, {"model/00000"}) == [0, 16 * 4 * 4 + 4 * 8, 0]
+    assert step_bytes_per_ps(slots, 3, set()) == [1000 * 16 * 4, 16 * 4 * 4 + 4 * 8, 0]
+
+
 def test_two_ps_tasks_hold_the_variables_as_planned_and_the_checkpoint_restores_into_the_plain_model(
     tmp_path: Path,
 ) -> None:
@@ -227,6 +246,8 @@ def test_self_check_builds_a_program_and_says_its_bytes_per_ps() -> None:
     assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8, (8 + 1) * 4 * 2]
     assert report["imbalance"] == round(report["bytes_per_ps"][0] / (sum(report["bytes_per_ps"]) / 2), 3)
     assert report["largest_per_ps"] == ["wide/embedding/embeddings", "wide/dense/kernel"]
+    # A step moves the table's rows only (not counted) and the dense tower whole, both ways.
+    assert report["step_bytes_per_ps"] == [0, (8 + 1) * 4]
     assert np.isfinite(report["first_loss"])
     bad = subprocess.run(
         [sys.executable, "-m", "ttj_trainer", "--self-check", "--program", "tests.trainer.programs.bad:misfit"],

@@ -57,6 +57,7 @@ class ChiefDuties:
         self.evaluation: Evaluation | None = None  # the latest, reported until the next one
         self.export_path: str | None = None
         self.finished_step: int | None = None  # the final checkpoint whose evaluation and export are done
+        self.parameter_bytes: tuple[int, ...] | None = None  # what a step moves per PS, once the program is ready
 
     @property
     def acting(self) -> bool:
@@ -78,7 +79,9 @@ class ChiefDuties:
             return LeaseProgress(global_step=global_step, epoch=view.epoch if view else None, last_error=error)
         checkpoint = self.last_checkpoint
         if checkpoint is None:
-            return LeaseProgress(global_step=global_step, epoch=self.epoch, last_error=error)
+            return LeaseProgress(
+                global_step=global_step, epoch=self.epoch, last_error=error, parameter_bytes=self.parameter_bytes
+            )
         return LeaseProgress(
             # The step was read before the checkpoint's own read of the PS; the PS never holds less.
             global_step=max(global_step, checkpoint.step),
@@ -91,6 +94,7 @@ class ChiefDuties:
             evaluation_step=self.evaluation.step if self.evaluation else None,
             evaluation=self.evaluation.metrics if self.evaluation else None,
             export_path=self.export_path,
+            parameter_bytes=self.parameter_bytes,
         )
 
     def publish_final(self) -> bool:

@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from ttj_contract import Role
 from ttj_trainer.program import Prepared, TrainStep
-from ttj_trainer.variables import GLOBAL_STEP, Shared, rebind, reindex_optimizer, shared_resource
+from ttj_trainer.variables import GLOBAL_STEP, MODEL_PREFIX, Shared, rebind, reindex_optimizer, shared_resource
 
 HEARTBEATS = "ttj/heartbeats"
 SHARED_NAME_PREFIX = "ttj:"
@@ -74,6 +74,29 @@ def plan(variables: list[Shared], ps_count: int, worker_slots: int) -> list[Slot
     return sorted(slots, key=lambda s: s.name)
 
 
+def row_lookup_layers(model: Any) -> list[Any]:
+    """The plain ``keras.layers.Embedding`` layers of ``model``: those :func:`sparse_embedding_lookups` changes
+    (layers with LoRA or quantization keep Keras's lookup)."""
+    import keras
+
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+        if isinstance(layer, keras.layers.Embedding) and not layer.lora_enabled and not layer.quantization_mode
+    ]
+
+
+def step_bytes_per_ps(slots: list[Slot], ps_count: int, looked_up_by_row: set[str]) -> list[int]:
+    """Bytes of the model's variables on each PS task, by index: what a worker step pulls from it whole and
+    pushes back as gradients. The optimizer's slots never travel (their update runs on the PS), and tables
+    in ``looked_up_by_row`` (names) move only the rows a step touches, so neither is counted."""
+    per_ps = [0] * ps_count
+    for slot in slots:
+        if slot.name.startswith(MODEL_PREFIX) and slot.name not in looked_up_by_row:
+            per_ps[slot.ps_index] += int(np.prod(slot.shape)) * tf.as_dtype(slot.dtype).size
+    return per_ps
+
+
 def sparse_embedding_lookups(model: Any) -> int:
     """Makes every plain ``keras.layers.Embedding`` of ``model`` gather its rows where the table lives.
 
@@ -81,12 +104,8 @@ def sparse_embedding_lookups(model: Any) -> int:
     all of it every step; ``tf.nn.embedding_lookup`` on the variable gathers on its device and its gradient
     is an ``IndexedSlices``. Layers with LoRA or quantization keep Keras's lookup. Returns how many changed.
     """
-    import keras
-
     changed = 0
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if not isinstance(layer, keras.layers.Embedding) or layer.lora_enabled or layer.quantization_mode:
-            continue
+    for layer in row_lookup_layers(model):
 
         def call(inputs: Any, layer: Any = layer) -> Any:
             ids = inputs if inputs.dtype in (tf.int32, tf.int64) else tf.cast(inputs, tf.int32)
@@ -175,6 +194,11 @@ class ParameterStore:
         self.scale = LearningRateScale()
         scale_learning_rate(optimizer, self.scale)
         updates_beside_variables(optimizer)
+        tables = {id(layer.embeddings) for layer in row_lookup_layers(model)}
+        #: What a step moves to and from each PS (published by the chief; the operator prices cross-zone traffic).
+        self.step_bytes_per_ps = step_bytes_per_ps(
+            self.slots, ps_count, {item.name for item in variables if id(item.variable) in tables}
+        )
         sparse_embedding_lookups(model)
 
     @classmethod

@@ -104,6 +104,9 @@ class ProgramReport:
     imbalance: float
     #: The Keras path of the largest variable on each server ("" for a server holding nothing).
     largest_per_ps: list[str]
+    #: Bytes a worker step pulls from each server and pushes back (the model's variables, less tables
+    #: looked up by row): what crosses zones per step when a worker runs in another zone (docs/cost.md).
+    step_bytes_per_ps: list[int]
 
 
 def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch_size: int) -> ProgramReport:
@@ -113,14 +116,16 @@ def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch
     import numpy as np
 
     from ttj_trainer import program
-    from ttj_trainer.parameters import plan
+    from ttj_trainer.parameters import plan, row_lookup_layers, step_bytes_per_ps
 
     keras.utils.set_random_seed(0)
     prepared = program.prepare(entrypoint, program.load(entrypoint, args), program.InputContext(0, 1, batch_size, 0))
     per_ps = [0] * ps_count
     largest: list[tuple[int, str]] = [(0, "")] * ps_count
     paths = {item.name: str(getattr(item.variable, "path", item.name)) for item in prepared.shared}
-    for slot in plan(prepared.shared, ps_count, 1):
+    slots = plan(prepared.shared, ps_count, 1)
+    tables = {id(layer.embeddings) for layer in row_lookup_layers(prepared.program.model)}
+    for slot in slots:
         size = int(np.prod(slot.shape)) * slot.dtype.size
         per_ps[slot.ps_index] += size
         largest[slot.ps_index] = max(largest[slot.ps_index], (size, paths.get(slot.name, slot.name)))
@@ -133,6 +138,9 @@ def check_program(entrypoint: str, args: Mapping[str, str], ps_count: int, batch
         bytes_per_ps=per_ps,
         imbalance=round(max(per_ps) / (sum(per_ps) / ps_count), 3) if sum(per_ps) else 1.0,
         largest_per_ps=[path for _, path in largest],
+        step_bytes_per_ps=step_bytes_per_ps(
+            slots, ps_count, {item.name for item in prepared.shared if id(item.variable) in tables}
+        ),
     )
 
 

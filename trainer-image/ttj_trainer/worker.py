@@ -64,6 +64,8 @@ class Worker:
 
                 check_data(self.connection.program_args)
             self.connection.first_connect(self.liveness, self.chief.held_up)
+            if self.connection.store is not None:
+                self.chief.parameter_bytes = tuple(self.connection.store.step_bytes_per_ps)
             event(
                 log,
                 "connected",

@@ -808,6 +808,12 @@ class WorkerGroupStatus(_Model):
         alias="settledUSD",
         description="Of usd: the cost of the group's worker pods that no longer exist, in US dollars.",
     )
+    cross_zone_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="crossZoneUSD",
+        description="Of usd: the group's workers' traffic with parameter servers in other zones, in US dollars.",
+    )
     capacity_unavailable_since: str | None = Field(
         default=None,
         description="Since when new workers skip this group: one of its workers stayed unschedulable for "
@@ -933,6 +939,31 @@ class PodCost(_Model):
     on_demand_equivalent_usd: float = Field(
         default=0.0, ge=0, alias="onDemandEquivalentUSD", description="The same pod-seconds at on-demand prices."
     )
+    cross_zone_usd: float = Field(
+        default=0.0,
+        ge=0,
+        alias="crossZoneUSD",
+        description="A worker's traffic with parameter servers in other zones, in US dollars (not in usd).",
+    )
+
+
+class CrossZoneStatus(_Model):
+    """What the traffic between workers and parameter servers in different zones has cost (ttj.cost.traffic)."""
+
+    usd: float = Field(default=0.0, ge=0, description="Of cost.usd: the traffic's cost so far, in US dollars.")
+    gib: float = Field(default=0.0, ge=0, description="The traffic so far, in GiB.")
+    step: int = Field(ge=0, description="The global step the traffic is priced up to.")
+    priced_at: str = Field(
+        description="When the traffic was priced up to step (MicroTime): the next steps were made after it.",
+        json_schema_extra={"format": "date-time"},
+    )
+    usd_per_hour: float = Field(
+        default=0.0,
+        ge=0,
+        alias="usdPerHour",
+        description="The traffic's cost per hour over the latest interval that priced steps, in US dollars; the "
+        "budget adds it to cost.usdPerHour.",
+    )
 
 
 class CostStatus(_Model):
@@ -962,6 +993,11 @@ class CostStatus(_Model):
         default=None,
         description="Cost of each pod that ran and still exists.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"]},
+    )
+    cross_zone: CrossZoneStatus | None = Field(
+        default=None,
+        description="Traffic between workers and parameter servers in different zones of the region, once the "
+        "chief reports parameterBytes (docs/cost.md).",
     )
     price_table: str | None = Field(default=None, description="Name of the price table used.")
     notes: list[Annotated[str, Field(description="One reason, in words.")]] | None = Field(

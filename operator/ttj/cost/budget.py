@@ -59,13 +59,16 @@ def budget_decision(
     """Decides how many of ``requested_new_workers`` may be created, and whether the job must stop.
 
     ``cost`` is the ledger just accrued (``status.cost``); its ``usdPerHour`` is the rate of the pods
-    running now. ``worker_usd_per_hour`` is what one more worker costs (``ttj.cost.model.worker_hourly_rate``);
+    running now, to which the cross-zone traffic's latest rate (``crossZone.usdPerHour``) is added.
+    ``worker_usd_per_hour`` is what one more worker costs (``ttj.cost.model.worker_hourly_rate``);
     ``pending_workers`` are created but not running yet, so they will cost that much soon too;
     ``pending_usd_per_hour``, when given, is what they will cost together (workers of different groups).
     """
     requested = max(0, requested_new_workers)
     spent = cost.usd if cost is not None else 0.0
     running_rate = cost.usd_per_hour if cost is not None else 0.0
+    if cost is not None and cost.cross_zone is not None:
+        running_rate += cost.cross_zone.usd_per_hour  # the workers' traffic with PS in other zones goes on too
     limit = spec.budget.max_cost_usd if spec.budget is not None else None
     pending_rate = (
         max(0, pending_workers) * worker_usd_per_hour if pending_usd_per_hour is None else pending_usd_per_hour

@@ -18,6 +18,9 @@ How the ledger stays exact:
 - Workers are priced as their node was bought (node labels ``cloud.google.com/gke-spot``,
   ``cloud.google.com/gke-preemptible``); parameter servers always at on-demand prices.
   ``onDemandEquivalentUSD`` prices the same pod-seconds at on-demand prices.
+- Traffic between workers and parameter servers in different zones is priced by :mod:`ttj.cost.traffic`
+  after each accrual; ``crossZone.usd`` keeps its total, part of ``usd`` (not of the on-demand equivalent: an
+  on-demand run beside its parameter servers has none).
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ class PodObservation:
     node_share: float | None = None
     #: The worker group the pod was made for (spec.workers.groups); None without groups.
     group: str | None = None
+    #: Its node's zone (``topology.kubernetes.io/zone``); None when unknown. Prices cross-zone traffic.
+    zone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,13 +234,15 @@ def accrue(
                 on_demand_usd_per_hour=rate_on_demand,
                 usd=usd,
                 on_demand_equivalent_usd=on_demand,
+                cross_zone_usd=old.cross_zone_usd if old is not None else 0.0,
             )
         )
     for uid, entry in known.items():
         if uid not in seen:  # gone: its seconds up to the last accrual are kept for good
             settled_usd += entry.usd
             settled_on_demand += entry.on_demand_equivalent_usd
-    usd_total = settled_usd + sum(entry.usd for entry in entries)
+    # Cross-zone traffic (ttj.cost.traffic) is kept as the job's own total; the entries' share is per group only.
+    usd_total = settled_usd + sum(entry.usd for entry in entries) + (before.cross_zone.usd if before.cross_zone else 0)
     on_demand_total = settled_on_demand + sum(entry.on_demand_equivalent_usd for entry in entries)
     running_rate = sum(entry.usd_per_hour for entry in entries if entry.ended_at is None)
     kept_notes = list(dict.fromkeys([*(before.notes or []), *notes]))[-10:]
@@ -248,6 +255,7 @@ def accrue(
         settled_usd=settled_usd,
         settled_on_demand_equivalent_usd=settled_on_demand,
         pods=sorted(entries, key=lambda entry: (entry.role, entry.name, entry.uid)) or None,
+        cross_zone=before.cross_zone,
         price_table=prices.name,
         notes=kept_notes or None,
         accrued_at=format_micro_time(now),

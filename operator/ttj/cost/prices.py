@@ -27,6 +27,9 @@ PRICE_TABLE_ENV = "TTJ_PRICE_TABLE"
 CONFIGMAP_NAME = "ttj-prices"
 CONFIGMAP_KEY = "prices.yaml"
 PROVISIONINGS: tuple[str, ...] = tuple(p.value for p in Provisioning)
+#: GCP's price of VM-to-VM traffic between two zones of one region, USD per GiB in each direction (docs/cost.md);
+#: a table's ``interZoneUSDPerGiB`` overrides it.
+DEFAULT_INTER_ZONE_USD_PER_GIB = 0.01
 
 
 class PriceTableError(ValueError):
@@ -70,6 +73,8 @@ class PriceTable:
     host_machine_types: Mapping[str, str] = field(default_factory=dict)
     fallback_machine_type: str | None = None
     accelerator_includes_host: bool = False
+    #: USD per GiB a worker's traffic with a parameter server in another zone costs (ttj.cost.traffic).
+    inter_zone_usd_per_gib: float = DEFAULT_INTER_ZONE_USD_PER_GIB
 
     def machine_price(self, machine_type: str | None) -> tuple[HourlyPrice | None, str | None]:
         """The price of a machine shape, or of the fallback shape with a note saying so."""
@@ -164,6 +169,11 @@ def parse_price_book(text: str, source: str = "prices.yaml") -> PriceBook:
             for k, v in accelerators_raw.items()
             if isinstance(v, Mapping) and v.get("hostMachineType")
         }
+        inter_zone = raw.get("interZoneUSDPerGiB", DEFAULT_INTER_ZONE_USD_PER_GIB)
+        if isinstance(inter_zone, bool) or not isinstance(inter_zone, int | float) or inter_zone < 0:
+            raise PriceTableError(
+                f"{where}.interZoneUSDPerGiB: expected a price in USD per GiB (a number >= 0), got {inter_zone!r}"
+            )
         fallback = raw.get("fallbackMachineType")
         if fallback is not None and str(fallback) not in machines:
             raise PriceTableError(f"{where}.fallbackMachineType: {fallback!r} is not one of its machines")
@@ -175,6 +185,7 @@ def parse_price_book(text: str, source: str = "prices.yaml") -> PriceBook:
             host_machine_types=hosts,
             fallback_machine_type=str(fallback) if fallback is not None else None,
             accelerator_includes_host=bool(raw.get("acceleratorIncludesHost", False)),
+            inter_zone_usd_per_gib=float(inter_zone),
         )
     if not tables:
         raise PriceTableError(f"{source}: `tables` is empty")

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ttj.api.models import CostStatus, TransientTrainingJobSpec
+from ttj.api.models import ZONE_LABEL, CostStatus, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision, budget_decision, spending_decision
 from ttj.cost.model import NodeShape, PodObservation, accrue, expected_worker_node, worker_hourly_rate
 from ttj.cost.model import Role as CostRole
 from ttj.cost.pools import gpu_capacity
 from ttj.cost.prices import PriceTable
+from ttj.cost.traffic import ZonedWorker, add_cross_zone, cross_zone_traffic, seconds_in, steps_to_price
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
@@ -20,6 +21,7 @@ from ttj.planner.groups import Group, Unavailable, choose_group, group_of, group
 from ttj.planner.observed import (
     Obj,
     Observed,
+    annotations_of,
     container_statuses,
     labels_of,
     meta,
@@ -28,7 +30,7 @@ from ttj.planner.observed import (
     phase_of,
     pod_status,
 )
-from ttj_contract import LABEL_ROLE, Role, parse_time
+from ttj_contract import ANNOTATION_PROGRESS, LABEL_PS_INDEX, LABEL_ROLE, LeaseProgress, Role, parse_time
 
 
 def _ended_at(pod: Obj, verdict: PodVerdict | None) -> datetime | None:
@@ -60,6 +62,7 @@ def observations(
         shape = None
         if node is not None:
             shape = NodeShape.from_labels(labels_of(node), gpu_capacity(node))
+        zone = labels_of(node).get(ZONE_LABEL) if node is not None else None
         out.append(
             PodObservation(
                 name=name_of(pod),
@@ -70,9 +73,50 @@ def observations(
                 node=shape,
                 gpus=worker_gpus(spec, pod) if label == Role.WORKER else 0,
                 group=group_of(pod),
+                zone=zone or None,
             )
         )
     return out
+
+
+def parameter_server_zones(observed: Observed, count: int) -> list[str | None]:
+    """The zone of each parameter server's running pod, by PS index; None when unknown."""
+    zones: list[str | None] = [None] * count
+    for pod in observed.pods:
+        labels = labels_of(pod)
+        index = labels.get(LABEL_PS_INDEX, "")
+        if labels.get(LABEL_ROLE) != Role.PS or not index.isdigit() or int(index) >= count:
+            continue
+        node = observed.nodes.get(node_name_of(pod) or "")
+        if node is not None and phase_of(pod) == "Running":
+            zones[int(index)] = labels_of(node).get(ZONE_LABEL) or None
+    return zones
+
+
+def priced_traffic(
+    cost: CostStatus, pods: list[PodObservation], observed: Observed, *, now: datetime, prices: PriceTable
+) -> CostStatus:
+    """``cost`` with the cross-zone traffic of the steps since the last priced one added (:mod:`ttj.cost.traffic`),
+    once the chief reports the bytes its parameter servers hold."""
+    report = LeaseProgress.from_annotation(annotations_of(observed.lease or {}).get(ANNOTATION_PROGRESS))
+    if report is None or report.parameter_bytes is None:
+        return cost
+    mark = cost.cross_zone
+    steps = steps_to_price(mark.step if mark is not None else None, report.global_step)
+    since = parse_time(mark.priced_at) if mark is not None else None
+    workers = [
+        ZonedWorker(pod.uid, pod.zone, seconds_in(pod.started_at, pod.ended_at, since or now, now))
+        for pod in pods
+        if pod.role == "worker" and pod.started_at is not None
+    ]
+    traffic = cross_zone_traffic(
+        workers,
+        ps_zones=parameter_server_zones(observed, len(report.parameter_bytes)),
+        parameter_bytes=report.parameter_bytes,
+        steps=steps,
+        usd_per_gib=prices.inter_zone_usd_per_gib,
+    )
+    return add_cross_zone(cost, traffic, global_step=report.global_step, now=now)
 
 
 @dataclass(frozen=True)
@@ -128,14 +172,16 @@ def _priced(
     alive_pods = [pod for pod in observed.pods if name_of(pod) in alive]
     nodes = {group.name: _group_worker_node(group, observed, alive_pods, prices) for group in groups}
     rates = {group.name: worker_hourly_rate(group.spec, prices, nodes[group.name]) for group in groups}
+    pods = observations(spec, observed, verdicts)
     cost = accrue(
         previous,
-        observations(spec, observed, verdicts),
+        pods,
         now,
         prices,
         fallback_worker_node=expected_worker_node(spec, prices),
         group_worker_nodes={name: node for name, node in nodes.items() if name is not None},
     )
+    cost = priced_traffic(cost, pods, observed, now=now, prices=prices)
     new_worker = _next_group(groups, alive_pods, unavailable)
     pending = [pod for pod in alive_pods if alive[name_of(pod)].state == PodState.PENDING]
     requested = max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive))

@@ -217,7 +217,8 @@ def groups_status(
     """status.workerGroups: each group's live workers after this pass (``held``, creates included) and those
     running, its capacity mark, and its cost: what its pods in the cost ledger (status.cost.pods, ``ledger``
     now and ``ledger_before`` as last written) have accrued, plus what its pods gone from the ledger had, as
-    the job's own settledUSD keeps it. None for a job without groups."""
+    the job's own settledUSD keeps it, plus its workers' cross-zone traffic (:func:`cross_zone_by_group`).
+    None for a job without groups."""
     if groups[0].name is None:
         return None
     settled = {entry.name: entry.settled_usd for entry in previous}
@@ -229,6 +230,7 @@ def groups_status(
     for entry in ledger:
         if entry.group is not None:
             running_usd[entry.group] = running_usd.get(entry.group, 0.0) + entry.usd
+    cross_zone = cross_zone_by_group(previous, ledger_before, ledger)
     entries = []
     for group in groups:
         name = group.name or ""
@@ -243,10 +245,26 @@ def groups_status(
                 desired=desired,
                 active=active,
                 pending=max(0, desired - active),
-                usd=round(settled.get(name, 0.0) + running_usd.get(name, 0.0), 6),
+                usd=round(settled.get(name, 0.0) + running_usd.get(name, 0.0) + cross_zone.get(name, 0.0), 6),
                 settled_usd=round(settled.get(name, 0.0), 6),
+                # unrounded: a pass adds fractions of a micro-dollar for a small model
+                cross_zone_usd=cross_zone.get(name, 0.0),
                 capacity_unavailable_since=format_time(mark.since) if mark else None,
                 capacity_unavailable_reason=mark.reason if mark else None,
             )
         )
     return entries
+
+
+def cross_zone_by_group(
+    previous: Sequence[WorkerGroupStatus], ledger_before: Sequence[PodCost], ledger: Sequence[PodCost]
+) -> dict[str, float]:
+    """Each group's cross-zone traffic cost so far: what status said, plus what its pods' ledger entries gained
+    since (an entry only grows; one gone from the ledger keeps what it had, which status already holds)."""
+    totals = {entry.name: entry.cross_zone_usd for entry in previous}
+    before = {entry.uid: entry.cross_zone_usd for entry in ledger_before}
+    for entry in ledger:
+        gained = entry.cross_zone_usd - before.get(entry.uid, 0.0)
+        if entry.group is not None and gained > 0:
+            totals[entry.group] = totals.get(entry.group, 0.0) + gained
+    return totals

@@ -6,6 +6,8 @@ import copy
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, run_ps
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import CreateChild, DeleteChild, plan
@@ -632,6 +634,64 @@ def test_budget_projections_price_each_worker_at_its_group() -> None:
         "pending in t4 and od, one more to l4": round(t4 + od + l4, 6),
     }
     assert len({round(l4, 6), round(t4, 6), round(od, 6)}) == 3
+
+
+def test_a_group_in_another_zone_than_the_parameter_server_pays_for_the_traffic() -> None:
+    """The chief reports 100 MB on its one PS (zone a); the fallback group runs in zone b: each of its steps
+    moves 200 MB across zones, priced per GiB into its group, its ledger entry and the job's cost."""
+    from ttj.cost.prices import load_price_table
+    from ttj.cost.traffic import GIB
+    from ttj.planner import PlannerConfig
+
+    config = PlannerConfig(prices=load_price_table())
+    groups = [{"name": "t4-a", "zone": "zone-a", "maxReplicas": 1}, {"name": "t4-b", "zone": "zone-b"}]
+    world = World(grouped(replicas=2, minReplicas=1, groups=groups))
+    zoned = {"cpu-0": node("cpu-0", "on-demand"), "a-0": node("a-0"), "b-0": node("b-0")}
+    for name, zone in (("cpu-0", "zone-a"), ("a-0", "zone-a"), ("b-0", "zone-b")):
+        zoned[name]["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
+    world.observed.nodes |= zoned
+    world.reconcile(T0, config)
+    run_ps(world, "mnist-ps-0-abc")
+    run_pod(world, "mnist-worker-0-1", "a-0")
+    run_pod(world, "mnist-worker-1-1", "b-0")
+    report = {"globalStep": 0, "epoch": 1, "parameterBytes": [100 * 10**6]}
+    renew(world, T0, report)
+    first = world.reconcile(T0 + timedelta(minutes=1), config).status
+    assert first["cost"]["crossZone"] == {
+        "usd": 0.0,
+        "gib": 0.0,
+        "step": 0,
+        "pricedAt": "2026-11-21T12:01:00.000000Z",
+        "usdPerHour": 0.0,
+    }
+    renew(world, T0 + timedelta(hours=1), report | {"globalStep": 7200})
+    hour = world.reconcile(T0 + timedelta(hours=1, minutes=1), config).status
+    # both ran the whole hour: 3600 steps each, the zone-b worker's at 200 MB across
+    usd = 3600 * 200 * 10**6 / GIB * 0.01
+    cost = hour["cost"]
+    assert cost["crossZone"] == {
+        "usd": pytest.approx(usd),
+        "gib": pytest.approx(usd / 0.01),
+        "step": 7200,
+        "pricedAt": "2026-11-21T13:01:00.000000Z",
+        "usdPerHour": pytest.approx(usd),
+    }
+    ledger = {e["name"]: (e["usd"], e.get("crossZoneUSD", 0.0)) for e in cost["pods"]}
+    assert cost["usd"] == pytest.approx(sum(gpu + traffic for gpu, traffic in ledger.values()))
+    assert ledger["mnist-worker-1-1"][1] == pytest.approx(usd)
+    assert [(g["name"], g["usd"], g.get("crossZoneUSD", 0.0)) for g in hour["workerGroups"]] == [
+        ("t4-a", ledger["mnist-worker-0-1"][0], 0.0),
+        ("t4-b", pytest.approx(ledger["mnist-worker-1-1"][0] + usd), pytest.approx(usd)),
+    ]
+    # the zone-b worker goes: its group keeps what its traffic cost
+    world.observed.pods.remove(world.pod("mnist-worker-1-1"))  # type: ignore[arg-type]
+    world.job["spec"]["workers"]["replicas"] = 1
+    later = world.reconcile(T0 + timedelta(hours=2), config).status
+    assert {g["name"]: g.get("crossZoneUSD", 0.0) for g in later["workerGroups"]} == {
+        "t4-a": 0.0,
+        "t4-b": pytest.approx(usd),
+    }
+    assert later["cost"]["crossZone"]["usd"] == pytest.approx(usd)
 
 
 # -- how long a group found out of capacity is skipped ----------------------------------------------------------
