@@ -172,6 +172,7 @@ def test_the_plan_as_manifests(fitted: FittedModel, template: SimJob) -> None:
     assert today is None  # a mixed fleet needs worker groups
     workers = grouped["spec"]["workers"]
     assert workers["replicas"] == 4
+    assert grouped["spec"]["learningRateScaling"] == "updateShare"  # L4s and T4s step at different rates
     assert "acceleratorType" not in workers
     # transient before on-demand, each by dollars per step
     assert workers["groups"] == [
@@ -184,6 +185,9 @@ def test_the_plan_as_manifests(fitted: FittedModel, template: SimJob) -> None:
     ]  # fmt: skip
     _, uniform = manifests(Mix((Group(K80, "preemptible", 6),)), context, "resnet32")
     assert uniform is not None
+    assert uniform["spec"]["learningRateScaling"] == "activeWorkers"
+    spot_and_on_demand, _ = manifests(Mix((Group(T4, "spot", 2), Group(T4, "on-demand", 1))), context, "resnet32")
+    assert spot_and_on_demand["spec"]["learningRateScaling"] == "activeWorkers"  # one GPU type: one speed
     job = TransientTrainingJob.model_validate(uniform)  # applies today
     assert (job.spec.workers.replicas, job.spec.workers.accelerator_type) == (6, K80)
     assert str(job.spec.workers.provisioning) == "preemptible"

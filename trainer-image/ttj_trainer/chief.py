@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -67,8 +67,9 @@ class ChiefDuties:
         self.last_error = why
 
     # -- the report ------------------------------------------------------------------------------------
-    def progress(self, global_step: int) -> LeaseProgress | None:
-        """The report the watcher publishes while the Lease names this pod."""
+    def progress(self, global_step: int, slot_rates: Mapping[int, float] | None = None) -> LeaseProgress | None:
+        """The report the watcher publishes while the Lease names this pod; ``slot_rates``: each active
+        slot's steps per second as measured from the step reports on PS 0."""
         error = self.last_error or None
         if self.epoch is None:
             if not error:
@@ -76,9 +77,12 @@ class ChiefDuties:
             # Named but not acting as chief, e.g. its checkpoint location refuses it: say why.
             view = self.lease.view
             return LeaseProgress(global_step=global_step, epoch=view.epoch if view else None, last_error=error)
+        rates = {slot: round(rate, 3) for slot, rate in slot_rates.items()} if slot_rates else None
         checkpoint = self.last_checkpoint
         if checkpoint is None:
-            return LeaseProgress(global_step=global_step, epoch=self.epoch, last_error=error)
+            return LeaseProgress(
+                global_step=global_step, epoch=self.epoch, last_error=error, slot_steps_per_second=rates
+            )
         return LeaseProgress(
             # The step was read before the checkpoint's own read of the PS; the PS never holds less.
             global_step=max(global_step, checkpoint.step),
@@ -91,6 +95,7 @@ class ChiefDuties:
             evaluation_step=self.evaluation.step if self.evaluation else None,
             evaluation=self.evaluation.metrics if self.evaluation else None,
             export_path=self.export_path,
+            slot_steps_per_second=rates,
         )
 
     def publish_final(self) -> bool:

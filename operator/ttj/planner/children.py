@@ -232,6 +232,13 @@ def worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation:
     return merged_under(bare_worker_pod(job, spec, slot, incarnation), worker_template(spec.workers))
 
 
+def add_env(pod: Obj, name: str, value: str) -> None:
+    """Adds an environment variable to ``pod``'s trainer container."""
+    for container in pod["spec"]["containers"]:
+        if container["name"] == CONTAINER_NAME:
+            container.setdefault("env", []).append({"name": name, "value": value})
+
+
 def bare_worker_pod(job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int) -> Obj:
     """What ttj owns of a worker pod."""
     name = job["metadata"]["name"]

@@ -37,7 +37,15 @@ from ttj.api.models import (
 from ttj.planner import children
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.observed import Obj, condition, labels_of, meta
-from ttj_contract import ACCELERATOR_LABEL, LABEL_WORKER_GROUP, PREEMPTIBLE_LABEL, SPOT_LABEL, format_time, parse_time
+from ttj_contract import (
+    ACCELERATOR_LABEL,
+    LABEL_WORKER_GROUP,
+    PREEMPTIBLE_LABEL,
+    SPOT_LABEL,
+    Env,
+    format_time,
+    parse_time,
+)
 
 #: How long new workers skip a group whose capacity was found out, unless one of its workers runs sooner.
 CAPACITY_RETRY_SECONDS = 1800
@@ -53,6 +61,8 @@ class Group:
     name: str | None
     spec: TransientTrainingJobSpec
     max_slots: int | None = None
+    #: spec.batchSize when the group sets its own batchSize: its pods get it as TTJ_JOB_BATCH_SIZE (updateShare).
+    job_batch_size: int | None = None
 
     def has_room(self, held: int) -> bool:
         return self.max_slots is None or held < self.max_slots
@@ -70,7 +80,10 @@ def groups_of(spec: TransientTrainingJobSpec) -> tuple[Group, ...]:
     """The job's worker groups in order of preference."""
     if not spec.workers.groups:
         return (Group(None, spec),)
-    return tuple(Group(g.name, group_spec(spec, g), g.max_replicas) for g in spec.workers.groups)
+    return tuple(
+        Group(g.name, group_spec(spec, g), g.max_replicas, spec.batch_size if g.batch_size is not None else None)
+        for g in spec.workers.groups
+    )
 
 
 def group_spec(spec: TransientTrainingJobSpec, group: WorkerGroupSpec) -> TransientTrainingJobSpec:
@@ -122,6 +135,8 @@ def group_worker_pod(job: Obj, group: Group, slot: int, incarnation: int) -> Obj
     pod = children.worker_pod(job, group.spec, slot, incarnation)
     if group.name is not None:
         pod["metadata"]["labels"][LABEL_WORKER_GROUP] = group.name
+    if group.job_batch_size is not None:
+        children.add_env(pod, Env.JOB_BATCH_SIZE, str(group.job_batch_size))
     return pod
 
 

@@ -511,7 +511,7 @@ def mix_of(job: SimJob) -> Mix:
 
 def manifests(plan_mix: Mix, context: PlanContext, name: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(the job with worker groups in order of preference, today's single-group job if the mix is uniform)."""
-    from ttj_contract import API_VERSION, KIND
+    from ttj_contract import API_VERSION, KIND, LearningRateScaling
 
     job = mix_job(context.template, plan_mix, context)
     spec = job.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -529,7 +529,11 @@ def manifests(plan_mix: Mix, context: PlanContext, name: str) -> tuple[dict[str,
         }
         for group in preference_order(plan_mix, context)
     ]
-    grouped = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": {**spec, "workers": workers}}
+    grouped_spec = {**spec, "workers": workers}
+    if len({group.accelerator for group in plan_mix.groups}) > 1:
+        # GPUs of different speeds apply updates at different rates: scale each worker's rate by its share
+        grouped_spec["learningRateScaling"] = LearningRateScaling.UPDATE_SHARE.value
+    grouped = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": grouped_spec}
     return grouped, today
 
 
