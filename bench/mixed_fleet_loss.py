@@ -1,6 +1,6 @@
 """Loss vs global step of a mixed GPU fleet against a uniform one, on the local cluster with two GPU speeds.
 
-    .venv/bin/python bench/mixed_fleet_loss.py [--steps 400] [--step-seconds 0.6] [--fast-speed 3]
+    .venv/bin/python bench/mixed_fleet_loss.py [--steps 300] [--step-seconds 1.2] [--fast-speed 3] [--seed 7]
         [--runs uniform,updateShare,activeWorkers] [--png docs/img/mixed_fleet_loss.png] [--json FILE]
 
 One `ttj local-cluster` (an on-demand CPU pool for the parameter server, a spot T4 pool at speed 1 and a spot
@@ -40,7 +40,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "bench" / "programs"
 NAMESPACE = "default"
 WORKERS = 4
-SEED = 7
 
 
 @dataclass
@@ -88,7 +87,7 @@ def manifest(run: Run, args: argparse.Namespace, checkpoints: Path) -> dict[str,
                     "dataset": "synthetic",
                     "learning_rate": str(args.learning_rate),
                     "momentum": "0.9",
-                    "seed": str(SEED),
+                    "seed": str(args.seed),
                 },
             },
             "trainSteps": args.steps,
@@ -285,11 +284,12 @@ def draw(runs: list[Run], path: Path, title: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=400, help="trainSteps of every job")
+    parser.add_argument("--steps", type=int, default=300, help="trainSteps of every job")
+    parser.add_argument("--seed", type=int, default=7, help="the jobs' seed (initial weights, the data's classes)")
     parser.add_argument("--eval-every", type=int, default=20, help="checkpoint (and evaluate) every this many steps")
     parser.add_argument("--batch", type=int, default=32, help="per-worker batch size")
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--step-seconds", type=float, default=0.6, help="simulated GPU seconds a step at speed 1")
+    parser.add_argument("--learning-rate", type=float, default=0.02)
+    parser.add_argument("--step-seconds", type=float, default=1.2, help="simulated GPU seconds a step at speed 1")
     parser.add_argument("--fast-speed", type=float, default=3.0)
     parser.add_argument("--runs", default="uniform,updateShare,activeWorkers")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a job may take")
@@ -316,7 +316,7 @@ def main() -> int:
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(run) for run in runs], indent=1), encoding="utf-8")
     title = (
-        f"small CNN, synthetic data, batch {args.batch}, lr {args.learning_rate}, seed {SEED}; "
+        f"small CNN, synthetic data, batch {args.batch}, lr {args.learning_rate}, seed {args.seed}; "
         f"{args.step_seconds} s/step at speed 1"
     )
     draw(runs, args.png, title)
