@@ -152,7 +152,7 @@ def test_plan_balances_variables_with_their_slots_by_bytes_and_splits_none() -> 
         "optimizer/00002": (2, (16,), f32),
         GLOBAL_STEP: (0, (), tf.int64),
         HEARTBEATS: (0, (2,), f64),
-        STEP_REPORTS: (0, (2, 3), f64),
+        STEP_REPORTS: (0, (2, 4), f64),
     }
 
 
@@ -223,9 +223,9 @@ def test_self_check_builds_a_program_and_says_its_bytes_per_ps() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     # The table (1000 x 4) and its momentum on PS 0 with the global step and a heartbeat (8 bytes each) and
-    # a step report (3 x 8 bytes), the dense tower (8 x 1 + 1, and momentum) on PS 1.
+    # a step report (4 x 8 bytes), the dense tower (8 x 1 + 1, and momentum) on PS 1.
     assert report["parameters"] == 1000 * 4 + 8 + 1
-    assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8 + 24, (8 + 1) * 4 * 2]
+    assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8 + 32, (8 + 1) * 4 * 2]
     assert report["imbalance"] == round(report["bytes_per_ps"][0] / (sum(report["bytes_per_ps"]) / 2), 3)
     assert report["largest_per_ps"] == ["wide/embedding/embeddings", "wide/dense/kernel"]
     assert np.isfinite(report["first_loss"])

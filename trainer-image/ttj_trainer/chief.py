@@ -19,7 +19,7 @@ from ttj_trainer.config import TrainerConfig
 from ttj_trainer.evaluation import Evaluation
 from ttj_trainer.lease import LeaseLink, LeaseUnavailableError, LeaseView
 from ttj_trainer.logs import event
-from ttj_trainer.training import LossNotFiniteError
+from ttj_trainer.training import LossNotFiniteError, SlotRate
 
 log = logging.getLogger("ttj_trainer.worker")
 CHECKPOINT_RETRY_SECONDS = 5.0
@@ -67,9 +67,9 @@ class ChiefDuties:
         self.last_error = why
 
     # -- the report ------------------------------------------------------------------------------------
-    def progress(self, global_step: int, slot_rates: Mapping[int, float] | None = None) -> LeaseProgress | None:
+    def progress(self, global_step: int, slot_rates: Mapping[int, SlotRate] | None = None) -> LeaseProgress | None:
         """The report the watcher publishes while the Lease names this pod; ``slot_rates``: each active
-        slot's steps per second as measured from the step reports on PS 0."""
+        slot's pace as measured from the step reports on PS 0 (its updates per second are published)."""
         error = self.last_error or None
         if self.epoch is None:
             if not error:
@@ -77,7 +77,7 @@ class ChiefDuties:
             # Named but not acting as chief, e.g. its checkpoint location refuses it: say why.
             view = self.lease.view
             return LeaseProgress(global_step=global_step, epoch=view.epoch if view else None, last_error=error)
-        rates = {slot: round(rate, 3) for slot, rate in slot_rates.items()} if slot_rates else None
+        rates = {slot: round(rate.updates, 3) for slot, rate in slot_rates.items()} if slot_rates else None
         checkpoint = self.last_checkpoint
         if checkpoint is None:
             return LeaseProgress(

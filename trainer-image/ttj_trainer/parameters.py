@@ -34,10 +34,11 @@ from ttj_trainer.variables import GLOBAL_STEP, Shared, rebind, reindex_optimizer
 
 HEARTBEATS = "ttj/heartbeats"
 #: Per worker slot, written by its worker with its heartbeat: (wall time, steps this process took, when this
-#: process started). The start time tells a replaced pod's count, which starts again at 0, from its
-#: predecessor's. Like the heartbeats, they describe live processes: never checkpointed.
+#: process started, seconds it spent in those steps). The start time tells a replaced pod's count, which
+#: starts again at 0, from its predecessor's. Like the heartbeats, they describe live processes: never
+#: checkpointed.
 STEP_REPORTS = "ttj/step-reports"
-STEP_REPORT_FIELDS = 3
+STEP_REPORT_FIELDS = 4
 LIVE = (HEARTBEATS, STEP_REPORTS)
 SHARED_NAME_PREFIX = "ttj:"
 
@@ -340,13 +341,14 @@ class ParameterStore:
     def heartbeats(self) -> np.ndarray:
         return np.asarray(self._read(HEARTBEATS).numpy())
 
-    def report_steps(self, slot_index: int, timestamp: float, steps: int, started: float) -> None:
-        """This slot's row of the step reports: (``timestamp``, ``steps`` this process took, when it ``started``)."""
+    def report_steps(self, slot_index: int, timestamp: float, steps: int, started: float, stepping: float) -> None:
+        """This slot's row of the step reports: (``timestamp``, ``steps`` this process took, when it ``started``,
+        the seconds it spent ``stepping``)."""
         with tf.device(self._device(STEP_REPORTS)):
             tf.raw_ops.ResourceScatterUpdate(
                 resource=self.handles[STEP_REPORTS],
                 indices=tf.constant([slot_index], tf.int32),
-                updates=tf.constant([[timestamp, float(steps), started]], tf.float64),
+                updates=tf.constant([[timestamp, float(steps), started, stepping]], tf.float64),
             )
 
     def step_reports(self) -> np.ndarray:

@@ -36,21 +36,32 @@ class LossNotFiniteError(Exception):
     (``TrainerExit.LOSS_NOT_FINITE``) and no checkpoint holds it."""
 
 
-def update_share(own: float | None, rates: Iterable[float], bounds: tuple[float, float] = SHARE_BOUNDS) -> float:
-    """A worker's share of the asynchronous updates relative to an even share: its step rate ``own`` over the
-    update-weighted mean of the active workers' ``rates`` (Σr²/Σr, the rate of the worker an update comes
-    from, on average), clamped to ``bounds``.
+@dataclass(frozen=True)
+class SlotRate:
+    """A slot's measured pace: ``updates`` per second of wall time (its share of the updates, what status
+    shows) and its ``speed``, steps per second of stepping (the time it spent in training steps: a chief's
+    pauses to checkpoint and evaluate are not in it; elsewhere the two are about equal)."""
+
+    updates: float
+    speed: float
+
+
+def update_share(own: float | None, fleet: Iterable[SlotRate], bounds: tuple[float, float] = SHARE_BOUNDS) -> float:
+    """A worker's share of the asynchronous updates relative to an even share: its speed ``own`` over the
+    update-weighted mean speed of the active workers (Σ updates·speed / Σ updates, Σr²/Σr when nobody
+    pauses: the speed of the worker an update comes from, on average), clamped to ``bounds``.
 
     Staleness-aware asynchronous SGD: a worker's gradient is about as stale as the updates the others apply
-    while it computes it, which grows as its own rate falls, so a slow worker takes proportionally smaller
+    while it computes it, which grows as its speed falls, so a slow worker takes proportionally smaller
     steps. Weighting the mean by updates keeps the average step per update at the base rate (in a uniform
-    fleet every factor is 1); the plain mean would raise it by mean(r²)/mean(r)². The clamp bounds what a
-    wrong measurement can do (a rate measured across a stall, a worker that just started). 1 when ``own`` or
-    every rate is unknown."""
-    measured = [rate for rate in rates if rate > 0]
-    if own is None or not measured:
+    fleet every factor is 1); the plain mean would raise it by mean(r²)/mean(r)². Speed rather than updates
+    per wall second in the numerator: a chief that pauses to checkpoint applies fewer updates, but each of its
+    gradients is no staler. The clamp bounds what a wrong measurement can do (a rate measured across a
+    stall, a worker that just started). 1 when ``own`` or every rate is unknown."""
+    measured = [slot for slot in fleet if slot.updates > 0 and slot.speed > 0]
+    if own is None or own <= 0 or not measured:
         return 1.0
-    weighted_mean = sum(rate * rate for rate in measured) / sum(measured)
+    weighted_mean = sum(slot.updates * slot.speed for slot in measured) / sum(slot.updates for slot in measured)
     low, high = bounds
     return min(high, max(low, own / weighted_mean))
 
@@ -60,21 +71,21 @@ def learning_rate_factor(
     desired: int,
     active: int | None,
     *,
-    own_rate: float | None = None,
-    rates: Iterable[float] = (),
+    own_speed: float | None = None,
+    fleet: Iterable[SlotRate] = (),
     batch_ratio: float = 1.0,
 ) -> float:
     """ttj's factor on a worker's learning rate.
 
     ``activeWorkers``: min(1, active/desired), the paper's adaptive rate (an unknown active count means all
-    are active). ``updateShare``: that × :func:`update_share` of ``own_rate`` among ``rates`` × ``batch_ratio``
+    are active). ``updateShare``: that × :func:`update_share` of ``own_speed`` in ``fleet`` × ``batch_ratio``
     (the worker's batch size over the job's: the linear scaling rule for a group with its own batch size)."""
     if scaling == LearningRateScaling.NONE:
         return 1.0
     heads = 1.0 if active is None else min(1.0, active / max(1, desired))
     if scaling != LearningRateScaling.UPDATE_SHARE:
         return heads
-    return heads * update_share(own_rate, rates) * batch_ratio
+    return heads * update_share(own_speed, fleet) * batch_ratio
 
 
 def scaled_learning_rate(base: float, scaling: str, desired: int, active: int | None) -> float:
@@ -89,12 +100,14 @@ class StepReport:
     time: float
     steps: float
     started: float
+    stepping: float
 
 
 class StepRates:
-    """Each slot's step rate, from the reports its worker writes once a heartbeat period: steps over the
-    writer's own clock across the latest :data:`STEP_RATE_WINDOW_SECONDS`. A report from another process
-    (a replaced pod: another start time, or a count or clock going back) starts the slot's history again."""
+    """Each slot's pace, from the reports its worker writes once a heartbeat period: steps over the writer's
+    own clock, and over its own seconds of stepping, across the latest :data:`STEP_RATE_WINDOW_SECONDS`. A
+    report from another process (a replaced pod: another start time, or a count or clock going back) starts
+    the slot's history again."""
 
     def __init__(self, window_seconds: float = STEP_RATE_WINDOW_SECONDS) -> None:
         self.window_seconds = window_seconds
@@ -102,7 +115,7 @@ class StepRates:
 
     def observe(self, rows: Sequence[Sequence[float]]) -> None:
         for slot, row in enumerate(rows):
-            report = StepReport(float(row[0]), float(row[1]), float(row[2]))
+            report = StepReport(*(float(value) for value in row[:4]))
             if report.time <= 0:  # never reported, or cleared by a worker that finished
                 self.history.pop(slot, None)
                 continue
@@ -119,14 +132,14 @@ class StepRates:
             while len(seen) > 2 and seen[1].time <= report.time - self.window_seconds:
                 seen.popleft()
 
-    def rates(self, now: float, fresh_seconds: float = HEARTBEAT_FRESH_SECONDS) -> dict[int, float]:
-        """Steps per second of every slot whose latest report is fresh and whose reports span long enough."""
+    def rates(self, now: float, fresh_seconds: float = HEARTBEAT_FRESH_SECONDS) -> dict[int, SlotRate]:
+        """The pace of every slot whose latest report is fresh and whose reports span long enough."""
         rates = {}
         for slot, seen in self.history.items():
             first, last = seen[0], seen[-1]
-            span = last.time - first.time
+            span, steps, stepping = last.time - first.time, last.steps - first.steps, last.stepping - first.stepping
             if last.time > now - fresh_seconds and span >= MIN_RATE_SPAN_SECONDS:
-                rates[slot] = (last.steps - first.steps) / span
+                rates[slot] = SlotRate(steps / span, steps / stepping if stepping > 0 else 0.0)
         return rates
 
 
@@ -154,10 +167,11 @@ class Training:
         self.sleep = sleep
         self.last_heartbeat = 0.0
         self.local_steps = 0
+        self.stepping_seconds = 0.0  # in training steps, simulated GPU time included
         self.started = clock()  # tells this process's step reports from a predecessor's in the slot
         self.step_rates = StepRates()
-        #: The latest step rate of every active slot (replaced whole, read by the Lease watcher's thread).
-        self.slot_rates: dict[int, float] = {}
+        #: The latest pace of every active slot (replaced whole, read by the Lease watcher's thread).
+        self.slot_rates: dict[int, SlotRate] = {}
         self.batch_ratio = cfg.batch_size / cfg.job_batch_size
 
     @property
@@ -170,12 +184,13 @@ class Training:
         active = view.active_workers if view is not None else None
         desired = view.desired_workers if view is not None and view.desired_workers else self.cfg.desired_workers
         rates = self.slot_rates
+        own = rates.get(self.cfg.task_index)
         return learning_rate_factor(
             self.cfg.learning_rate_scaling,
             desired,
             active,
-            own_rate=rates.get(self.cfg.task_index),
-            rates=rates.values(),
+            own_speed=own.speed if own is not None else None,
+            fleet=rates.values(),
             batch_ratio=self.batch_ratio,
         )
 
@@ -185,7 +200,7 @@ class Training:
         now = self.clock()
         if now - self.last_heartbeat < HEARTBEAT_PERIOD_SECONDS:
             return
-        store.report_steps(self.cfg.task_index, now, self.local_steps, self.started)
+        store.report_steps(self.cfg.task_index, now, self.local_steps, self.started, self.stepping_seconds)
         store.heartbeat(self.cfg.task_index, now)
         self.last_heartbeat = now
         if chief:
@@ -200,7 +215,9 @@ class Training:
         features, labels = batch
         scale = self.learning_rate_scale(view)
         rate = scale * self.cfg.learning_rate if not self.cfg.program else scale
+        began = self.clock()
         loss, step = store.train_step(features, labels, scale)
+        self.stepping_seconds += max(0.0, self.clock() - began) + self.simulated_gpu_seconds
         if not math.isfinite(loss):
             raise LossNotFiniteError(
                 f"the loss is {loss} at global step {step}: stopped; the last good checkpoint stays"

@@ -174,7 +174,7 @@ class Worker:
         store = self.connection.store
         try:
             store.heartbeat(self.cfg.task_index, 0.0)
-            store.report_steps(self.cfg.task_index, 0.0, 0, 0.0)
+            store.report_steps(self.cfg.task_index, 0.0, 0, 0.0, 0.0)
             store.heartbeats()  # remote ops are asynchronous: make sure the write landed
         except self.tf.errors.OpError as err:
             event(log, "could not clear the heartbeat", logging.WARNING, error=brief(err))
