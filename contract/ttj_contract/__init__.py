@@ -205,8 +205,8 @@ class LearningRateScaling(StrEnum):
 
     NONE = "none"
     ACTIVE_WORKERS = "activeWorkers"
-    #: activeWorkers × the worker's share of the updates (its step rate over the update-weighted mean of the
-    #: active workers', clamped) × its group's batch size over the job's.
+    #: activeWorkers × the worker's share of the updates (its speed over the update-weighted mean speed of the
+    #: active workers, clamped) × its group's batch size over the job's.
     UPDATE_SHARE = "updateShare"
 
 

@@ -632,9 +632,10 @@ class TransientTrainingJobSpec(_Model):
         default=LearningRateScaling.ACTIVE_WORKERS,
         description="none keeps the rate fixed; activeWorkers scales it by min(1, active/desired "
         "workers), the paper's adaptive learning rate; updateShare (for mixed GPU types) also by each worker's "
-        "share of the updates: its steps/s over the update-weighted mean of the active workers' (sum r^2 / sum r), "
-        "measured over about 30 s and clamped to [0.25, 4], so a slower worker, whose gradients are staler, takes "
-        "smaller steps; and, in a group with its own batchSize, by that batchSize over spec.batchSize.",
+        "share of the updates: its steps/s over the update-weighted mean of the active workers' (sum r^2 / sum r; "
+        "a chief's pauses to checkpoint do not count), measured over about 30 s and clamped to [0.25, 4], so a "
+        "slower worker, whose gradients are staler, takes smaller steps; and, in a group with its own batchSize, "
+        "by that batchSize over spec.batchSize.",
     )
     checkpoint: CheckpointSpec = Field(description="Where and how often the chief writes checkpoints.")
     data: DataSpec | None = Field(
