@@ -1,7 +1,9 @@
 """Loss vs global step of a mixed GPU fleet against a uniform one, on the local cluster with two GPU speeds.
 
     .venv/bin/python bench/mixed_fleet_loss.py [--steps 300] [--step-seconds 1.2] [--fast-speed 3] [--seed 7]
-        [--runs uniform,updateShare,activeWorkers] [--png docs/img/mixed_fleet_loss.png] [--json FILE]
+        [--learning-rate 0.01] [--runs uniform,updateShare,activeWorkers] [--png docs/img/mixed_fleet_loss.png]
+        [--json FILE]
+    .venv/bin/python bench/mixed_fleet_loss.py --draw FILE.json [FILE.json ...] [--png ...]
 
 One `ttj local-cluster` (an on-demand CPU pool for the parameter server, a spot T4 pool at speed 1 and a spot
 L4 pool at ``--fast-speed``, both with ``--step-seconds`` of simulated GPU time per step at speed 1) and the
@@ -17,7 +19,7 @@ The chief checkpoints every ``--eval-every`` steps and evaluates the held-out se
 curves are those evaluations (read from the chief's log, at full precision). Also recorded: the job's and each
 group's steps/s as status shows them (status.progress.stepsPerSecond, status.workerGroups[].stepsPerSecond),
 and each worker's learning-rate factor as its log says it (every 100 global steps). Prints a table, writes
-the JSON and draws the PNG (matplotlib, the ``viz`` extra).
+the JSON and draws the PNG (matplotlib, the ``viz`` extra); ``--draw`` draws saved JSON files side by side.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ttj_contract import GROUP, PLURAL, VERSION, job_selector
 
@@ -181,12 +183,11 @@ class Cluster:
     def alive(self) -> None:
         for process in self.processes:
             if process.poll() is not None:
-                raise RuntimeError(f"{process.args} exited with {process.returncode}; logs in {self.workdir}")
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode}; logs in {self.workdir}")
 
     def job(self, name: str) -> dict[str, Any]:
         custom = self.client.CustomObjectsApi()
-        job: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
-        return job
+        return cast(dict[str, Any], custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name))
 
     def run(self, run: Run, args: argparse.Namespace) -> None:
         body = manifest(run, args, self.workdir / "checkpoints" / run.name)
@@ -253,33 +254,54 @@ def table(runs: list[Run], marks: list[int]) -> str:
     return "\n".join(lines)
 
 
-def draw(runs: list[Run], path: Path, title: str) -> None:
+def settings_title(settings: dict[str, Any]) -> str:
+    return (
+        f"lr {settings['learning_rate']}, seed {settings['seed']}, batch {settings['batch']}, "
+        f"{settings['step_seconds']} s/step at speed 1"
+    )
+
+
+def draw(panels: list[tuple[dict[str, Any], list[Run]]], path: Path) -> None:
+    """One panel per set of runs (its settings above it), loss vs global step, side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7, 4.2))
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.2), squeeze=False, sharey=True)
     styles = {"uniform": ("black", "-"), "updateShare": ("tab:blue", "-"), "activeWorkers": ("tab:orange", "--")}
-    labels = {
-        "uniform": "uniform: 4 × speed 1",
-        "updateShare": "mixed 2 × 1 + 2 × 3, updateShare",
-        "activeWorkers": "mixed 2 × 1 + 2 × 3, activeWorkers",
-    }
-    for run in runs:
-        color, line = styles.get(run.name, ("gray", ":"))
-        steps = [step for step, _, _ in run.evaluations]
-        losses = [loss for _, loss, _ in run.evaluations]
-        axis.plot(steps, losses, line, color=color, marker="o", markersize=3, label=labels.get(run.name, run.name))
-    axis.set_xlabel("global step")
-    axis.set_ylabel("held-out loss (cross-entropy)")
-    axis.set_yscale("log")
-    axis.set_title(title, fontsize=9)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    for axis, (settings, runs) in zip(axes[0], panels, strict=True):
+        fast = settings["fast_speed"]
+        labels = {
+            "uniform": f"uniform: {WORKERS} × speed 1",
+            "updateShare": f"mixed 2 × 1 + 2 × {fast:g}, updateShare",
+            "activeWorkers": f"mixed 2 × 1 + 2 × {fast:g}, activeWorkers",
+        }
+        for run in runs:
+            color, line = styles.get(run.name, ("gray", ":"))
+            steps = [step for step, _, _ in run.evaluations]
+            losses = [loss for _, loss, _ in run.evaluations]
+            axis.plot(steps, losses, line, color=color, marker="o", markersize=3, label=labels.get(run.name, run.name))
+        axis.set_xlabel("global step")
+        axis.set_yscale("log")
+        axis.set_title(f"small CNN, synthetic data; {settings_title(settings)}", fontsize=9)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    axes[0][0].set_ylabel("held-out loss (cross-entropy)")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
+
+
+def load_runs(path: Path) -> tuple[dict[str, Any], list[Run]]:
+    """A --json file of an earlier invocation: its settings and runs."""
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    runs = []
+    for entry in saved["runs"]:
+        run = Run(**entry)
+        run.evaluations = [(int(step), float(loss), float(accuracy)) for step, loss, accuracy in run.evaluations]
+        runs.append(run)
+    return saved["settings"], runs
 
 
 def main() -> int:
@@ -288,14 +310,19 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7, help="the jobs' seed (initial weights, the data's classes)")
     parser.add_argument("--eval-every", type=int, default=20, help="checkpoint (and evaluate) every this many steps")
     parser.add_argument("--batch", type=int, default=32, help="per-worker batch size")
-    parser.add_argument("--learning-rate", type=float, default=0.02)
+    parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--step-seconds", type=float, default=1.2, help="simulated GPU seconds a step at speed 1")
     parser.add_argument("--fast-speed", type=float, default=3.0)
     parser.add_argument("--runs", default="uniform,updateShare,activeWorkers")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a job may take")
     parser.add_argument("--png", type=Path, default=ROOT / "docs" / "img" / "mixed_fleet_loss.png")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the settings and the runs here")
+    parser.add_argument("--draw", type=Path, nargs="+", default=None, help="only draw these --json files, a panel each")
     args = parser.parse_args()
+    if args.draw:
+        draw([load_runs(path) for path in args.draw], args.png)
+        print(f"figure: {args.png}")
+        return 0
     kinds = {
         "uniform": Run("uniform", "activeWorkers", mixed=False),
         "updateShare": Run("updateShare", "updateShare", mixed=True),
@@ -313,13 +340,19 @@ def main() -> int:
         print(f"work directory (logs, checkpoints): {workdir}")
     marks = [m for m in (100, 200, 300, 400, 600) if m < args.steps]
     print(table(runs, marks))
+    settings = {
+        "steps": args.steps,
+        "seed": args.seed,
+        "eval_every": args.eval_every,
+        "batch": args.batch,
+        "learning_rate": args.learning_rate,
+        "step_seconds": args.step_seconds,
+        "fast_speed": args.fast_speed,
+    }
     if args.json is not None:
-        args.json.write_text(json.dumps([asdict(run) for run in runs], indent=1), encoding="utf-8")
-    title = (
-        f"small CNN, synthetic data, batch {args.batch}, lr {args.learning_rate}, seed {args.seed}; "
-        f"{args.step_seconds} s/step at speed 1"
-    )
-    draw(runs, args.png, title)
+        saved = {"settings": settings, "runs": [asdict(run) for run in runs]}
+        args.json.write_text(json.dumps(saved, indent=1), encoding="utf-8")
+    draw([(settings, runs)], args.png)
     print(f"figure: {args.png}")
     return 0 if all(run.phase == "Succeeded" for run in runs) else 1
 
