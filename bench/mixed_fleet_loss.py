@@ -19,7 +19,7 @@ The chief checkpoints every ``--eval-every`` steps and evaluates the held-out se
 curves are those evaluations (read from the chief's log, at full precision). Also recorded: the job's and each
 group's steps/s as status shows them (status.progress.stepsPerSecond, status.workerGroups[].stepsPerSecond),
 and each worker's learning-rate factor as its log says it (every 100 global steps). Prints a table, writes
-the JSON and draws the PNG (matplotlib, the ``viz`` extra); ``--draw`` draws saved JSON files side by side.
+the JSON and draws the PNG (matplotlib, the ``viz`` extra); ``--draw`` draws saved JSON files, two to a row.
 """
 
 from __future__ import annotations
@@ -262,15 +262,20 @@ def settings_title(settings: dict[str, Any]) -> str:
 
 
 def draw(panels: list[tuple[dict[str, Any], list[Run]]], path: Path) -> None:
-    """One panel per set of runs (its settings above it), loss vs global step, side by side."""
+    """One panel per set of runs (its settings above it), loss vs global step, two to a row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.2), squeeze=False, sharey=True)
+    columns = min(2, len(panels))
+    rows = -(-len(panels) // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(6.2 * columns, 4.2 * rows), squeeze=False, sharey=True)
+    axes = [axis for row in grid for axis in row]
+    for spare in axes[len(panels) :]:
+        spare.set_visible(False)
     styles = {"uniform": ("black", "-"), "updateShare": ("tab:blue", "-"), "activeWorkers": ("tab:orange", "--")}
-    for axis, (settings, runs) in zip(axes[0], panels, strict=True):
+    for axis, (settings, runs) in zip(axes, panels, strict=False):
         fast = settings["fast_speed"]
         labels = {
             "uniform": f"uniform: {WORKERS} × speed 1",
@@ -287,7 +292,8 @@ def draw(panels: list[tuple[dict[str, Any], list[Run]]], path: Path) -> None:
         axis.set_title(f"small CNN, synthetic data; {settings_title(settings)}", fontsize=9)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    axes[0][0].set_ylabel("held-out loss (cross-entropy)")
+    for row in grid:
+        row[0].set_ylabel("held-out loss (cross-entropy)")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
