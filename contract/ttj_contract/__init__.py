@@ -151,6 +151,9 @@ class Env(StrEnum):
     PROGRAM = "TTJ_PROGRAM"
     #: spec.program.args as a JSON object of strings.
     PROGRAM_ARGS = "TTJ_PROGRAM_ARGS"
+    #: spec.batchSize, on the workers of a group that sets its own batchSize (whose BATCH_SIZE is the group's):
+    #: under ``updateShare`` the trainer scales the learning rate by BATCH_SIZE / JOB_BATCH_SIZE.
+    JOB_BATCH_SIZE = "TTJ_JOB_BATCH_SIZE"
 
 
 class LocalSimulation(StrEnum):
@@ -198,10 +201,13 @@ BUILTIN_ENTRYPOINT = "ttj_trainer.builtin:program"
 
 
 class LearningRateScaling(StrEnum):
-    """How the learning rate follows the worker count."""
+    """How the learning rate follows the worker count (and, with ``updateShare``, each worker's speed)."""
 
     NONE = "none"
     ACTIVE_WORKERS = "activeWorkers"
+    #: activeWorkers × the worker's share of the updates (its speed over the update-weighted mean speed of the
+    #: active workers, clamped) × its group's batch size over the job's.
+    UPDATE_SHARE = "updateShare"
 
 
 #: How long a newly elected chief may take before its first renewal (TensorFlow start-up, connecting, tracing
@@ -405,6 +411,8 @@ class LeaseProgress:
     #: Bytes of the model's variables on each parameter server, by PS index: what one worker step reads from
     #: that server and sends back as gradients (embedding tables looked up by row are not in it).
     parameter_bytes: tuple[int, ...] | None = None
+    #: Training steps per second of each worker slot with a fresh heartbeat, by slot index, as measured on PS 0.
+    slot_steps_per_second: Mapping[int, float] | None = None
 
     def to_annotation(self) -> str:
         fields = {
@@ -419,6 +427,9 @@ class LeaseProgress:
             "evaluation": None if self.evaluation is None else dict(self.evaluation),
             "exportPath": self.export_path,
             "parameterBytes": None if self.parameter_bytes is None else list(self.parameter_bytes),
+            "slotStepsPerSecond": None
+            if self.slot_steps_per_second is None
+            else {str(slot): rate for slot, rate in sorted(self.slot_steps_per_second.items())},
         }
         return json.dumps({k: v for k, v in fields.items() if v is not None}, separators=(",", ":"))
 
@@ -450,6 +461,7 @@ class LeaseProgress:
                 evaluation=None if evaluation is None else {str(k): float(v) for k, v in evaluation.items()},
                 export_path=None if export is None else str(export),
                 parameter_bytes=_parameter_bytes(data.get("parameterBytes")),
+                slot_steps_per_second=_slot_rates(data.get("slotStepsPerSecond")),
             )
         except (ValueError, TypeError, AttributeError):
             return None
@@ -460,3 +472,16 @@ def _parameter_bytes(raw: object) -> tuple[int, ...] | None:
     if not isinstance(raw, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw):
         return None
     return tuple(raw)
+
+
+def _slot_rates(value: object) -> dict[int, float] | None:
+    """``slotStepsPerSecond`` as {slot: steps/s}; None when absent or malformed (the rest of the report stands)."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        rates = {int(slot): float(rate) for slot, rate in value.items()}
+    except (ValueError, TypeError):
+        return None
+    if any(slot < 0 or not math.isfinite(rate) or rate < 0 for slot, rate in rates.items()):
+        return None
+    return rates

@@ -76,7 +76,7 @@ def test_bad_worker_specs_are_refused_with_a_clear_message(workers: dict[str, An
         ({"model": "resnet50"}, "'resnet32' or 'small-cnn'"),
         ({"dataset": "imagenet"}, "'cifar10' or 'synthetic'"),
         ({"learningRate": 0}, "greater than 0"),
-        ({"learningRateScaling": "sqrt"}, "'none' or 'activeWorkers'"),
+        ({"learningRateScaling": "sqrt"}, "'none', 'activeWorkers' or 'updateShare'"),
         ({"cleanPodPolicy": "Some"}, "'All', 'Running' or 'None'"),
         ({"budget": {"maxCostUSD": 0}}, "greater than 0"),
         ({"backoffLimit": -1}, "greater than or equal to 0"),

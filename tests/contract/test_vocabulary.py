@@ -62,8 +62,29 @@ def test_the_progress_record_has_the_documented_keys() -> None:
         evaluation={"loss": 0.5, "accuracy": 0.75},
         export_path="/ckpt/export/step-5",
         parameter_bytes=(1024, 2048),
+        slot_steps_per_second={0: 2.5, 3: 7.25},
     )
     assert list(json.loads(full.to_annotation())) == keys
+    assert LeaseProgress.from_annotation(full.to_annotation()) == full
+
+
+@pytest.mark.parametrize(
+    ("rates", "read"),
+    [
+        ('{"0": 2.5, "12": 0}', {0: 2.5, 12: 0.0}),
+        ("{}", {}),
+        ('{"a": 1}', None),
+        ('{"0": "fast"}', None),
+        ('{"-1": 1}', None),
+        ('{"0": -1}', None),
+        ("[1, 2]", None),
+        ("3", None),
+    ],
+)
+def test_slot_rates_read_tolerantly(rates: str, read: dict[int, float] | None) -> None:
+    """A malformed slotStepsPerSecond is dropped; the rest of the report stands."""
+    text = f'{{"globalStep": 9, "epoch": 1, "slotStepsPerSecond": {rates}}}'
+    assert LeaseProgress.from_annotation(text) == LeaseProgress(9, epoch=1, slot_steps_per_second=read)
 
 
 @given(

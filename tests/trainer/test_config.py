@@ -46,11 +46,30 @@ def test_worker_serves_on_pod_ip_at_the_port_of_its_slot() -> None:
 
 
 @pytest.mark.parametrize(
+    ("env", "sizes"),
+    [
+        ({}, (128, 128)),
+        ({"TTJ_BATCH_SIZE": "256"}, (256, 256)),  # a job without groups, or a group without its own batch
+        (
+            {"TTJ_BATCH_SIZE": "256", "TTJ_JOB_BATCH_SIZE": "128", "TTJ_LEARNING_RATE_SCALING": "updateShare"},
+            (256, 128),
+        ),
+    ],
+)
+def test_the_jobs_batch_size_is_the_workers_unless_its_group_has_its_own(
+    env: dict[str, str], sizes: tuple[int, int]
+) -> None:
+    cfg = config.load(BASE_ENV | env)
+    assert (cfg.batch_size, cfg.job_batch_size) == sizes
+
+
+@pytest.mark.parametrize(
     ("override", "message"),
     [
         ({"TTJ_MODEL": "vgg"}, "unknown model"),
         ({"TTJ_DATASET": "imagenet"}, "unknown dataset"),
         ({"TTJ_TRAIN_STEPS": "many"}, "TTJ_TRAIN_STEPS"),
+        ({"TTJ_JOB_BATCH_SIZE": "0"}, "TTJ_JOB_BATCH_SIZE=0 must be at least 1"),
         ({"TTJ_LEARNING_RATE_SCALING": "linear"}, "TTJ_LEARNING_RATE_SCALING"),
         ({"TTJ_CHECKPOINT_URI": "relative/dir"}, "TTJ_CHECKPOINT_URI"),
         ({"TF_CONFIG": "{"}, "TF_CONFIG is not valid JSON"),

@@ -120,7 +120,7 @@ def test_plan_balances_variables_with_their_slots_by_bytes_and_splits_none() -> 
 
     import tensorflow as tf
 
-    from ttj_trainer.parameters import HEARTBEATS, plan
+    from ttj_trainer.parameters import HEARTBEATS, STEP_REPORTS, plan
     from ttj_trainer.variables import GLOBAL_STEP, Shared
 
     def var(shape: tuple[int, ...], dtype: str = "float32") -> Any:
@@ -152,6 +152,7 @@ def test_plan_balances_variables_with_their_slots_by_bytes_and_splits_none() -> 
         "optimizer/00002": (2, (16,), f32),
         GLOBAL_STEP: (0, (), tf.int64),
         HEARTBEATS: (0, (2,), f64),
+        STEP_REPORTS: (0, (2, 4), f64),
     }
 
 
@@ -180,7 +181,7 @@ def test_two_ps_tasks_hold_the_variables_as_planned_and_the_checkpoint_restores_
     """Trained against two real PS processes: each variable is on the task the plan gives it, the table's
     gradient still arrives as rows, and the checkpoint restores into the program's own model in three lines."""
     from ttj_trainer import program
-    from ttj_trainer.parameters import plan
+    from ttj_trainer.parameters import LIVE, plan
 
     job = TrainerJob(tmp_path, tmp_path / "unused-kubeconfig", slots=1, ps_count=2)
     job.start("ps", 0)
@@ -199,7 +200,7 @@ def test_two_ps_tasks_hold_the_variables_as_planned_and_the_checkpoint_restores_
     assert placed == {
         name.replace("/", "_"): f"/job:ps/replica:0/task:{planned[name]}/device:CPU:0"
         for name in planned
-        if name != "ttj/heartbeats"
+        if name not in LIVE
     }
     assert {planned["model/00000"], planned["model/00001"]} == {0, 1}  # the table on one task, the tower on the other
     table_bytes = 200_000 * 8 * 4
@@ -240,10 +241,10 @@ def test_self_check_builds_a_program_and_says_its_bytes_per_ps() -> None:
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    # The table (1000 x 4) and its momentum on PS 0 with the global step and a heartbeat (8 bytes each),
-    # the dense tower (8 x 1 + 1, and momentum) on PS 1.
+    # The table (1000 x 4) and its momentum on PS 0 with the global step and a heartbeat (8 bytes each) and
+    # a step report (4 x 8 bytes), the dense tower (8 x 1 + 1, and momentum) on PS 1.
     assert report["parameters"] == 1000 * 4 + 8 + 1
-    assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8, (8 + 1) * 4 * 2]
+    assert report["bytes_per_ps"] == [1000 * 4 * 4 * 2 + 8 + 8 + 32, (8 + 1) * 4 * 2]
     assert report["imbalance"] == round(report["bytes_per_ps"][0] / (sum(report["bytes_per_ps"]) / 2), 3)
     assert report["largest_per_ps"] == ["wide/embedding/embeddings", "wide/dense/kernel"]
     # A step moves the table's rows only (not counted) and the dense tower whole, both ways.

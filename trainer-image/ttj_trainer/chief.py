@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,7 +19,7 @@ from ttj_trainer.config import TrainerConfig
 from ttj_trainer.evaluation import Evaluation
 from ttj_trainer.lease import LeaseLink, LeaseUnavailableError, LeaseView
 from ttj_trainer.logs import event
-from ttj_trainer.training import LossNotFiniteError
+from ttj_trainer.training import LossNotFiniteError, SlotRate
 
 log = logging.getLogger("ttj_trainer.worker")
 CHECKPOINT_RETRY_SECONDS = 5.0
@@ -68,8 +68,9 @@ class ChiefDuties:
         self.last_error = why
 
     # -- the report ------------------------------------------------------------------------------------
-    def progress(self, global_step: int) -> LeaseProgress | None:
-        """The report the watcher publishes while the Lease names this pod."""
+    def progress(self, global_step: int, slot_rates: Mapping[int, SlotRate] | None = None) -> LeaseProgress | None:
+        """The report the watcher publishes while the Lease names this pod; ``slot_rates``: each active
+        slot's pace as measured from the step reports on PS 0 (its updates per second are published)."""
         error = self.last_error or None
         if self.epoch is None:
             if not error:
@@ -77,10 +78,15 @@ class ChiefDuties:
             # Named but not acting as chief, e.g. its checkpoint location refuses it: say why.
             view = self.lease.view
             return LeaseProgress(global_step=global_step, epoch=view.epoch if view else None, last_error=error)
+        rates = {slot: round(rate.updates, 3) for slot, rate in slot_rates.items()} if slot_rates else None
         checkpoint = self.last_checkpoint
         if checkpoint is None:
             return LeaseProgress(
-                global_step=global_step, epoch=self.epoch, last_error=error, parameter_bytes=self.parameter_bytes
+                global_step=global_step,
+                epoch=self.epoch,
+                last_error=error,
+                parameter_bytes=self.parameter_bytes,
+                slot_steps_per_second=rates,
             )
         return LeaseProgress(
             # The step was read before the checkpoint's own read of the PS; the PS never holds less.
@@ -95,6 +101,7 @@ class ChiefDuties:
             evaluation=self.evaluation.metrics if self.evaluation else None,
             export_path=self.export_path,
             parameter_bytes=self.parameter_bytes,
+            slot_steps_per_second=rates,
         )
 
     def publish_final(self) -> bool:

@@ -64,6 +64,8 @@ class TrainerConfig:
     cifar10_md5: str
     train_steps: int
     batch_size: int
+    #: spec.batchSize; differs from batch_size on the workers of a group with its own batchSize.
+    job_batch_size: int
     learning_rate: float
     learning_rate_scaling: str
     momentum: float
@@ -181,6 +183,7 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         cifar10_md5=_get(env, Knob.CIFAR10_MD5, data.CIFAR10_MD5),
         train_steps=_int(env, Env.TRAIN_STEPS, 64000, minimum=1),
         batch_size=_int(env, Env.BATCH_SIZE, 128, minimum=1),
+        job_batch_size=_int(env, Env.JOB_BATCH_SIZE, _int(env, Env.BATCH_SIZE, 128, minimum=1), minimum=1),
         learning_rate=_float(env, Env.LEARNING_RATE, 0.1),
         learning_rate_scaling=scaling,
         momentum=_float(env, Knob.MOMENTUM, 0.9),

@@ -15,7 +15,7 @@ Placement (:func:`plan`): balanced, not split. The model's variables, each with 
 one group, go largest group first (in bytes) onto the PS task holding the fewest bytes so far; a variable
 is never split across PS tasks, so one table larger than the rest together decides the largest task's
 share. Slots beside their variable; the global step (the optimizer's iteration counter), the optimizer's
-other variables and one heartbeat per worker slot on PS 0.
+other variables, one heartbeat per worker slot and one step report per worker slot on PS 0.
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ from ttj_trainer.program import Prepared, TrainStep
 from ttj_trainer.variables import GLOBAL_STEP, MODEL_PREFIX, Shared, rebind, reindex_optimizer, shared_resource
 
 HEARTBEATS = "ttj/heartbeats"
+#: Per worker slot, written by its worker with its heartbeat: (wall time, steps this process took, when this
+#: process started, seconds it spent in those steps). The start time tells a replaced pod's count, which
+#: starts again at 0, from its predecessor's. Like the heartbeats, they describe live processes: never
+#: checkpointed.
+STEP_REPORTS = "ttj/step-reports"
+STEP_REPORT_FIELDS = 4
+LIVE = (HEARTBEATS, STEP_REPORTS)
 SHARED_NAME_PREFIX = "ttj:"
 
 
@@ -71,6 +78,7 @@ def plan(variables: list[Shared], ps_count: int, worker_slots: int) -> list[Slot
         slots += [Slot(m.name, tuple(m.variable.shape), tf.as_dtype(m.variable.dtype), index) for m in group]
     slots += [Slot(item.name, tuple(item.variable.shape), tf.as_dtype(item.variable.dtype), 0) for item in alone]
     slots.append(Slot(HEARTBEATS, (max(1, worker_slots),), tf.float64, 0))
+    slots.append(Slot(STEP_REPORTS, (max(1, worker_slots), STEP_REPORT_FIELDS), tf.float64, 0))
     return sorted(slots, key=lambda s: s.name)
 
 
@@ -226,8 +234,8 @@ class ParameterStore:
 
     @property
     def checkpointed(self) -> list[Slot]:
-        """What a checkpoint holds: everything but the heartbeats (they describe live processes)."""
-        return [s for s in self.slots if s.name != HEARTBEATS]
+        """What a checkpoint holds: everything but the heartbeats and step reports (they describe live processes)."""
+        return [s for s in self.slots if s.name not in LIVE]
 
     def open(self) -> None:
         """(Re)creates the handles; needed again after reconnecting, which invalidates remote handles."""
@@ -328,10 +336,11 @@ class ParameterStore:
         for name in names:
             with tf.device(self._device(name)):
                 tf.raw_ops.AssignVariableOp(resource=self.handles[name], value=tf.constant(values[name]))
-        with tf.device(self._device(HEARTBEATS)):
-            tf.raw_ops.AssignVariableOp(
-                resource=self.handles[HEARTBEATS], value=tf.zeros(self.by_name[HEARTBEATS].shape, tf.float64)
-            )
+        for name in LIVE:
+            with tf.device(self._device(name)):
+                tf.raw_ops.AssignVariableOp(
+                    resource=self.handles[name], value=tf.zeros(self.by_name[name].shape, tf.float64)
+                )
         # Remote eager ops are asynchronous: read one back so the weights are in place before the step.
         self._read(names[-1]).numpy()
         with tf.device(self._device(GLOBAL_STEP)):
@@ -355,6 +364,20 @@ class ParameterStore:
 
     def heartbeats(self) -> np.ndarray:
         return np.asarray(self._read(HEARTBEATS).numpy())
+
+    def report_steps(self, slot_index: int, timestamp: float, steps: int, started: float, stepping: float) -> None:
+        """This slot's row of the step reports: (``timestamp``, ``steps`` this process took, when it ``started``,
+        the seconds it spent ``stepping``)."""
+        with tf.device(self._device(STEP_REPORTS)):
+            tf.raw_ops.ResourceScatterUpdate(
+                resource=self.handles[STEP_REPORTS],
+                indices=tf.constant([slot_index], tf.int32),
+                updates=tf.constant([[timestamp, float(steps), started, stepping]], tf.float64),
+            )
+
+    def step_reports(self) -> np.ndarray:
+        """Every slot's step report, one row per slot (zeros for a slot that never reported)."""
+        return np.asarray(self._read(STEP_REPORTS).numpy())
 
     # -- training ----------------------------------------------------------------------------------------
     def train_step(self, features: Any, labels: Any, learning_rate_scale: float) -> tuple[float, int]:

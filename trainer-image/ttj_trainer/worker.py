@@ -44,7 +44,7 @@ class Worker:
         watcher = LeaseWatcher(
             client,
             cfg.pod_name,
-            lambda: self.chief.progress(self.training.global_step),
+            lambda: self.chief.progress(self.training.global_step, self.training.slot_rates),
             cfg.lease_poll_seconds,
             alive=lambda lease_seconds: self.liveness.alive(lease_seconds, self.training.stepped),
         )
@@ -176,6 +176,7 @@ class Worker:
         store = self.connection.store
         try:
             store.heartbeat(self.cfg.task_index, 0.0)
+            store.report_steps(self.cfg.task_index, 0.0, 0, 0.0, 0.0)
             store.heartbeats()  # remote ops are asynchronous: make sure the write landed
         except self.tf.errors.OpError as err:
             event(log, "could not clear the heartbeat", logging.WARNING, error=brief(err))

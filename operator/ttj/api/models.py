@@ -670,7 +670,11 @@ class TransientTrainingJobSpec(_Model):
     learning_rate_scaling: LearningRateScaling = Field(
         default=LearningRateScaling.ACTIVE_WORKERS,
         description="none keeps the rate fixed; activeWorkers scales it by min(1, active/desired "
-        "workers), the paper's adaptive learning rate.",
+        "workers), the paper's adaptive learning rate; updateShare (for mixed GPU types) also by each worker's "
+        "share of the updates: its steps/s over the update-weighted mean of the active workers' (sum r^2 / sum r; "
+        "a chief's pauses to checkpoint do not count), measured over about 30 s and clamped to [0.25, 4], so a "
+        "slower worker, whose gradients are staler, takes smaller steps; and, in a group with its own batchSize, "
+        "by that batchSize over spec.batchSize.",
     )
     checkpoint: CheckpointSpec = Field(description="Where and how often the chief writes checkpoints.")
     data: DataSpec | None = Field(
@@ -824,6 +828,11 @@ class WorkerGroupStatus(_Model):
     capacity_unavailable_reason: str | None = Field(
         default=None, description="Why the group's capacity was taken to be out (the scheduler's message)."
     )
+    steps_per_second: float | None = Field(
+        default=None,
+        ge=0,
+        description="Training steps per second of the group's workers together, as the chief last measured them.",
+    )
 
 
 class WorkerCounts(_Model):
@@ -896,6 +905,12 @@ class ProgressStatus(_Model):
         max_length=MAX_PATH_LENGTH,
         description="Where the chief exported the final model once the job succeeded: the directory holding "
         "model.keras (Keras) and saved_model/ (TensorFlow SavedModel).",
+    )
+    steps_per_second: float | None = Field(
+        default=None,
+        ge=0,
+        description="Training steps per second of all the active workers together, as the chief last measured them "
+        "(each worker's over about 30 s).",
     )
 
 

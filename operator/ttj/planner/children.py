@@ -238,6 +238,13 @@ def worker_pod(
     )
 
 
+def add_env(pod: Obj, name: str, value: str) -> None:
+    """Adds an environment variable to ``pod``'s trainer container."""
+    for container in pod["spec"]["containers"]:
+        if container["name"] == CONTAINER_NAME:
+            container.setdefault("env", []).append({"name": name, "value": value})
+
+
 def _placement(spec: TransientTrainingJobSpec, compute_class: str | None) -> tuple[dict[str, str], list[Obj]]:
     """A worker's nodeSelector and tolerations: its compute class's (the class's priorities choose spot or not
     and the GPU), else the labels of its provisioning and accelerator type."""

@@ -52,6 +52,7 @@ from ttj.planner.lost import ServerLoss
 from ttj.planner.observed import Observed, meta, name_of
 from ttj.planner.ownership import name_problems, ownership_problems
 from ttj.planner.parameter_servers import ParameterServers, parameter_servers, refused_creates
+from ttj.planner.rates import group_steps_per_second, with_steps_per_second
 from ttj.planner.slots import WorkerSlots, fill_worker_slots
 from ttj.planner.stall import Stall, stall_of, track_progress
 from ttj.planner.static_children import StaticChildren, static_children
@@ -572,7 +573,7 @@ def _groups(
     run: _Pass, spec: TransientTrainingJobSpec, slots: WorkerSlots, counted: TransientTrainingJobStatus
 ) -> list[WorkerGroupStatus] | None:
     before = run.previous.cost
-    return groups_status(
+    entries = groups_status(
         groups_of(spec),
         held=slots.held,
         running=slots.running,
@@ -581,6 +582,7 @@ def _groups(
         ledger_before=(before.pods if before is not None else None) or [],
         ledger=(counted.cost.pods if counted.cost is not None else None) or [],
     )
+    return with_steps_per_second(entries, group_steps_per_second(run.observed.lease, run.observed.pods))
 
 
 def _counts(run: _Pass, spec: TransientTrainingJobSpec, *, active: int, pending: int) -> WorkerCounts:

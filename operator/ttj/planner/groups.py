@@ -44,6 +44,7 @@ from ttj_contract import (
     LABEL_WORKER_GROUP,
     PREEMPTIBLE_LABEL,
     SPOT_LABEL,
+    Env,
     format_time,
     parse_time,
 )
@@ -61,6 +62,8 @@ class Group:
     spec: TransientTrainingJobSpec
     max_slots: int | None = None
     compute_class: str | None = None
+    #: spec.batchSize when the group sets its own batchSize: its pods get it as TTJ_JOB_BATCH_SIZE (updateShare).
+    job_batch_size: int | None = None
 
     def has_room(self, held: int) -> bool:
         return self.max_slots is None or held < self.max_slots
@@ -78,7 +81,16 @@ def groups_of(spec: TransientTrainingJobSpec) -> tuple[Group, ...]:
     """The job's worker groups in order of preference."""
     if not spec.workers.groups:
         return (Group(None, spec),)
-    return tuple(Group(g.name, group_spec(spec, g), g.max_replicas, g.compute_class) for g in spec.workers.groups)
+    return tuple(
+        Group(
+            g.name,
+            group_spec(spec, g),
+            g.max_replicas,
+            g.compute_class,
+            spec.batch_size if g.batch_size is not None else None,
+        )
+        for g in spec.workers.groups
+    )
 
 
 def group_spec(spec: TransientTrainingJobSpec, group: WorkerGroupSpec) -> TransientTrainingJobSpec:
@@ -130,6 +142,8 @@ def group_worker_pod(job: Obj, group: Group, slot: int, incarnation: int) -> Obj
     pod = children.worker_pod(job, group.spec, slot, incarnation, compute_class=group.compute_class)
     if group.name is not None:
         pod["metadata"]["labels"][LABEL_WORKER_GROUP] = group.name
+    if group.job_batch_size is not None:
+        children.add_env(pod, Env.JOB_BATCH_SIZE, str(group.job_batch_size))
     return pod
 
 

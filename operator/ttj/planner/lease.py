@@ -71,9 +71,15 @@ def reported_progress(lease: Obj | None, previous: ProgressStatus | None) -> Pro
             evaluation_step=report.evaluation_step if evaluated else kept.evaluation_step,
             evaluation=evaluation if evaluated else kept.evaluation,
             export_path=export_path or kept.export_path,
+            steps_per_second=total_steps_per_second(report.slot_steps_per_second),
         )
     except ValidationError:
         return previous
+
+
+def total_steps_per_second(slot_rates: Mapping[int, float] | None) -> float | None:
+    """The job's steps per second: its active slots' together (None when the report has no rates)."""
+    return None if slot_rates is None else round(sum(slot_rates.values()), 3)
 
 
 def fitting_metrics(metrics: Mapping[str, float] | None) -> dict[str, float] | None:
