@@ -143,6 +143,47 @@ class PodLog:
             self.chief_at[name] = now
 
 
+class JobWrites:
+    """Counts the jobs' MODIFIED events (in this benchmark, the operator's status writes and kopf's own
+    annotations) while it runs: how many writes the operator made to the jobs, which, unlike latencies, hardly
+    depends on how busy the machine is."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.modified = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from kubernetes import client, watch
+
+        custom = client.CustomObjectsApi(self.api)
+        listed = custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, limit=1)
+        version = listed["metadata"]["resourceVersion"]
+        while not self.stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    custom.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
+                    resource_version=version,
+                    timeout_seconds=30,
+                ):
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] == "MODIFIED" and not self.stop.is_set():
+                        self.modified += 1
+                    if self.stop.is_set():
+                        stream.stop()
+                        break
+            except Exception as exc:  # as the pod watch: start again from a fresh list
+                print(f"job watch: {exc}", file=sys.stderr)
+                listed = custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, limit=1)
+                version = listed["metadata"]["resourceVersion"]
+
+
 def intervals(pods: PodLog, moments: Mapping[str, float], chiefs_before: set[str]) -> tuple[list[float], list[float]]:
     """From each lost pod's moment to the pod that took its slot, and (for a chief) to the next chief."""
     recovery, handover = [], []
@@ -381,6 +422,8 @@ class Run:
         """Preempt spot nodes one by one while the pod watch records; the pods, the chiefs before, the nodes."""
         pods = PodLog(api, self.namespace)
         pods.thread.start()
+        writes = JobWrites(api, self.namespace)
+        writes.thread.start()
         time.sleep(2)
         chiefs_before = {
             p.metadata.name
@@ -397,6 +440,8 @@ class Run:
             time.sleep(1)
         time.sleep(2)
         pods.stop.set()
+        writes.stop.set()
+        print(f"job writes (MODIFIED events) from the first preemption until every job ran again: {writes.modified}")
         return pods, chiefs_before, len(victims)
 
 
