@@ -35,7 +35,7 @@ from ttj.api.models import (
     status_body,
 )
 from ttj.api.objects import JobStatusBody
-from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
+from ttj.planner.actions import EmitEvent, LabelPod, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
 from ttj.planner.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
@@ -335,16 +335,19 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
 def _running_writes(
     reading: _Reading, servers: ParameterServers, slots: WorkerSlots, chief: ChiefPlan, interval: IntervalPlan
 ) -> list[Write]:
-    """In the order they are applied. The chief's Lease and labels go before the lost pods' releases and the
-    replacements' creates, so that a new chief is named one round trip after the pass starts, not a dozen;
-    the interval annotation goes after the chief's own Lease write (which may carry a resourceVersion
-    precondition)."""
+    """In the order they are applied. When the chief changes, its Lease and labels go before everything
+    else, so that the new chief is named one round trip into the pass, not after the lost pods' releases and
+    the replacements' creates; a Lease write that only publishes the worker counts goes after the creates,
+    so that it delays no replacement. The interval annotation goes after the chief's own Lease write (which
+    may carry a resourceVersion precondition)."""
+    naming = chief.elections > 0 or any(isinstance(write, LabelPod) for write in chief.writes)
     return [
         *reading.statics.writes,
-        *servers.writes,
-        *chief.writes,
+        *(chief.writes if naming else ()),
         *reading.assessed.releases,
+        *servers.writes,
         *slots.writes,
+        *(() if naming else chief.writes),
         *interval.writes,
     ]
 

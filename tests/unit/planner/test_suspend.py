@@ -332,10 +332,10 @@ def test_a_job_created_suspended_creates_no_pod_until_it_is_resumed() -> None:
     admitted = world.reconcile(T0 + 2 * HOUR, CONFIG)
     assert [(type(w).__name__, w.name) for w in admitted.writes] == [
         ("ReplaceChild", "mnist-ps-0"),
-        ("CreateChild", "mnist-chief"),  # the Lease, made with the first election's inputs, before the workers
         ("CreateChild", "mnist-worker-0-1"),
         ("CreateChild", "mnist-worker-1-1"),
         ("CreateChild", "mnist-worker-2-1"),
+        ("CreateChild", "mnist-chief"),  # the Lease, made with the first election's inputs
     ]
     assert admitted.of_type(ReplaceChild) == [ps_scaled(world, 1)]
     assert admitted.status["startTime"] == format_time(T0 + 2 * HOUR)
