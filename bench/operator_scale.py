@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,47 @@ class PodLog:
             self.chief_at[name] = now
 
 
+class JobWrites:
+    """Counts the jobs' MODIFIED events (in this benchmark, the operator's status writes and kopf's own
+    annotations) while it runs: how many writes the operator made to the jobs, which, unlike latencies, hardly
+    depends on how busy the machine is."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.modified = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from kubernetes import client, watch
+
+        custom = client.CustomObjectsApi(self.api)
+        listed = custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, limit=1)
+        version = listed["metadata"]["resourceVersion"]
+        while not self.stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    custom.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
+                    resource_version=version,
+                    timeout_seconds=30,
+                ):
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] == "MODIFIED" and not self.stop.is_set():
+                        self.modified += 1
+                    if self.stop.is_set():
+                        stream.stop()
+                        break
+            except Exception as exc:  # as the pod watch: start again from a fresh list
+                print(f"job watch: {exc}", file=sys.stderr)
+                listed = custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, limit=1)
+                version = listed["metadata"]["resourceVersion"]
+
+
 def intervals(pods: PodLog, moments: Mapping[str, float], chiefs_before: set[str]) -> tuple[list[float], list[float]]:
     """From each lost pod's moment to the pod that took its slot, and (for a chief) to the next chief."""
     recovery, handover = [], []
@@ -190,7 +231,233 @@ def progress(core: Any, namespace: str, phases: dict[str, str]) -> str:
     return f"jobs {dict(sorted(jobs.items()))} pods {dict(sorted(pods.items()))}"
 
 
-def main() -> int:
+def bench_pools(jobs: int, workers: int) -> list[Any]:
+    """The node pools, sized from the requests the operator gives pods whose spec names none (one PS per job,
+    one GPU per worker)."""
+    from ttj.planner.children import DEFAULT_PS_REQUESTS, DEFAULT_WORKER_REQUESTS
+    from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
+
+    cpu_pool = NodePool(name="cpu-pool", cpu="16", memory="60Gi")
+    gpu_pool = spot_t4_pool(
+        name="gpu-pool", gpus=8, cpu="96", memory="360Gi", machine_type="n1-standard-96", grace=0.0, restore_after=None
+    )
+    worker_requests = {**DEFAULT_WORKER_REQUESTS, GPU_RESOURCE: "1"}
+    return [
+        replace(cpu_pool, nodes=max(2, nodes_for(jobs, DEFAULT_PS_REQUESTS, cpu_pool))),
+        replace(gpu_pool, nodes=nodes_for(jobs * workers, worker_requests, gpu_pool)),
+    ]
+
+
+def cluster_part(part: str, pools: list[Any]) -> list[Any]:
+    """The add-ons of one part of the local cluster: ``control`` (scheduler, Deployment controller) or
+    ``nodes`` (the node fleet: kubelets, pods simulated)."""
+    from ttj_localcluster.nodes.deployments import DeploymentController
+    from ttj_localcluster.nodes.fleet import NodeFleet
+    from ttj_localcluster.nodes.scheduler import Scheduler
+
+    if part == "control":
+        return [Scheduler(seed=1), DeploymentController()]
+    return [NodeFleet(pools, run_pods=False, pod_network=False)]
+
+
+def serve_part(part: str, kubeconfig: str, pools: list[Any]) -> int:
+    """One part of the local cluster in this process (``--serve``): ``api`` serves the API and writes the
+    kubeconfig; the others attach to it. Prints "ready" once started, and stops when its stdin closes (the
+    benchmark ended, however it ended)."""
+    from ttj_localcluster.cluster import LocalCluster
+
+    cluster = LocalCluster(kubeconfig_path=kubeconfig) if part == "api" else None
+    addons = [] if cluster is not None else cluster_part(part, pools)
+    if cluster is not None:
+        cluster.start()
+    for addon in addons:
+        addon.start(kubeconfig)
+    print("ready", flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        for addon in reversed(addons):
+            addon.stop()
+        if cluster is not None:
+            cluster.stop()
+    return 0
+
+
+class SeparateCluster:
+    """The local cluster as three processes (API server; scheduler and Deployment controller; node fleet),
+    so that neither the operator's round trips nor its CPU share a GIL with the kubelets of a hundred nodes.
+    Preemptions go through the fleet's control server."""
+
+    def __init__(self, jobs: int, workers: int, directory: Path) -> None:
+        self.kubeconfig_path = str(directory / "kubeconfig")
+        self.processes: list[subprocess.Popen[str]] = []
+        sizing = ["--jobs", str(jobs), "--workers", str(workers), "--kubeconfig", self.kubeconfig_path]
+        try:
+            for part in ("api", "control", "nodes"):
+                with open(directory / f"{part}.log", "w") as log:
+                    child = subprocess.Popen(
+                        [sys.executable, __file__, "--serve", part, *sizing],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=log,
+                        text=True,
+                    )
+                self.processes.append(child)
+                if child.stdout is None or child.stdout.readline().strip() != "ready":
+                    raise SystemExit(f"the cluster's {part} process did not start: see {directory / f'{part}.log'}")
+        except BaseException:
+            self.stop()
+            raise
+        from ttj_localcluster.nodes.control import ControlClient
+
+        self.control = ControlClient.from_kubeconfig(self.kubeconfig_path)
+
+    def nodes_of(self, pool: str) -> list[str]:
+        return list(self.control.status()["pools"][pool]["nodes"])
+
+    def preempt_node(self, node: str) -> None:
+        self.control.preempt_node(node)
+
+    def stop(self) -> None:
+        for child in reversed(self.processes):
+            if child.stdin is not None:
+                child.stdin.close()
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+class InlineCluster:
+    """The local cluster in this process, API server, scheduler, controllers and kubelets in one (as before)."""
+
+    def __init__(self, pools: list[Any]) -> None:
+        from ttj_localcluster.cluster import LocalCluster
+
+        self.fleet, *others = [*cluster_part("nodes", pools), *cluster_part("control", pools)]
+        self.cluster = LocalCluster(addons=[self.fleet, *others]).start()
+        self.kubeconfig_path = self.cluster.kubeconfig_path
+
+    def nodes_of(self, pool: str) -> list[str]:
+        return list(self.fleet.nodes_of(pool))
+
+    def preempt_node(self, node: str) -> None:
+        self.fleet.preempt_node(node)
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+def create_jobs(custom: Any, namespace: str, jobs: int, workers: int) -> None:
+    for i in range(jobs):
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"name": f"job-{i}"},
+                "spec": {
+                    "trainSteps": 64000,
+                    "checkpoint": {"uri": "/tmp/bench"},
+                    "workers": {"replicas": workers, "minReplicas": 1},
+                },
+            },
+        )
+
+
+def start_operator(kubeconfig: str, namespace: str, log_path: Path, verbose: bool) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    command = [sys.executable, "-m", "ttj", "operator", "-n", namespace, "--metrics-port", "0"]
+    command += ["--liveness", "none", "--chief-startup", "36000", "--node-grace", "5", "--no-placement-check"]
+    command += ["--verbose"] if verbose else []
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+@dataclass
+class Run:
+    """One benchmark run against a started cluster and operator."""
+
+    args: argparse.Namespace
+    cluster: SeparateCluster | InlineCluster
+    operator: subprocess.Popen[bytes]
+    core: Any
+    custom: Any
+    namespace: str
+    deadline: float
+    peak_rss: int = 0
+
+    def phases(self) -> dict[str, str]:
+        items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]
+        return {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in items}
+
+    def sample_rss(self) -> None:
+        self.peak_rss = max(self.peak_rss, rss_kib(self.operator.pid)[0])
+
+    def start_up(self) -> float:
+        """Create the jobs; seconds until every one is Running (or the deadline)."""
+        started = time.monotonic()
+        create_jobs(self.custom, self.namespace, self.args.jobs, self.args.workers)
+        shown, running = 0.0, 0
+        while time.monotonic() < self.deadline:
+            now = self.phases()
+            running = sum(p == "Running" for p in now.values())
+            self.sample_rss()
+            if running == self.args.jobs:
+                break
+            if time.monotonic() - shown >= self.args.progress:
+                shown = time.monotonic()
+                print(f"  {shown - started:6.1f}s  {progress(self.core, self.namespace, now)}", flush=True)
+            time.sleep(2)
+        ready_s = time.monotonic() - started
+        print(
+            f"{running} of {self.args.jobs} jobs x {self.args.workers} workers Running after {ready_s:.1f}s", flush=True
+        )
+        return ready_s
+
+    def preemptions(self, api: Any) -> tuple[PodLog, set[str], int]:
+        """Preempt spot nodes one by one while the pod watch records; the pods, the chiefs before, the nodes."""
+        pods = PodLog(api, self.namespace)
+        pods.thread.start()
+        writes = JobWrites(api, self.namespace)
+        writes.thread.start()
+        time.sleep(2)
+        chiefs_before = {
+            p.metadata.name
+            for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_CHIEF}=true").items
+        }
+        victims = self.cluster.nodes_of("gpu-pool")[: self.args.preemptions]
+        for node in victims:
+            if time.monotonic() > self.deadline:
+                break
+            self.cluster.preempt_node(node)
+            time.sleep(self.args.interval)
+        while time.monotonic() < self.deadline and sum(p == "Running" for p in self.phases().values()) < self.args.jobs:
+            self.sample_rss()
+            time.sleep(1)
+        time.sleep(2)
+        pods.stop.set()
+        writes.stop.set()
+        print(f"job writes (MODIFIED events) from the first preemption until every job ran again: {writes.modified}")
+        return pods, chiefs_before, len(victims)
+
+
+def report(pods: PodLog, chiefs_before: set[str], preempted: int) -> None:
+    """Pair each lost worker with the pod that took its slot, and each lost chief with the next chief."""
+    print(f"preempted nodes: {preempted}; workers lost: {len(pods.lost)}")
+    for since, moments in (("seen", pods.lost), ("stopped", pods.stopped)):
+        recovery, handover = intervals(pods, moments, chiefs_before)
+        for label, values in (
+            (f"preemption {since} -> replacement created", recovery),
+            (f"chief {since} -> new chief", handover),
+        ):
+            print(f"{label}: {summary(values)}")
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--workers", type=int, default=8)
@@ -199,120 +466,54 @@ def main() -> int:
     parser.add_argument("--progress", type=float, default=10.0, help="seconds between start-up progress lines")
     parser.add_argument("--operator-verbose", action="store_true", help="the operator logs at debug level")
     parser.add_argument("--deadline", type=float, default=900.0, help="stop after this many seconds, whatever state")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--cluster",
+        choices=("processes", "inline"),
+        default="processes",
+        help="processes: the API server, the scheduler and controllers, and the nodes each run in a process of "
+        "their own; inline: all in this process [%(default)s]",
+    )
+    parser.add_argument("--serve", choices=("api", "control", "nodes"), help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if args.serve:
+        return serve_part(args.serve, args.kubeconfig, bench_pools(args.jobs, args.workers))
     deadline = time.monotonic() + args.deadline
 
     from kubernetes import client, config
     from tests.e2e.operator_support import install_crd
 
-    from ttj.planner.children import DEFAULT_PS_REQUESTS, DEFAULT_WORKER_REQUESTS
-    from ttj_localcluster.cluster import LocalCluster
-    from ttj_localcluster.nodes.deployments import DeploymentController
-    from ttj_localcluster.nodes.fleet import NodeFleet
-    from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
-    from ttj_localcluster.nodes.scheduler import Scheduler
-
-    # Sized from the requests the operator gives pods whose spec names none (one PS per job, one GPU per worker).
-    cpu_pool = NodePool(name="cpu-pool", cpu="16", memory="60Gi")
-    gpu_pool = spot_t4_pool(
-        name="gpu-pool", gpus=8, cpu="96", memory="360Gi", machine_type="n1-standard-96", grace=0.0, restore_after=None
-    )
-    worker_requests = {**DEFAULT_WORKER_REQUESTS, GPU_RESOURCE: "1"}
-    pools = [
-        replace(cpu_pool, nodes=max(2, nodes_for(args.jobs, DEFAULT_PS_REQUESTS, cpu_pool))),
-        replace(gpu_pool, nodes=nodes_for(args.jobs * args.workers, worker_requests, gpu_pool)),
-    ]
-    print(f"pools: {', '.join(f'{p.name} x{p.nodes}' for p in pools)}", flush=True)
-    fleet = NodeFleet(pools, run_pods=False, pod_network=False)
+    pools = bench_pools(args.jobs, args.workers)
+    print(f"pools: {', '.join(f'{p.name} x{p.nodes}' for p in pools)}; cluster: {args.cluster}", flush=True)
     namespace = "bench"
     logs = Path(tempfile.mkdtemp(prefix="ttj-operator-scale-"))
+    cluster = SeparateCluster(args.jobs, args.workers, logs) if args.cluster == "processes" else InlineCluster(pools)
     operator: subprocess.Popen[bytes] | None = None
-    peak_rss = 0
-    with LocalCluster(addons=[fleet, Scheduler(seed=1), DeploymentController()]) as cluster:
+    try:
         api = config.new_client_from_config(config_file=cluster.kubeconfig_path)
         install_crd(api)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": namespace}})
-        env = {**os.environ, "KUBECONFIG": cluster.kubeconfig_path}
-        command = [sys.executable, "-m", "ttj", "operator", "-n", namespace, "--metrics-port", "0"]
-        command += ["--liveness", "none", "--chief-startup", "36000", "--node-grace", "5", "--no-placement-check"]
-        command += ["--verbose"] if args.operator_verbose else []
-        with open(logs / "operator.log", "wb") as log:
-            operator = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            started = time.monotonic()
-            for i in range(args.jobs):
-                custom.create_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    PLURAL,
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": KIND,
-                        "metadata": {"name": f"job-{i}"},
-                        "spec": {
-                            "trainSteps": 64000,
-                            "checkpoint": {"uri": "/tmp/bench"},
-                            "workers": {"replicas": args.workers, "minReplicas": 1},
-                        },
-                    },
-                )
-
-            def phases() -> dict[str, str]:
-                items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
-                return {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in items}
-
-            shown, running = 0.0, 0
-            while time.monotonic() < deadline:
-                now = phases()
-                running = sum(p == "Running" for p in now.values())
-                peak_rss = max(peak_rss, rss_kib(operator.pid)[0])
-                if running == args.jobs:
-                    break
-                if time.monotonic() - shown >= args.progress:
-                    shown = time.monotonic()
-                    print(f"  {shown - started:6.1f}s  {progress(core, namespace, now)}", flush=True)
-                time.sleep(2)
-            ready_s = time.monotonic() - started
-            print(f"{running} of {args.jobs} jobs x {args.workers} workers Running after {ready_s:.1f}s", flush=True)
-            pods = PodLog(api, namespace)
-            pods.thread.start()
-            time.sleep(2)
-            chiefs_before = {
-                p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=f"{LABEL_CHIEF}=true").items
-            }
-            victims = fleet.nodes_of("gpu-pool")[: args.preemptions]
-            for node in victims:
-                if time.monotonic() > deadline:
-                    break
-                fleet.preempt_node(node)
-                time.sleep(args.interval)
-            while time.monotonic() < deadline and sum(p == "Running" for p in phases().values()) < args.jobs:
-                peak_rss = max(peak_rss, rss_kib(operator.pid)[0])
-                time.sleep(1)
-            time.sleep(2)
-            pods.stop.set()
-            rss, hwm = rss_kib(operator.pid)
-        finally:
-            if operator is not None:
-                operator.terminate()
-                try:
-                    operator.wait(15)
-                except subprocess.TimeoutExpired:
-                    operator.kill()
-            api.close()
-
-    # Pair each lost worker with the pod that took its slot, and each lost chief with the next chief.
-    print(f"preempted nodes: {len(victims)}; workers lost: {len(pods.lost)}")
-    for since, moments in (("seen", pods.lost), ("stopped", pods.stopped)):
-        recovery, handover = intervals(pods, moments, chiefs_before)
-        for label, values in (
-            (f"preemption {since} -> replacement created", recovery),
-            (f"chief {since} -> new chief", handover),
-        ):
-            print(f"{label}: {summary(values)}")
-    print(f"operator RSS: {rss / 1024:.0f} MiB now, peak {max(hwm, peak_rss) / 1024:.0f} MiB (VmHWM)")
+        operator = start_operator(cluster.kubeconfig_path, namespace, logs / "operator.log", args.operator_verbose)
+        run = Run(args, cluster, operator, core, custom, namespace, deadline)
+        run.start_up()
+        pods, chiefs_before, preempted = run.preemptions(api)
+        rss, hwm = rss_kib(operator.pid)
+        api.close()
+    finally:
+        if operator is not None:
+            operator.terminate()
+            try:
+                operator.wait(15)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+        cluster.stop()
+    report(pods, chiefs_before, preempted)
+    print(f"operator RSS: {rss / 1024:.0f} MiB now, peak {max(hwm, run.peak_rss) / 1024:.0f} MiB (VmHWM)")
     print(f"operator log: {logs / 'operator.log'}")
     return 0
 

@@ -25,6 +25,9 @@ from ttj_contract import GROUP, KIND, PLURAL, VERSION
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+#: Accept of a LIST answered as a Table whose rows carry each object's metadata only (with the query parameter
+#: ``includeObject=Metadata``): for a caller that needs names and uids, not a thousand pods' specs to decode.
+METADATA_TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"
 
 
 @dataclass(frozen=True)
@@ -146,9 +149,10 @@ class KubeClient:
         body: Any = None,
         query: Sequence[tuple[str, str]] = (),
         content_type: str = "application/json",
+        accept: str = "application/json",
         timeout: float | tuple[float, float] = 30,
     ) -> Any:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         method, url, headers, serialized, _ = self.api.param_serialize(
@@ -169,9 +173,10 @@ class KubeClient:
         body: Any = None,
         query: Sequence[tuple[str, str]] = (),
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> JSON:
         """One request; the JSON answer; an error answer as :class:`KubeError`."""
-        response = self._send(method, path, body=body, query=query, content_type=content_type)
+        response = self._send(method, path, body=body, query=query, content_type=content_type, accept=accept)
         data = response.read()
         text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
         if response.status >= 400:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ttj import kubeapi
-from ttj.kubeapi import KubeError
+from ttj.kubeapi import METADATA_TABLE, KubeError
 from ttj_contract import LABEL_JOB
 
 log = logging.getLogger("ttj.controller")
@@ -31,7 +31,7 @@ LIST_PAGE = 250
 
 @runtime_checkable
 class Lister(Protocol):
-    """The call the audit makes: :meth:`ttj.kubeapi.KubeClient.request` with a query."""
+    """The call the audit makes: :meth:`ttj.kubeapi.KubeClient.request` with a query and an Accept."""
 
     def request(
         self,
@@ -41,6 +41,7 @@ class Lister(Protocol):
         body: Any = None,
         query: Any = (),
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> dict[str, Any]: ...
 
 
@@ -76,20 +77,21 @@ def snapshot(
 def listed_uids(api: Lister, place: Place) -> set[str] | None:
     """The uids a fresh LIST finds at ``place`` (the job's children by their label); None if it failed.
 
-    Read in pages of :data:`LIST_PAGE` objects: decoding a page holds the interpreter's lock, so a whole list
-    of thousands of pods at once would stall the operator's loop (every job's pass) for as long."""
+    Only the objects' metadata is sent (a Table of PartialObjectMetadata, :data:`~ttj.kubeapi.METADATA_TABLE`),
+    in pages of :data:`LIST_PAGE` objects: decoding holds the interpreter's lock, so whole pods, or a whole
+    list of thousands at once, would stall the operator's loop (every job's pass) for as long."""
     kind, namespace = place
     if kind == "Node":
-        path, query = NODES_PATH, []
+        path, query = NODES_PATH, [("includeObject", "Metadata")]
     else:
-        path, query = kubeapi.path(kind, namespace), [("labelSelector", LABEL_JOB)]
+        path, query = kubeapi.path(kind, namespace), [("labelSelector", LABEL_JOB), ("includeObject", "Metadata")]
     uids: set[str] = set()
     token = ""
     try:
         while True:
             page = [*query, ("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
-            answer = api.request("GET", path, query=page)
-            uids.update(str(item["metadata"]["uid"]) for item in answer.get("items") or [])
+            answer = api.request("GET", path, query=page, accept=METADATA_TABLE)
+            uids.update(str(row["object"]["metadata"]["uid"]) for row in answer.get("rows") or [])
             token = (answer.get("metadata") or {}).get("continue") or ""
             if not token:
                 return uids

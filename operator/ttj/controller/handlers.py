@@ -1,7 +1,7 @@
 """kopf handlers: indexes of the jobs' children, one reconcile daemon per job, metrics and liveness.
 
 Level-based: every pass observes everything from kopf's indexes (fed by watches), asks the planner,
-applies its actions, writes the status once (only if it changed, with a resourceVersion
+applies its actions, writes the status once (when the planner says it is due, with a resourceVersion
 precondition), then posts the events. A pass runs on create/resume (the daemon starts), on every
 change of the job (but not of its status alone: that is our own write) or of one of its children (an event
 handler per kind of child pokes the job's daemon once kopf has indexed the change), and on the planner's timer.
@@ -157,8 +157,8 @@ class OperatorContext:
     def job_changed(self, key: JobKey, body: kopf.Body) -> bool:
         """Whether this event of the job carries more than a status (and resourceVersion) change.
 
-        Only the operator writes the status, and each pass accrues cost, so every pass writes one: were the
-        job's daemon woken by that write, it would write again at once, and so on without end.
+        Only the operator writes the status, and each pass accrues cost, so passes write often: were the job's
+        daemon woken by such a write, it would write again soon, and so on without end.
         """
         metadata = {k: v for k, v in dict(body.get("metadata") or {}).items() if k not in _VOLATILE_METADATA}
         fingerprint = json.dumps([metadata, body.get("spec")], sort_keys=True, default=str)
@@ -545,10 +545,10 @@ class JobReconciler:
             )
 
     async def _write_status(self, job: dict[str, Any], result: Plan) -> None:
-        """The planned status, as a merge patch on the status seen, if it changed."""
+        """The planned status, as a merge patch on the status seen, when the planner says it is due."""
         namespace, name = self.key
         old_status = job.get("status") or {}
-        if result.status == old_status:
+        if not result.status_due:
             return
         patch = merge_patch_between(old_status, result.status)
         pre = job["metadata"].get("resourceVersion")

@@ -13,7 +13,7 @@ last the phase and conditions (:mod:`ttj.planner.conditions`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -35,7 +35,7 @@ from ttj.api.models import (
     status_body,
 )
 from ttj.api.objects import JobStatusBody
-from ttj.planner.actions import EmitEvent, Observation, Refusal, Write
+from ttj.planner.actions import EmitEvent, LabelPod, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
 from ttj.planner.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
@@ -66,8 +66,8 @@ WriteT = TypeVar("WriteT")
 
 @dataclass
 class Plan:
-    """The planner's answer: apply ``writes`` in order, write ``status`` if it differs, then post ``events``;
-    delete the job itself when ``delete_job`` (ttlSecondsAfterFinished elapsed)."""
+    """The planner's answer: apply ``writes`` in order, write ``status`` when ``status_due``, then post
+    ``events``; delete the job itself when ``delete_job`` (ttlSecondsAfterFinished elapsed)."""
 
     writes: list[Write] = field(default_factory=list)
     #: Events about the job, posted after the status write.
@@ -79,6 +79,9 @@ class Plan:
     delete_job: bool = False
     #: Replan after this many seconds at the latest (timers: grace, lease expiry, deadlines, TTL).
     requeue_after: float | None = None
+    #: Whether ``status`` is worth a write: it differs from the status seen in more than the cost accrued since,
+    #: or that cost adds up (:func:`status_due`).
+    status_due: bool = True
 
     def of_type(self, kind: type[WriteT]) -> list[WriteT]:
         """The writes of one kind, in order."""
@@ -273,11 +276,10 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             "checkpoint_interval": interval.status,
         }
     )
-    # the interval annotation goes after the chief's own Lease write (which may carry a resourceVersion precondition)
     return _plan(
         run,
         status,
-        writes=[*_read_writes(reading), *servers.writes, *slots.writes, *chief.writes, *interval.writes],
+        writes=_running_writes(reading, servers, slots, chief, interval),
         events=[
             *_read_events(reading),
             *servers.events,
@@ -330,6 +332,26 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
         ),
         suspension=suspension,
     )
+
+
+def _running_writes(
+    reading: _Reading, servers: ParameterServers, slots: WorkerSlots, chief: ChiefPlan, interval: IntervalPlan
+) -> list[Write]:
+    """In the order they are applied. When the chief changes, its Lease and labels go before everything
+    else, so that the new chief is named one round trip into the pass, not after the lost pods' releases and
+    the replacements' creates; a Lease write that only publishes the worker counts goes after the creates,
+    so that it delays no replacement. The interval annotation goes after the chief's own Lease write (which
+    may carry a resourceVersion precondition)."""
+    naming = chief.elections > 0 or any(isinstance(write, LabelPod) for write in chief.writes)
+    return [
+        *reading.statics.writes,
+        *(chief.writes if naming else ()),
+        *reading.assessed.releases,
+        *servers.writes,
+        *slots.writes,
+        *(() if naming else chief.writes),
+        *interval.writes,
+    ]
 
 
 def _read_writes(reading: _Reading) -> list[Write]:
@@ -606,14 +628,65 @@ def _plan(
     delete_job: bool = False,
     wake: Iterable[datetime | None] = (),
 ) -> Plan:
+    body = status_body(status.model_copy(update={"observed_generation": run.generation}))
     return Plan(
         writes=list(writes),
         events=[*events, *progress_events(run.previous.progress, status.progress)],
-        status=status_body(status.model_copy(update={"observed_generation": run.generation})),
+        status=body,
         observations=list(observations),
         delete_job=delete_job,
         requeue_after=_requeue_after(run.now, run.config.resync_seconds, wake),
+        status_due=status_due(run.job.get("status") or {}, body, run.now),
     )
+
+
+#: A status that differs from the one seen only in cost accrued since is written once the cost moved by this
+#: much (either figure, in US dollars) ...
+COST_WRITE_USD = 0.01
+#: ... or the cost seen was accrued this long ago (seconds).
+COST_WRITE_SECONDS = 30.0
+#: The status fields that grow with time alone while pods run: the accrued cost and the figures made from it.
+_ACCRUING = {
+    "cost": ("usd", "onDemandEquivalentUSD", "summary", "accruedAt"),
+    "savings": ("onDemandUSD", "grossUSD", "netUSD", "netPercent"),
+}
+#: The same in each entry of status.cost.pods and of status.workerGroups.
+_ACCRUING_PER_POD = ("usd", "onDemandEquivalentUSD")
+_ACCRUING_PER_GROUP = ("usd",)
+
+
+def status_due(seen: Mapping[str, Any], planned: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the planned status is worth writing over the one seen.
+
+    Cost accrues in every pass, so every pass would write: at a preemption, a dozen writes where two say
+    something. Only the accrual alone waits for a cent or :data:`COST_WRITE_SECONDS`; every other change
+    (a count, a pod entering or leaving the ledger, a rate) is written at once. Nothing is lost by waiting:
+    each pass accrues again from the ledger last written and the pods' own start and end times, and asks the
+    budget with that exact figure.
+    """
+    if planned == seen:
+        return False
+    if _without_accrual(planned) != _without_accrual(seen):
+        return True
+    before, after = seen.get("cost") or {}, planned.get("cost") or {}
+    moved = max(abs(after.get(f, 0.0) - before.get(f, 0.0)) for f in ("usd", "onDemandEquivalentUSD"))
+    accrued_at = parse_time(before.get("accruedAt"))
+    return moved >= COST_WRITE_USD or accrued_at is None or (now - accrued_at).total_seconds() >= COST_WRITE_SECONDS
+
+
+def _without_accrual(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` without the fields that grow with time alone."""
+    rest = {key: _without(value, _ACCRUING.get(key, ())) for key, value in status.items()}
+    cost = rest.get("cost")
+    if isinstance(cost, dict) and isinstance(cost.get("pods"), list):
+        cost["pods"] = [_without(pod, _ACCRUING_PER_POD) for pod in cost["pods"]]
+    if isinstance(rest.get("workerGroups"), list):
+        rest["workerGroups"] = [_without(group, _ACCRUING_PER_GROUP) for group in rest["workerGroups"]]
+    return rest
+
+
+def _without(part: Any, fields: tuple[str, ...]) -> Any:
+    return {k: v for k, v in part.items() if k not in fields} if isinstance(part, dict) and fields else part
 
 
 def _requeue_after(now: datetime, resync_seconds: float, moments: Iterable[datetime | None]) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from ttj.api.models import Reason, TransientTrainingJobSpec
@@ -110,47 +110,133 @@ def fill_worker_slots(
     ``group_prices``: what one worker of each group costs per hour (none known: the order of preference alone
     says which worker a scale-down releases)."""
     workers = list(workers)
-    slots = spec.workers.slots
-    desired = min(spec.workers.replicas, slots)
     groups = groups_of(spec)
     occupancy = _occupancy(workers, verdicts, refill_finished)
-    filled, duplicates = _one_per_slot(occupancy, verdicts, holder, slots)
-    extra = _moving_back(filled, desired, verdicts, holder, groups)
-    before_scale_down = filled
-    filled, scaled_down = _scaled_down(
-        filled, desired + (extra is not None), verdicts, holder, groups, prices=group_prices or {}
-    )
-    moved_back = _moved_back(
-        before_scale_down, filled, verdicts, groups, user_scaled=previous_desired != spec.workers.replicas
-    )
-    stops: list[Write] = []
     stop_reason = Reason.SUSPENDED if suspended else Reason.BUDGET_EXCEEDED if budget and budget.exceeded else None
-    if stop_reason is not None:
-        # Checkpoint and stop: SIGTERM every worker (the chief writes its checkpoint), add none.
-        stops = [_delete(pod, stop_reason) for pod in filled.values() if verdicts[name_of(pod)].alive]
-        filled, desired = {}, 0
-
+    user_scaled = previous_desired != spec.workers.replicas
+    kept = _kept(
+        occupancy,
+        spec,
+        verdicts,
+        holder,
+        groups,
+        user_scaled=user_scaled,
+        stop_reason=stop_reason,
+        prices=group_prices or {},
+    )
     marks = dict(unavailable or {})
     fallen = (
-        _fallen_back(filled, verdicts, groups, marks=marks, spec=spec, now=now, extra=extra)
+        _fallen_back(kept.filled, verdicts, groups, marks=marks, spec=spec, now=now, extra=kept.extra)
         if now is not None
         else _Fallbacks()
     )
-    filled = {slot: pod for slot, pod in filled.items() if slot not in fallen.slots and slot != fallen.abandoned}
+    filled = fallen.remaining(kept.filled)
+    empty = _empty_slots(spec.workers.slots, filled, _missing(kept.desired, filled, budget, len(fallen.slots)))
+    created = _created(job, groups, occupancy, filled, marks, slots=empty, recorded=recorded, resuming=resuming)
+    if extra_allowed and _may_move_back(workers, verdicts, kept, fallen, filled=filled, created=created):
+        created = _created_to_move_back(
+            job, groups, occupancy, filled, created, marks=marks, holder=holder, slots=spec.workers.slots
+        )
+    return _worker_slots(
+        spec,
+        verdicts,
+        kept,
+        fallen,
+        filled=filled,
+        created=created,
+        holder=holder,
+        marks=marks,
+        unschedulable=_why_unschedulable(spec, filled, verdicts, created, placement=placement, suspended=suspended),
+    )
 
-    # Fill empty slots, lowest first, as far as the budget allows.
+
+@dataclass(frozen=True)
+class _Kept:
+    """The pods that keep their slots before capacity fallback, and the writes and events of deciding it."""
+
+    filled: dict[int, Obj]
+    #: Workers the job is to have (0 once stopped).
+    desired: int
+    #: The slot of the worker created to move back, while it is pending (:func:`_moving_back`).
+    extra: int | None
+    #: Deletes of second pods in a slot, of workers scaled down, and of every worker when the job stops.
+    writes: tuple[Write, ...]
+    moved_back: tuple[EmitEvent, ...]
+
+
+def _kept(
+    occupancy: _Occupancy,
+    spec: TransientTrainingJobSpec,
+    verdicts: Mapping[str, PodVerdict],
+    holder: str | None,
+    groups: tuple[Group, ...],
+    *,
+    user_scaled: bool,
+    stop_reason: Reason | None,
+    prices: Mapping[str | None, float],
+) -> _Kept:
+    """One pod per slot, scaled down to the desired count (one more while a worker moves back); none when the
+    job stops (suspended, or the budget is spent: SIGTERM every worker, the chief writes its checkpoint)."""
+    desired = min(spec.workers.replicas, spec.workers.slots)
+    filled, duplicates = _one_per_slot(occupancy, verdicts, holder, spec.workers.slots)
+    extra = _moving_back(filled, desired, verdicts, holder, groups)
+    scaled, scaled_down = _scaled_down(filled, desired + (extra is not None), verdicts, holder, groups, prices=prices)
+    moved_back = _moved_back(filled, scaled, verdicts, groups, user_scaled=user_scaled)
+    if stop_reason is None:
+        return _Kept(scaled, desired, extra, (*duplicates, *scaled_down), moved_back)
+    stops = [_delete(pod, stop_reason) for pod in scaled.values() if verdicts[name_of(pod)].alive]
+    return _Kept({}, 0, extra, (*duplicates, *scaled_down, *stops), moved_back)
+
+
+def _missing(desired: int, filled: Mapping[int, Obj], budget: BudgetDecision | None, fallen: int) -> int:
+    """Workers to create, as far as the budget allows. A slot that falls back swaps a pending worker the budget
+    already counted for another: no new worker."""
     missing = desired - len(filled)
-    if budget is not None:
-        # a slot that falls back swaps a pending worker the budget already counted for another: no new worker
-        missing = budget.cap(missing - len(fallen.slots)) + len(fallen.slots)
+    if budget is None:
+        return missing
+    return budget.cap(missing - fallen) + fallen
+
+
+def _empty_slots(slots: int, filled: Mapping[int, Obj], missing: int) -> list[int]:
+    """The ``missing`` lowest empty slots."""
+    return [s for s in range(slots) if s not in filled][: max(0, missing)]
+
+
+@dataclass(frozen=True)
+class _Created:
+    creates: tuple[CreateChild, ...]
+    #: The highest incarnation of each slot, these creates included.
+    incarnations: dict[int, int]
+    #: Live workers by group, these creates included.
+    held: Counter[str | None]
+    #: The group of each slot's new worker.
+    chosen: dict[int, str | None]
+    #: The groups' maxReplicas left some of the slots empty.
+    full: bool
+    #: A worker created to move back (pending, beyond the desired count).
+    moving: int = 0
+
+
+def _created(
+    job: Obj,
+    groups: tuple[Group, ...],
+    occupancy: _Occupancy,
+    filled: Mapping[int, Obj],
+    marks: Mapping[str, Unavailable],
+    *,
+    slots: Sequence[int],
+    recorded: Sequence[int],
+    resuming: bool,
+) -> _Created:
+    """A new worker in each of ``slots``, in the group it goes to, under the next incarnation of its slot."""
     incarnations = {slot: n for slot, n in enumerate(recorded) if n > 0}
     for slot, seen in occupancy.incarnations.items():
         incarnations[slot] = max(incarnations.get(slot, 0), seen)
-    creates: list[Write] = []
+    creates: list[CreateChild] = []
     held = Counter(group_of(pod) for pod in filled.values())
     chosen: dict[int, str | None] = {}
     full = False
-    for slot in [s for s in range(slots) if s not in filled][: max(0, missing)]:
+    for slot in slots:
         group = choose_group(groups, held, marks)
         if group is None:
             full = True  # the groups' maxReplicas hold no more workers
@@ -161,33 +247,113 @@ def fill_worker_slots(
         creates.append(CreateChild(pod, recovery_since=occupancy.last_loss.get(slot)))
         held[group.name] += 1
         chosen[slot] = group.name
+    return _Created(tuple(creates), incarnations, held, chosen, full)
 
-    # nothing else changes, and no worker released before is still stopping (its slot may be the free one)
-    stopping = any(verdicts[name_of(pod)].state == PodState.RELEASED for pod in workers)
-    quiet = not (duplicates or scaled_down or stops or fallen.deletes or creates or stopping)
-    running_filled = all(verdicts[name_of(p)].state == PodState.RUNNING for p in filled.values())
-    moving = 0
-    if quiet and extra is None and extra_allowed and len(filled) == desired and running_filled:
-        target = _move_back_target(groups, filled, holder, marks)
-        free = next((s for s in range(slots) if s not in filled), None)
-        if target is not None and free is not None:
-            incarnations[free] = max(incarnations.get(free, 0), occupancy.incarnations.get(free, 0)) + 1
-            creates.append(CreateChild(group_worker_pod(job, target, free, incarnations[free])))
-            held[target.name] += 1
-            moving = 1
 
+def _created_to_move_back(
+    job: Obj,
+    groups: tuple[Group, ...],
+    occupancy: _Occupancy,
+    filled: Mapping[int, Obj],
+    created: _Created,
+    *,
+    marks: Mapping[str, Unavailable],
+    holder: str | None,
+    slots: int,
+) -> _Created:
+    """``created`` and one worker more, in a free slot of the group to move back to, if there is one."""
+    target = _move_back_target(groups, filled, holder, marks)
+    free = next((s for s in range(slots) if s not in filled), None)
+    if target is None or free is None:
+        return created
+    incarnation = max(created.incarnations.get(free, 0), occupancy.incarnations.get(free, 0)) + 1
+    held = Counter(created.held)
+    held[target.name] += 1
+    return replace(
+        created,
+        creates=(*created.creates, CreateChild(group_worker_pod(job, target, free, incarnation))),
+        incarnations={**created.incarnations, free: incarnation},
+        held=held,
+        moving=1,
+    )
+
+
+def _why_unschedulable(
+    spec: TransientTrainingJobSpec,
+    filled: Mapping[int, Obj],
+    verdicts: Mapping[str, PodVerdict],
+    created: _Created,
+    *,
+    placement: PlacementCheck | None,
+    suspended: bool,
+) -> str:
     alive = [verdicts[name_of(p)] for p in filled.values()]
-    active = sum(v.state == PodState.RUNNING for v in alive)
-    pending = sum(v.state == PodState.PENDING for v in alive) + max(0, desired - len(filled)) + moving
     unschedulable = _unschedulable(alive)
+    active = sum(v.state == PodState.RUNNING for v in alive)
     if placement is not None and not placement.ok and not suspended and active < spec.workers.replicas:
         # No node pool can hold these pods at all: say why instead of waiting.
         unschedulable = f"{placement.reason}: {placement.message}"
-    if full:
-        unschedulable = unschedulable or f"the worker groups' maxReplicas hold {len(filled) + len(creates)} workers"
-    highest = tuple(incarnations.get(slot, 0) for slot in range(max(incarnations, default=-1) + 1))
-    writes = (*duplicates, *scaled_down, *stops, *fallen.deletes, *creates)
+    if created.full:
+        workers = len(filled) + len(created.creates)
+        unschedulable = unschedulable or f"the worker groups' maxReplicas hold {workers} workers"
+    return unschedulable
+
+
+def _may_move_back(
+    workers: Sequence[Obj],
+    verdicts: Mapping[str, PodVerdict],
+    kept: _Kept,
+    fallen: _Fallbacks,
+    *,
+    filled: Mapping[int, Obj],
+    created: _Created,
+) -> bool:
+    """Every desired worker runs, none is moving back already, nothing else changes in this pass, and no worker
+    released before is still stopping (its slot may be the free one)."""
+    stopping = any(verdicts[name_of(pod)].state == PodState.RELEASED for pod in workers)
+    quiet = not (kept.writes or fallen.deletes or created.creates or stopping)
+    running_filled = all(verdicts[name_of(p)].state == PodState.RUNNING for p in filled.values())
+    return quiet and kept.extra is None and len(filled) == kept.desired and running_filled
+
+
+def _worker_slots(
+    spec: TransientTrainingJobSpec,
+    verdicts: Mapping[str, PodVerdict],
+    kept: _Kept,
+    fallen: _Fallbacks,
+    *,
+    filled: Mapping[int, Obj],
+    created: _Created,
+    holder: str | None,
+    marks: Mapping[str, Unavailable],
+    unschedulable: str,
+) -> WorkerSlots:
+    """The stage's answer: the writes in order, the counts, and the events."""
+    alive = [verdicts[name_of(p)] for p in filled.values()]
+    pending = sum(v.state == PodState.PENDING for v in alive) + max(0, kept.desired - len(filled)) + created.moving
+    incarnations = created.incarnations
     running = Counter(group_of(pod) for pod in filled.values() if verdicts[name_of(pod)].state == PodState.RUNNING)
+    waiting = {slot: pod for slot, pod in filled.items() if slot != kept.extra}
+    groups = groups_of(spec)
+    return WorkerSlots(
+        (*kept.writes, *fallen.deletes, *created.creates),
+        sum(v.state == PodState.RUNNING for v in alive),
+        pending,
+        unschedulable,
+        tuple(incarnations.get(slot, 0) for slot in range(max(incarnations, default=-1) + 1)),
+        held=dict(created.held),
+        running=dict(running),
+        unavailable=marks,
+        events=(*_fallback_events(fallen, created.chosen), *kept.moved_back),
+        wake=fallen.wake,
+        fallback_workers=_fallback_workers(
+            groups, waiting, verdicts, holder, has_slot=len(waiting) < spec.workers.slots
+        ),
+    )
+
+
+def _fallback_events(fallen: _Fallbacks, chosen: Mapping[int, str | None]) -> tuple[EmitEvent, ...]:
+    """A Warning for each slot that left its group, and for a worker created to move back that gave up."""
     events = tuple(
         EmitEvent(
             "Warning",
@@ -197,29 +363,17 @@ def fill_worker_slots(
         )
         for slot, (left, why) in sorted(fallen.slots.items())
     )
-    if fallen.abandoned is not None:
-        left, why = fallen.abandoned_why
-        events += (
-            EmitEvent(
-                "Warning",
-                "CapacityFallback",
-                f"worker slot {fallen.abandoned} did not move back to group {left} ({why}): it is deleted, and "
-                "the workers stay where they are",
-            ),
-        )
-    waiting = {slot: pod for slot, pod in filled.items() if slot != extra}
-    return WorkerSlots(
-        writes,
-        active,
-        pending,
-        unschedulable,
-        highest,
-        held=dict(held),
-        running=dict(running),
-        unavailable=marks,
-        events=(*events, *moved_back),
-        wake=fallen.wake,
-        fallback_workers=_fallback_workers(groups, waiting, verdicts, holder, has_slot=len(waiting) < slots),
+    if fallen.abandoned is None:
+        return events
+    left, why = fallen.abandoned_why
+    return (
+        *events,
+        EmitEvent(
+            "Warning",
+            "CapacityFallback",
+            f"worker slot {fallen.abandoned} did not move back to group {left} ({why}): it is deleted, and "
+            "the workers stay where they are",
+        ),
     )
 
 
@@ -232,6 +386,10 @@ class _Fallbacks:
     #: The slot of the worker created to move back that gave up, the group it was in and why.
     abandoned: int | None = None
     abandoned_why: tuple[str, str] = ("", "")
+
+    def remaining(self, filled: Mapping[int, Obj]) -> dict[int, Obj]:
+        """The pods of ``filled`` that keep their slots."""
+        return {slot: pod for slot, pod in filled.items() if slot not in self.slots and slot != self.abandoned}
 
 
 def _fallen_back(

@@ -47,14 +47,15 @@ class World:
         return self.api.apply(write, now)
 
     def reconcile(self, now: datetime, config: PlannerConfig | None = None) -> Plan:
-        """Plan, apply every write, write the status, keep the events: one operator pass."""
+        """Plan, apply every write, write the status when due, keep the events: one operator pass."""
         result = plan(self.job, self.observed, now, config)
         try:
             for write in result.writes:
                 self.api.apply(write, now)
         except Conflict:
             return result
-        self.job["status"] = copy.deepcopy(result.status)
+        if result.status_due:
+            self.job["status"] = copy.deepcopy(result.status)
         self.events.extend(result.events)
         self.job_deleted = self.job_deleted or result.delete_job
         return result

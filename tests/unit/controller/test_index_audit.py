@@ -8,7 +8,7 @@ from typing import Any
 
 from ttj.controller import audit
 from ttj.controller.handlers import JobIndexes, observe
-from ttj.kubeapi import KubeError
+from ttj.kubeapi import METADATA_TABLE, KubeError
 
 KEY = ("ns", "mnist")
 
@@ -22,16 +22,20 @@ def pod(name: str, uid: str, node: str) -> dict[str, Any]:
 
 
 class Lister:
-    """A LIST answer per path, in pages of ``page`` items (limit and continue); a path missing here answers 503."""
+    """A LIST answer per path, as a Table of the objects' metadata (what the audit asks for), in pages of
+    ``page`` items (limit and continue); a path missing here answers 503."""
 
     def __init__(self, items: dict[str, list[dict[str, Any]]], page: int = 1) -> None:
         self.items = items
         self.page = page
         self.asked: list[tuple[str, list[tuple[str, str]]]] = []
 
-    def request(self, method: str, path: str, *, body: Any = None, query: Any = (), **_: Any) -> dict[str, Any]:
-        assert method == "GET"
+    def request(
+        self, method: str, path: str, *, body: Any = None, query: Any = (), accept: str = "", **_: Any
+    ) -> dict[str, Any]:
+        assert (method, accept) == ("GET", METADATA_TABLE)
         asked = dict(query)
+        assert asked["includeObject"] == "Metadata"
         assert int(asked["limit"]) >= self.page
         self.asked.append((path, list(query)))
         if path not in self.items:
@@ -39,7 +43,8 @@ class Lister:
         start = int(asked.get("continue", "0"))
         end = start + self.page
         more = {"continue": str(end)} if end < len(self.items[path]) else {}
-        return {"metadata": more, "items": self.items[path][start:end]}
+        rows = [{"cells": [], "object": {"metadata": item["metadata"]}} for item in self.items[path][start:end]]
+        return {"kind": "Table", "metadata": more, "rows": rows}
 
 
 def indexes() -> tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]]:

@@ -1,0 +1,132 @@
+"""When a pass's status is worth a write (``Plan.status_due``), and the order of a pass's writes at a chief
+loss (the new chief is named before the lost pods are released and replaced)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.unit.planner.builders import T0, job, node, renew, start, terminate
+from ttj.cost.prices import load_price_table
+from ttj.planner import CreateChild, DeleteChild, LabelPod, PlannerConfig, RemoveFinalizer, UpdateLease
+from ttj.planner.core import COST_WRITE_SECONDS, status_due
+from ttj.planner.world import World
+from ttj_contract import format_micro_time
+
+S = timedelta(seconds=1)
+PRICED = PlannerConfig(prices=load_price_table())
+
+
+def _seen() -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "preemptions": 1,
+        "cost": {
+            "usd": 1.0,
+            "onDemandEquivalentUSD": 3.0,
+            "summary": "$1.00",
+            "usdPerHour": 0.5,
+            "accruedAt": format_micro_time(T0),
+            "pods": [{"uid": "u1", "name": "w-0-1", "usd": 1.0, "onDemandEquivalentUSD": 3.0, "usdPerHour": 0.5}],
+        },
+        "savings": {"onDemandUSD": 3.0, "grossUSD": 2.0, "netUSD": 2.0, "netPercent": 66.7, "losses": 1},
+        "workerGroups": [{"name": "spot", "active": 1, "usd": 1.0}],
+    }
+
+
+def _accrued(status: dict[str, Any], usd: float, seconds: float) -> dict[str, Any]:
+    """``status`` with its cost accrued ``seconds`` after T0 up to ``usd`` (and the figures made from it)."""
+    after = copy.deepcopy(status)
+    cost = after["cost"]
+    cost.update(usd=usd, summary=f"${usd:.2f}", accruedAt=format_micro_time(T0 + seconds * S))
+    cost["pods"][0]["usd"] = usd
+    after["savings"].update(grossUSD=3.0 - usd, netUSD=3.0 - usd, netPercent=100 * (3.0 - usd) / 3.0)
+    after["workerGroups"][0]["usd"] = usd
+    return after
+
+
+def _changed(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    status = _accrued(_seen(), 1.001, 5)
+    holder: Any = status
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = value
+    return status
+
+
+ROWS = [
+    ("nothing changed", _seen(), 5, False),
+    ("cost accrued by less than a cent, 5 s later", _accrued(_seen(), 1.009, 5), 5, False),
+    ("cost accrued by a cent", _accrued(_seen(), 1.01, 5), 5, True),
+    ("cost accrued by less than a cent, but the cost seen is old", _accrued(_seen(), 1.001, 30), 30, True),
+    ("a counter", _changed(("preemptions",), 2), 5, True),
+    ("a savings counter", _changed(("savings", "losses"), 2), 5, True),
+    ("the hourly rate", _changed(("cost", "usdPerHour"), 1.0), 5, True),
+    ("a pod enters the ledger", _changed(("cost", "pods"), [*_seen()["cost"]["pods"], {"uid": "u2"}]), 5, True),
+    ("a pod's end time", _changed(("cost", "pods", 0, "endedAt"), format_micro_time(T0)), 5, True),
+    ("a group's workers", _changed(("workerGroups", 0, "active"), 2), 5, True),
+]
+
+
+@pytest.mark.parametrize(("case", "planned", "seconds", "due"), ROWS, ids=[row[0] for row in ROWS])
+def test_status_due(case: str, planned: dict[str, Any], seconds: float, due: bool) -> None:
+    assert status_due(_seen(), planned, T0 + seconds * S) == due
+
+
+def test_no_status_seen_is_due() -> None:
+    assert status_due({}, _seen(), T0)
+    seen = _seen()
+    del seen["cost"]
+    assert status_due(seen, _seen(), T0)
+
+
+def test_cost_alone_is_written_every_cost_write_seconds_and_the_budget_still_stops_the_job_on_time() -> None:
+    """Passes every 2 s: the status is written at the first, then when the cost moved by a cent or is
+    COST_WRITE_SECONDS old. The budget decision uses the cost accrued in the pass, written or not: the job is
+    stopped in the same pass as when every pass writes."""
+
+    def run(write_every_pass: bool) -> tuple[list[int], int]:
+        world = World(job(budget={"maxCostUSD": 0.02}))
+        start(world, [node(f"gpu-{i}", age=timedelta(hours=2 + 5 * i)) for i in range(3)])
+        written, stopped_at = [], -1
+        for second in range(0, 600, 2):
+            before = world.job.get("status")
+            result = world.reconcile(T0 + second * S, PRICED)
+            if write_every_pass:
+                world.job["status"] = copy.deepcopy(result.status)
+            if world.job.get("status") is not before:
+                written.append(second)
+            if any(isinstance(w, DeleteChild) and w.kind == "Pod" for w in result.writes):
+                stopped_at = second
+                break
+        return written, stopped_at
+
+    written, stopped_at = run(write_every_pass=False)
+    _, stopped_at_when_always_written = run(write_every_pass=True)
+    assert stopped_at == stopped_at_when_always_written > 0
+    gaps = [b - a for a, b in itertools.pairwise(written)]
+    assert len(written) < stopped_at // 2 / 2, written  # far fewer writes than passes
+    assert max(gaps) <= COST_WRITE_SECONDS, written
+
+
+def test_at_a_chief_loss_the_lease_and_labels_go_before_the_releases_and_the_replacement() -> None:
+    world = World(job())
+    start(world, [node(f"gpu-{i}", age=timedelta(hours=2 + 5 * i)) for i in range(3)])
+    for second in range(3):
+        world.reconcile(T0 + second * S)
+    renew(world, T0 + 5 * S)
+    chief = world.job["status"]["chief"]["pod"]
+    terminate(world, chief, 143, pod_reason="Terminated", now=T0 + 10 * S)
+    counted = world.reconcile(T0 + 11 * S)
+    lost_pass = world.reconcile(T0 + 12 * S) if not counted.of_type(UpdateLease) else counted
+    kinds = [type(w) for w in lost_pass.writes]
+    assert UpdateLease in kinds
+    assert LabelPod in kinds
+    chief_writes = [i for i, kind in enumerate(kinds) if kind in (UpdateLease, LabelPod)]
+    other_writes = [i for i, kind in enumerate(kinds) if kind in (CreateChild, DeleteChild, RemoveFinalizer)]
+    assert other_writes, kinds
+    assert max(chief_writes) < min(other_writes), kinds
