@@ -1177,12 +1177,13 @@ class TransientTrainingJobStatus(_Model):
         )
     )
     slot_incarnations: (
-        list[Annotated[int, Field(ge=0, description="Highest incarnation created in the slot of this index.")]] | None
+        list[Annotated[int, Field(ge=0, description="The incarnation the slot of this index reserves.")]] | None
     ) = Field(
         default=None,
-        description="The highest incarnation (the last number of a worker pod's name) created so far in each worker "
-        "slot, by slot: a replacement takes the next one, so a worker pod's name never comes back, even while the "
-        "operator's view of the pods lags behind its own creates.",
+        description="By worker slot, the incarnation (the last number of a worker pod's name) its next pod takes: "
+        "one above every pod of the slot the operator has observed, or its latest create while that pod is not "
+        "observed yet (created again, the create answers 409 while it exists). A worker pod's name never comes "
+        "back, even while the operator's view of the pods lags behind its own creates.",
     )
     parameter_server_pods: (
         list[Annotated[str, Field(description="Parameter server pod of this index (empty: none seen yet).")]] | None

@@ -432,7 +432,6 @@ def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Wor
         # a chief that ended without the model leaves its slot to be filled again
         refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
         suspended=reading.suspension.suspended,
-        resuming=reading.suspension.resuming,
         now=run.now,
         unavailable=recorded_unavailable(spec, run.previous.worker_groups or [], run.now),
         previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,

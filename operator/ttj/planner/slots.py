@@ -1,11 +1,13 @@
 """Fill the worker slots: one live pod per slot for ``min(replicas, slots)`` slots, lost pods replaced at
 once in their slot under a new name, within what the budget allows.
 
-A new pod's incarnation (the last number of its name) is one above the highest observed in its slot, and
-never below the slot's last create, recorded in ``status.slotIncarnations``: the observed pods alone can
-lag behind our own creates (a view that has dropped ``-2-1`` but not yet shows ``-2-2``), and a name that
-came back would put two live pods, with one hostname and one TF task index, in one slot. Creating the
-recorded name again is safe: while that pod exists the create answers 409.
+A new pod's incarnation (the last number of its name) is the one ``status.slotIncarnations`` reserves for
+its slot: one above every pod of the slot ever observed, or the slot's last create while that pod is not
+observed yet. The observed pods alone can lag behind our own creates (a view that has dropped ``-2-1`` but
+not yet shows ``-2-2``), so an unobserved create's name is kept and created again (while that pod exists
+the create answers 409); once observed, its name is never used again, even after the pod is gone. A name
+that came back would put two pods under one name in the job's history, and, while both lived, two pods with
+one hostname and one TF task index in one slot.
 
 Moving back, make-before-break (jobs with worker groups): a worker runs in a *fallback* position when a more
 preferred group has room. Once every worker runs and nothing else changes in a pass, one extra worker is
@@ -55,7 +57,7 @@ class WorkerSlots:
     pending: int
     #: Why workers cannot be placed, empty when they can.
     unschedulable: str
-    #: The highest incarnation each slot has had, this pass's creates included, by slot (status.slotIncarnations).
+    #: The incarnation each slot reserves for its next pod, this pass's creates included (status.slotIncarnations).
     incarnations: tuple[int, ...] = ()
     #: By worker group: its live workers after this pass (creates included), and those running.
     held: Mapping[str | None, int] = field(default_factory=dict)
@@ -92,7 +94,6 @@ def fill_worker_slots(
     recorded: Sequence[int] = (),
     refill_finished: bool = False,
     suspended: bool = False,
-    resuming: bool = False,
     now: datetime | None = None,
     unavailable: Mapping[str, Unavailable] | None = None,
     previous_desired: int | None = None,
@@ -101,9 +102,7 @@ def fill_worker_slots(
 ) -> WorkerSlots:
     """``recorded``: status.slotIncarnations as last written. ``refill_finished``: workers that exited 0
     free their slots (the chief ended without the final checkpoint, so the job needs a worker to write it).
-    ``suspended``: spec.suspend; every worker stops as when the budget is exceeded. ``resuming``: the first
-    pass after a suspension, whose recorded names all belonged to pods that ran and were stopped: each slot's
-    new pod takes the incarnation above them, so that no name comes back. ``now`` and ``unavailable`` (the
+    ``suspended``: spec.suspend; every worker stops as when the budget is exceeded. ``now`` and ``unavailable`` (the
     groups status.workerGroups marks as out of capacity): for capacity fallback (:mod:`ttj.planner.groups`).
     ``previous_desired``: status.workers.desired as last written (a scale-down the user asked for is no move
     back). ``extra_allowed``: the budget allows one worker more than ``replicas`` (to move back).
@@ -132,7 +131,7 @@ def fill_worker_slots(
     )
     filled = fallen.remaining(kept.filled)
     empty = _empty_slots(spec.workers.slots, filled, _missing(kept.desired, filled, budget, len(fallen.slots)))
-    created = _created(job, groups, occupancy, filled, marks, slots=empty, recorded=recorded, resuming=resuming)
+    created = _created(job, groups, occupancy, filled, marks, slots=empty, recorded=recorded)
     if extra_allowed and _may_move_back(workers, verdicts, kept, fallen, filled=filled, created=created):
         created = _created_to_move_back(
             job, groups, occupancy, filled, created, marks=marks, holder=holder, slots=spec.workers.slots
@@ -205,7 +204,7 @@ def _empty_slots(slots: int, filled: Mapping[int, Obj], missing: int) -> list[in
 @dataclass(frozen=True)
 class _Created:
     creates: tuple[CreateChild, ...]
-    #: The highest incarnation of each slot, these creates included.
+    #: The incarnation each slot reserves, these creates included.
     incarnations: dict[int, int]
     #: Live workers by group, these creates included.
     held: Counter[str | None]
@@ -226,12 +225,9 @@ def _created(
     *,
     slots: Sequence[int],
     recorded: Sequence[int],
-    resuming: bool,
 ) -> _Created:
-    """A new worker in each of ``slots``, in the group it goes to, under the next incarnation of its slot."""
-    incarnations = {slot: n for slot, n in enumerate(recorded) if n > 0}
-    for slot, seen in occupancy.incarnations.items():
-        incarnations[slot] = max(incarnations.get(slot, 0), seen)
+    """A new worker in each of ``slots``, in the group it goes to, under the incarnation its slot reserves."""
+    incarnations = _reserved(recorded, occupancy)
     creates: list[CreateChild] = []
     held = Counter(group_of(pod) for pod in filled.values())
     chosen: dict[int, str | None] = {}
@@ -241,13 +237,21 @@ def _created(
         if group is None:
             full = True  # the groups' maxReplicas hold no more workers
             continue
-        after = max(incarnations.get(slot, 0), occupancy.incarnations.get(slot, 0)) if resuming else 0
-        incarnations[slot] = max(incarnations.get(slot, 0), occupancy.incarnations.get(slot, 0) + 1, after + 1)
+        incarnations[slot] = incarnations.get(slot, 1)
         pod = group_worker_pod(job, group, slot, incarnations[slot])
         creates.append(CreateChild(pod, recovery_since=occupancy.last_loss.get(slot)))
         held[group.name] += 1
         chosen[slot] = group.name
     return _Created(tuple(creates), incarnations, held, chosen, full)
+
+
+def _reserved(recorded: Sequence[int], occupancy: _Occupancy) -> dict[int, int]:
+    """By slot, the incarnation its next pod takes: the recorded one, or one above the slot's highest observed
+    pod if that is more (a recorded name not yet observed is one of our creates the view has not shown)."""
+    reserved = {slot: n for slot, n in enumerate(recorded) if n > 0}
+    for slot, seen in occupancy.incarnations.items():
+        reserved[slot] = max(reserved.get(slot, 0), seen + 1)
+    return reserved
 
 
 def _created_to_move_back(
@@ -266,7 +270,7 @@ def _created_to_move_back(
     free = next((s for s in range(slots) if s not in filled), None)
     if target is None or free is None:
         return created
-    incarnation = max(created.incarnations.get(free, 0), occupancy.incarnations.get(free, 0)) + 1
+    incarnation = created.incarnations.get(free, 1)
     held = Counter(created.held)
     held[target.name] += 1
     return replace(

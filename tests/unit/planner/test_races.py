@@ -27,18 +27,32 @@ def test_a_view_that_dropped_the_lost_pod_but_not_yet_shows_its_replacement_neve
     terminate(world, "mnist-worker-2-1", 143, pod_reason="Terminated", now=T0 + 3 * S)
     world.reconcile(T0 + 4 * S)  # counts the loss, creates -2-2
     assert world.pod("mnist-worker-2-2") is not None
-    world.reconcile(T0 + 5 * S)  # releases -2-1: deleted and its finalizer removed, gone
-    assert world.pod("mnist-worker-2-1") is None
-    assert world.job["status"]["slotIncarnations"] == [1, 1, 2]
+    assert world.job["status"]["slotIncarnations"] == [2, 2, 2]  # -2-2 reserved until it is observed
 
     # The operator's view: the DELETED of -2-1 arrived, the ADDED of -2-2 not yet.
     lagging = copy.deepcopy(world.observed)
-    lagging.pods = [p for p in lagging.pods if p["metadata"]["name"] != "mnist-worker-2-2"]
-    result = plan(world.job, lagging, T0 + 6 * S)
+    lagging.pods = [p for p in lagging.pods if p["metadata"]["name"] not in ("mnist-worker-2-1", "mnist-worker-2-2")]
+    result = plan(world.job, lagging, T0 + 5 * S)
     created = [w.name for w in result.of_type(CreateChild) if w.kind == "Pod"]
-    assert "mnist-worker-2-1" not in created
     assert created == ["mnist-worker-2-2"]  # the name the cluster holds already: 409, harmless
-    assert result.status["slotIncarnations"] == [1, 1, 2]
+    assert result.status["slotIncarnations"] == [2, 2, 2]
+
+    world.reconcile(T0 + 6 * S)  # observes -2-2: its name is spent
+    assert world.job["status"]["slotIncarnations"] == [2, 2, 3]
+
+
+def test_a_released_workers_name_never_comes_back_once_it_is_gone() -> None:
+    world = World(job(workers={"replicas": 2, "minReplicas": 1, "maxReplicas": 3}))
+    start(world, [node(f"gpu-{i}") for i in range(3)])
+    for second in range(3):
+        world.reconcile(T0 + second * S)
+    world.job["spec"]["workers"]["replicas"] = 1
+    for second in range(3, 6):
+        world.reconcile(T0 + second * S)
+    assert sorted(p["metadata"]["name"] for p in pods(world, alive=False)) == ["mnist-worker-0-1"]
+    world.job["spec"]["workers"]["replicas"] = 2
+    world.reconcile(T0 + 6 * S)
+    assert sorted(p["metadata"]["name"] for p in pods(world)) == ["mnist-worker-0-1", "mnist-worker-1-2"]
 
 
 def test_incarnations_recorded_survive_a_view_with_no_pods_at_all() -> None:
@@ -90,4 +104,4 @@ def test_a_replacement_is_running_before_the_next_loss_in_the_same_slot() -> Non
         run_pod(world, f"mnist-worker-0-{incarnation + 1}", "gpu-0", T0 + (10 * incarnation + 4) * S)
     alive = sorted(p["metadata"]["name"] for p in pods(world))
     assert alive == ["mnist-worker-0-4", "mnist-worker-1-1", "mnist-worker-2-1"]
-    assert world.job["status"]["slotIncarnations"][0] == 4
+    assert world.job["status"]["slotIncarnations"][0] == 5  # -0-4 observed: the next is -0-5
