@@ -307,3 +307,20 @@ def test_a_worker_its_compute_class_moved_ends_migrated_not_preempted() -> None:
         )
         assert not [what for _, what in timeline.preemptions if moved in what]
         assert "Migrated" in {reason for _, _, reason, _ in timeline.events}
+
+
+def test_a_replacement_a_move_back_released_ends_at_the_release(run: Run) -> None:
+    """A replacement gone since, which a MovedBack Event names as released, ends there, not at the record's end."""
+    world = run.world
+    released = run.worker[:-1] + "2"
+    left = [p for p in world.observed.pods if p["metadata"]["name"] != released]
+    moved_back = {
+        "type": "Normal",
+        "reason": "MovedBack",
+        "message": f"worker slot 0 moved from group t4 back to group l4 (as slot 3: mnist-worker-3-1 runs, "
+        f"{released} released)",
+        "lastTimestamp": format_time(T0 + 200 * S),
+    }
+    timeline = from_cluster(world.job, [*run.events, moved_back], left, world.observed.lease, T0 + 300 * S)
+    span = timeline.pods[released]
+    assert (span.running, span.ended, span.outcome) == (160.0, 200.0, "deleted")

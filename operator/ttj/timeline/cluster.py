@@ -42,6 +42,7 @@ from ttj_contract import (
 _ELECTED = re.compile(r"^(?:chief )?(?P<pod>[a-z0-9][-a-z0-9.]*)\b.*?\bat epoch (?P<epoch>\d+)")
 _WORKER_LOST = re.compile(r"^worker (?P<pod>\S+) (?:lost|failed)")
 _WORKER_MIGRATED = re.compile(r"^worker (?P<pod>\S+) handed over")
+_MOVED_BACK_RELEASED = re.compile(r"(?P<pod>[a-z0-9][-a-z0-9.]*) released\)$")
 
 
 def event_time(event: dict[str, Any]) -> datetime | None:
@@ -194,6 +195,11 @@ def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
             span = timeline.pods.get(moved["pod"])
             if span is not None and span.ended is None:
                 span.ended, span.outcome = moment, "migrated"
+        elif reason == "MovedBack" and (released := _MOVED_BACK_RELEASED.search(message)):
+            # a released worker gone since: its bar ends at the release, not at the end of the record
+            span = timeline.pods.get(released["pod"])
+            if span is not None and span.outcome == "deleted" and (span.ended is None or span.ended > moment):
+                span.ended = moment
         elif reason == "WorkerFailed" and (lost := _WORKER_LOST.search(message)):
             timeline.failures.append((moment, lost["pod"]))
         elif reason == EVALUATED and (evaluated := parse_evaluated(message)):
