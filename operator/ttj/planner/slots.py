@@ -134,7 +134,7 @@ def fill_worker_slots(
     created = _created(job, groups, occupancy, filled, marks, slots=empty, recorded=recorded)
     if extra_allowed and _may_move_back(workers, verdicts, kept, fallen, filled=filled, created=created):
         created = _created_to_move_back(
-            job, groups, occupancy, filled, created, marks=marks, holder=holder, slots=spec.workers.slots
+            job, groups, filled, created, marks=marks, holder=holder, slots=spec.workers.slots
         )
     return _worker_slots(
         spec,
@@ -257,7 +257,6 @@ def _reserved(recorded: Sequence[int], occupancy: _Occupancy) -> dict[int, int]:
 def _created_to_move_back(
     job: Obj,
     groups: tuple[Group, ...],
-    occupancy: _Occupancy,
     filled: Mapping[int, Obj],
     created: _Created,
     *,
