@@ -9,7 +9,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,12 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: 
 
 
 class TrainerJob:
-    """One job's pods as local processes: PS tasks and worker slots, with the env the operator would give."""
+    """One job's pods as local processes: PS tasks and worker slots, with the env the operator would give.
+
+    A PS process that exits without being told to is started again, as the kubelet restarts the container of
+    the PS Deployment's pod (restartPolicy Always); each restart is a warning in the test report. Workers
+    are never restarted: that is the operator's job, and the tests play it.
+    """
 
     def __init__(
         self,
@@ -73,6 +80,15 @@ class TrainerJob:
         } | {k: str(v) for k, v in settings.items()}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.generation: dict[str, int] = {}
+        #: How each process had ended when the job was stopped (None: it was still running, and was killed).
+        self.ended: dict[str, int | None] = {}
+        #: PS processes a test signalled: they stay down until the test starts them again.
+        self.stopped_on_purpose: set[str] = set()
+        #: (PS pod name, its exit code) for every restart of a PS that ended by itself.
+        self.restarts: list[tuple[str, int]] = []
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
     def pod_name(self, role: str, index: int) -> str:
         """The pod's stable hostname (one process per slot here, so no incarnations)."""
@@ -97,18 +113,40 @@ class TrainerJob:
 
     def start(self, role: str, index: int, **overrides: str) -> subprocess.Popen[bytes]:
         name = self.pod_name(role, index)
-        generation = self.generation.get(name, 0) + 1
-        self.generation[name] = generation
-        log = open(self.workdir / f"{name}.{generation}.log", "wb")  # noqa: SIM115 - the child owns it
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ttj_trainer"],
-            env=self.env(role, index) | overrides,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        self.processes[name] = process
+        with self._lock:
+            generation = self.generation.get(name, 0) + 1
+            self.generation[name] = generation
+            log = open(self.workdir / f"{name}.{generation}.log", "wb")  # noqa: SIM115 - the child owns it
+            process = subprocess.Popen(
+                [sys.executable, "-m", "ttj_trainer"],
+                env=self.env(role, index) | overrides,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            log.close()
+            self.processes[name] = process
+            self.stopped_on_purpose.discard(name)
+        if role == Role.PS and self._supervisor is None:
+            self._supervisor = threading.Thread(target=self._restart_exited_ps, name=f"{name}-kubelet", daemon=True)
+            self._supervisor.start()
         return process
+
+    def _restart_exited_ps(self) -> None:
+        while not self._stopping.wait(0.5):
+            with self._lock:
+                for index in range(len(self.ps_addresses)):
+                    name = self.pod_name(Role.PS, index)
+                    process = self.processes.get(name)
+                    code = process.poll() if process is not None else None
+                    if code is None or name in self.stopped_on_purpose or self._stopping.is_set():
+                        continue
+                    self.restarts.append((name, code))
+                    warnings.warn(
+                        f"{name} exited by itself with code {code}; restarted as its Deployment's pod would be "
+                        f"(log: {self.workdir / f'{name}.{self.generation[name]}.log'})",
+                        stacklevel=1,
+                    )
+                    self.start(Role.PS, index)
 
     def log(self, role: str, index: int) -> str:
         name = self.pod_name(role, index)
@@ -125,12 +163,19 @@ class TrainerJob:
         return entries
 
     def signal(self, role: str, index: int, sig: int) -> None:
-        self.processes[self.pod_name(role, index)].send_signal(sig)
+        name = self.pod_name(role, index)
+        with self._lock:
+            self.stopped_on_purpose.add(name)
+            self.processes[name].send_signal(sig)
 
     def wait(self, role: str, index: int, timeout: float) -> int:
         return self.processes[self.pod_name(role, index)].wait(timeout)
 
     def stop_all(self) -> None:
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join()
+        self.ended = {name: process.poll() for name, process in self.processes.items()}
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
@@ -138,7 +183,7 @@ class TrainerJob:
             process.wait(10)
 
     def dump_logs(self, tail: int = 30) -> str:
-        out = []
+        out = [f"exit codes when stopped (None: still running): {self.ended}; PS restarts: {self.restarts}"]
         for path in sorted(self.workdir.glob("*.log")):
             lines = path.read_text(errors="replace").splitlines()[-tail:]
             out.append(f"==== {path.name}\n" + "\n".join(lines))

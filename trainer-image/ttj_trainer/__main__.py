@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -12,6 +13,8 @@ from ttj_trainer.config import Knob
 
 # Before TensorFlow is imported: its C++ logs are not structured, keep them to errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A crash in TensorFlow's native code then leaves every thread's Python stack in the pod's log.
+faulthandler.enable()
 
 EXIT_CONFIG = TrainerExit.CONFIG
 EXIT_DATASET = TrainerExit.DATA_UNAVAILABLE
