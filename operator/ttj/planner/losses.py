@@ -99,15 +99,19 @@ def account_losses(
     events: list[EmitEvent] = []
     closed: list[PreemptionCost] = []
     updated: list[PreemptionCost] = []
+    # A pod replaces one loss only, and a slot's own next pod is its own loss's.
+    claimed = {record.replacement for record in records if record.replacement}
+    open_slots = {r.slot for r in [*records, *opened] if r.recovered_at is None and r.role != "ps"}
     for record in [*records, *opened]:
         if record.recovered_at is not None:
             updated.append(record)
             continue
-        replacement = _replacement(record, by_name, verdicts)
+        replacement = _replacement(record, by_name, verdicts, claimed, open_slots)
         done = _close(record, replacement, cost) if replacement is not None else None
         if done is None:
             updated.append(record)
             continue
+        claimed.add(done.replacement or "")
         updated.append(done)
         closed.append(done)
         events.append(EmitEvent("Normal", "PreemptionCost", describe(done)))
@@ -166,27 +170,50 @@ def _opened(
 
 
 def _replacement(
-    record: PreemptionCost, pods: Mapping[str, Obj], verdicts: Mapping[str, PodVerdict]
+    record: PreemptionCost,
+    pods: Mapping[str, Obj],
+    verdicts: Mapping[str, PodVerdict],
+    claimed: set[str],
+    open_slots: set[int | None],
 ) -> tuple[Obj, datetime] | None:
-    """The pod that took the record's slot over and is ready, with when it became ready."""
+    """The pod that took the loss over and is ready, with when it became ready.
+
+    A worker's is the next incarnation of its slot, else the first worker made after the loss in a slot
+    with no open loss of its own (a slot that was free then: a job with maxReplicas above replicas refills
+    where it has room), which no other loss claimed.
+    """
     if record.role == "ps":
         pod = pods.get(record.replacement or "")
         moment = ready_at(pod) if pod is not None else None
         return (pod, moment) if pod is not None and moment is not None else None
-    found: list[tuple[int, Obj, datetime]] = []
+    lost = parse_time(record.lost_at)
+    same_slot: list[tuple[int, Obj, datetime]] = []
+    other_slot: list[tuple[datetime, Obj, datetime]] = []
     for name, pod in pods.items():
-        if not has_role(pod, Role.WORKER) or slot_of(pod) != record.slot:
-            continue
-        if worker_incarnation(name) <= worker_incarnation(record.pod) or name == record.pod:
+        if not has_role(pod, Role.WORKER) or name == record.pod or name in claimed:
             continue
         verdict = verdicts.get(name)
         moment = ready_at(pod)
-        if verdict is not None and verdict.state == PodState.RUNNING and moment is not None:
-            found.append((worker_incarnation(name), pod, moment))
-    if not found:
-        return None
-    _, pod, moment = min(found, key=lambda item: item[0])
-    return pod, moment
+        if verdict is None or verdict.state != PodState.RUNNING or moment is None:
+            continue
+        if slot_of(pod) == record.slot:
+            if worker_incarnation(name) > worker_incarnation(record.pod):
+                same_slot.append((worker_incarnation(name), pod, moment))
+        elif slot_of(pod) not in open_slots and _made_after(pod, lost):
+            other_slot.append((moment, pod, moment))
+    if same_slot:
+        _, pod, moment = min(same_slot, key=lambda item: item[0])
+        return pod, moment
+    if other_slot:
+        _, pod, moment = min(other_slot, key=lambda item: (item[0], name_of(item[1])))
+        return pod, moment
+    return None
+
+
+def _made_after(pod: Obj, moment: datetime | None) -> bool:
+    """Whether the pod was created at or after ``moment`` (creation times are whole seconds)."""
+    created = parse_time(meta(pod).get("creationTimestamp"))
+    return moment is not None and created is not None and created >= moment.replace(microsecond=0)
 
 
 def _close(record: PreemptionCost, replacement: tuple[Obj, datetime], cost: CostStatus | None) -> PreemptionCost:

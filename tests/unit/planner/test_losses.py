@@ -10,9 +10,10 @@ from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, run
 from ttj.api.models import PreemptionCost, TransientTrainingJobStatus
 from ttj.cost.prices import load_price_table
 from ttj.planner import PlannerConfig
+from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.losses import KEPT_RECORDS, _keep, account_losses, describe
 from ttj.planner.world import World
-from ttj_contract import format_time
+from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role, format_time, worker_pod_name
 
 S = timedelta(seconds=1)
 PRICED = PlannerConfig(prices=load_price_table())
@@ -196,3 +197,96 @@ def test_describe_reads_as_a_sentence() -> None:
         "worker j-worker-1-1 (slot 1) lost at 2026-11-21T12:00:00Z: 0 steps lost, slot empty 42 s, "
         "start-up of j-worker-1-2 3 s $0.0012, $0.0012 in all"
     )
+
+
+def _worker(slot: int, incarnation: int, created: int, ready: int | None) -> dict[str, object]:
+    """A worker pod created at T0 + ``created`` s, Ready at T0 + ``ready`` s (None: not yet running)."""
+    status: dict[str, object] = {"phase": "Pending"}
+    if ready is not None:
+        status = {
+            "phase": "Running",
+            "startTime": format_time(T0 + created * S),
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": format_time(T0 + ready * S)}],
+        }
+    return {
+        "metadata": {
+            "name": worker_pod_name("mnist", slot, incarnation),
+            "creationTimestamp": format_time(T0 + created * S),
+            "labels": {LABEL_ROLE: Role.WORKER.value, LABEL_SLOT: str(slot)},
+        },
+        "status": status,
+    }
+
+
+def _open(slot: int, incarnation: int, lost: int) -> PreemptionCost:
+    return PreemptionCost(
+        pod=worker_pod_name("mnist", slot, incarnation), role="worker", slot=slot, lost_at=format_time(T0 + lost * S)
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "records", "workers", "want"),
+    [
+        (
+            "refilled in a slot that was free (maxReplicas above replicas)",
+            [_open(0, 1, 100)],
+            [_worker(1, 0, 0, 5), _worker(3, 0, 110, 160)],
+            {"mnist-worker-0-1": ("mnist-worker-3-0", 60.0)},
+        ),
+        (
+            "its own slot's next pod first, even if a free slot's is ready sooner",
+            [_open(0, 1, 100)],
+            [_worker(3, 0, 105, 120), _worker(0, 2, 110, 160)],
+            {"mnist-worker-0-1": ("mnist-worker-0-2", 60.0)},
+        ),
+        (
+            "a worker running since before the loss replaces nothing",
+            [_open(0, 1, 100)],
+            [_worker(1, 0, 0, 5), _worker(2, 0, 50, 60)],
+            {"mnist-worker-0-1": None},
+        ),
+        (
+            "another loss's own replacement is not taken",
+            [_open(0, 1, 100), _open(1, 1, 100)],
+            [_worker(0, 2, 110, None), _worker(1, 2, 110, 130)],
+            {"mnist-worker-0-1": None, "mnist-worker-1-1": ("mnist-worker-1-2", 30.0)},
+        ),
+        (
+            "a pod that closed one loss closes no other",
+            [
+                _open(0, 1, 100).model_copy(
+                    update={"replacement": "mnist-worker-3-0", "recovered_at": format_time(T0)}
+                ),
+                _open(1, 1, 100),
+            ],
+            [_worker(3, 0, 110, 130)],
+            {"mnist-worker-0-1": ("mnist-worker-3-0", None), "mnist-worker-1-1": None},
+        ),
+    ],
+)
+def test_which_pod_closes_a_worker_loss(
+    name: str,
+    records: list[PreemptionCost],
+    workers: list[dict[str, object]],
+    want: dict[str, tuple[str, float | None] | None],
+) -> None:
+    verdicts = {
+        str(w["metadata"]["name"]): PodVerdict(
+            PodState.RUNNING if w["status"]["phase"] == "Running" else PodState.PENDING
+        )  # type: ignore[index]
+        for w in workers
+    }
+    accounting = account_losses(
+        records,
+        None,
+        lost_workers=[],
+        lost_servers=[],
+        chief=None,
+        pods=workers,
+        verdicts=verdicts,
+        progress=None,
+        cost=None,
+        now=T0 + 200 * S,
+    )
+    got = {r.pod: ((r.replacement, r.slot_empty_seconds) if r.replacement else None) for r in accounting.costs or []}
+    assert got == want, name
