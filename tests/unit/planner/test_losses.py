@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -199,9 +200,9 @@ def test_describe_reads_as_a_sentence() -> None:
     )
 
 
-def _worker(slot: int, incarnation: int, created: int, ready: int | None) -> dict[str, object]:
+def _worker(slot: int, incarnation: int, created: int, ready: int | None) -> dict[str, Any]:
     """A worker pod created at T0 + ``created`` s, Ready at T0 + ``ready`` s (None: not yet running)."""
-    status: dict[str, object] = {"phase": "Pending"}
+    status: dict[str, Any] = {"phase": "Pending"}
     if ready is not None:
         status = {
             "phase": "Running",
@@ -267,13 +268,13 @@ def _open(slot: int, incarnation: int, lost: int) -> PreemptionCost:
 def test_which_pod_closes_a_worker_loss(
     name: str,
     records: list[PreemptionCost],
-    workers: list[dict[str, object]],
+    workers: list[dict[str, Any]],
     want: dict[str, tuple[str, float | None] | None],
 ) -> None:
     verdicts = {
         str(w["metadata"]["name"]): PodVerdict(
             PodState.RUNNING if w["status"]["phase"] == "Running" else PodState.PENDING
-        )  # type: ignore[index]
+        )
         for w in workers
     }
     accounting = account_losses(
