@@ -18,6 +18,7 @@ from ttj.cost.traffic import (
     cross_zone_bytes_per_step,
     cross_zone_traffic,
     seconds_in,
+    step_rates,
     steps_to_price,
 )
 from ttj_contract import Provisioning, format_micro_time
@@ -66,12 +67,48 @@ def test_the_intervals_steps_are_shared_by_seconds_run_and_priced_per_gib() -> N
     [
         ([], 100, CrossZoneTraffic(100, {}, {})),  # nobody to charge
         ([ZonedWorker("w", "b", 10.0)], 0, CrossZoneTraffic(0, {}, {})),
-        # a worker twice as fast makes two thirds of the steps
+        # a worker measured twice as fast makes two thirds of the steps
         (
-            [ZonedWorker("w", "b", 10.0, relative_speed=2.0), ZonedWorker("v", "b", 10.0)],
+            [ZonedWorker("w", "b", 10.0, steps_per_second=4.0), ZonedWorker("v", "b", 10.0, steps_per_second=2.0)],
             30,
             CrossZoneTraffic(
                 30, {"w": 20 * 2 * GIB, "v": 10 * 2 * GIB}, {"w": pytest.approx(0.4), "v": pytest.approx(0.2)}
+            ),
+        ),
+        # one without a measured rate counts at the mean of the measured ones (3.0): w 4, v 3, u 2 of 9 parts
+        (
+            [
+                ZonedWorker("w", "b", 10.0, steps_per_second=4.0),
+                ZonedWorker("v", "b", 10.0),
+                ZonedWorker("u", "b", 10.0, steps_per_second=2.0),
+            ],
+            90,
+            CrossZoneTraffic(
+                90,
+                {"w": 40 * 2 * GIB, "v": 30 * 2 * GIB, "u": 20 * 2 * GIB},
+                {"w": pytest.approx(0.8), "v": pytest.approx(0.6), "u": pytest.approx(0.4)},
+            ),
+        ),
+        # rates and seconds together: w ran half the interval at twice v's rate, so as many steps as v
+        (
+            [ZonedWorker("w", "b", 5.0, steps_per_second=4.0), ZonedWorker("v", "b", 10.0, steps_per_second=2.0)],
+            20,
+            CrossZoneTraffic(
+                20, {"w": 10 * 2 * GIB, "v": 10 * 2 * GIB}, {"w": pytest.approx(0.2), "v": pytest.approx(0.2)}
+            ),
+        ),
+        # a measured rate of 0 (not stepping when measured): none of the steps
+        (
+            [ZonedWorker("w", "b", 10.0, steps_per_second=0.0), ZonedWorker("v", "b", 10.0, steps_per_second=1.5)],
+            10,
+            CrossZoneTraffic(10, {"v": 10 * 2 * GIB}, {"v": pytest.approx(0.2)}),
+        ),
+        # every measured rate 0 (a stale measurement): by seconds alone, as without rates
+        (
+            [ZonedWorker("w", "b", 30.0, steps_per_second=0.0), ZonedWorker("v", "b", 10.0)],
+            40,
+            CrossZoneTraffic(
+                40, {"w": 30 * 2 * GIB, "v": 10 * 2 * GIB}, {"w": pytest.approx(0.6), "v": pytest.approx(0.2)}
             ),
         ),
         # nobody ran a measurable time in the interval (one pass after another at the same instant): evenly
@@ -84,6 +121,20 @@ def test_the_intervals_steps_are_shared_by_seconds_run_and_priced_per_gib() -> N
 )
 def test_corner_cases_of_the_share(workers: list[ZonedWorker], steps: int, expected: CrossZoneTraffic) -> None:
     assert cross_zone_traffic(workers, ps_zones=["a"], parameter_bytes=[GIB], steps=steps, usd_per_gib=0.01) == expected
+
+
+@pytest.mark.parametrize(
+    ("measured", "expected"),
+    [
+        ([], []),
+        ([None, None], [1.0, 1.0]),  # nothing measured: seconds alone
+        ([2.0, None, 4.0], [2.0, 3.0, 4.0]),  # the unmeasured at the mean of the measured
+        ([0.0, None], [1.0, 1.0]),  # all measured at 0: seconds alone
+        ([0.0, 3.0, None], [0.0, 3.0, 1.5]),
+    ],
+)
+def test_step_rates(measured: list[float | None], expected: list[float]) -> None:
+    assert step_rates(measured) == expected
 
 
 @pytest.mark.parametrize(

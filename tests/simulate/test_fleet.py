@@ -10,6 +10,7 @@ import pytest
 
 from ttj.api.models import TransientTrainingJob
 from ttj.cli import main
+from ttj.cost.traffic import GIB
 from ttj.simulate.cli import load_job
 from ttj.simulate.engine import PreemptionTrace, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel, blended, fit
@@ -30,6 +31,8 @@ from ttj.simulate.fleet import (
 from ttj.simulate.icac19 import load_training_data
 from ttj.simulate.policies import PaperStaticPolicy
 from ttj.simulate.prices import price_per_hour, ps_price_per_hour
+from ttj.simulate.study import accelerator_name
+from ttj.simulate.zones import RESNET32_PARAMETER_BYTES, GroupRate, Zones, cross_zone_usd_per_step, parse_zones
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "simulate"
 K80 = "nvidia-tesla-k80"
@@ -214,3 +217,98 @@ def test_the_cli_prints_the_plan_against_the_manifest(tmp_path: Path, capsys: py
     assert payload["reference"]["mix"] == "4 K80 preemptible"
     assert payload["manifest"]["spec"]["workers"]["groups"][0]["acceleratorType"] == "nvidia-tesla-k80"
     assert payload["mixes"] == 5 + 5 + 10  # one group of 1-5 twice, and two groups summing to at most 5
+
+
+# -- zones: groups pinned away from the parameter servers pay for their traffic -----------------------------
+@pytest.mark.parametrize(
+    ("groups", "zones", "ps_replicas", "expected_gib_per_step"),
+    [
+        # nothing pinned, or the PS's zone unknown: no traffic
+        ([GroupRate("t4-spot", T4, "spot", 2.0)], Zones(), 1, 0.0),
+        ([GroupRate("t4-spot", T4, "spot", 2.0)], Zones(None, {(T4, "spot"): "b"}, GIB), 1, 0.0),
+        # the only group in zone b: a pull and a push of every byte per step
+        ([GroupRate("t4-spot", T4, "spot", 2.0)], Zones("a", {(T4, "spot"): "b"}, GIB), 1, 2.0),
+        # a type pinned whatever its provisioning; beside the PS: nothing
+        ([GroupRate("t4-od", T4, "on-demand", 2.0)], Zones("a", {(T4, None): "b"}, GIB), 1, 2.0),
+        ([GroupRate("t4-od", T4, "on-demand", 2.0)], Zones("a", {(T4, None): "a"}, GIB), 1, 0.0),
+        # two groups: the one across makes 3 of 4 steps (its steps/s), so 3/4 of the steps cross
+        (
+            [GroupRate("l4-spot", L4, "spot", 3.0), GroupRate("t4-od", T4, "on-demand", 1.0)],
+            Zones("a", {(L4, "spot"): "b"}, GIB),
+            1,
+            1.5,
+        ),
+        # two parameter servers share the bytes; both in zone a, so all of it crosses
+        ([GroupRate("t4-spot", T4, "spot", 2.0)], Zones("a", {(T4, "spot"): "b"}, GIB), 2, 2.0),
+    ],
+)
+def test_what_a_step_costs_in_cross_zone_traffic(
+    groups: list[GroupRate], zones: Zones, ps_replicas: int, expected_gib_per_step: float
+) -> None:
+    usd = cross_zone_usd_per_step(groups, zones, ps_replicas=ps_replicas, usd_per_gib=0.01, steps=1000)
+    assert usd == pytest.approx(expected_gib_per_step * 0.01)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", {}),
+        ("t4:spot=us-central1-b, l4=us-central1-c", {(T4, "spot"): "us-central1-b", (L4, None): "us-central1-c"}),
+    ],
+)
+def test_zones_are_read_as_type_and_provisioning(text: str, expected: dict[tuple[str, str | None], str]) -> None:
+    assert parse_zones(text, accelerator_name) == expected
+
+
+def test_a_zone_must_be_named() -> None:
+    with pytest.raises(ValueError, match=r"--zones: expected TYPE\[:PROVISIONING\]=ZONE, e.g. t4:spot=us-central1-b"):
+        parse_zones("t4:spot", accelerator_name)
+
+
+def test_a_pinned_groups_traffic_is_in_every_runs_cost_and_the_screen(fitted: FittedModel, template: SimJob) -> None:
+    """T4 on-demand beside the PS, T4 spot in another zone: each run costs its steps' traffic more."""
+    mix = Mix((Group(T4, "on-demand", 1), Group(T4, "spot", 1)))
+    beside = PlanContext(template, fitted, runs=10, price_table="gce-us-central1")
+    zones = Zones("us-central1-a", {(T4, "spot"): "us-central1-b"}, RESNET32_PARAMETER_BYTES)
+    across = PlanContext(template, fitted, runs=10, price_table="gce-us-central1", zones=zones)
+    # the two T4s step alike: half the steps cross, each 2 x the model's bytes
+    per_step = 0.5 * 2 * RESNET32_PARAMETER_BYTES / GIB * 0.01
+    assert across.cross_zone_usd_per_step(mix) == pytest.approx(per_step)
+    assert beside.cross_zone_usd_per_step(mix) == 0.0
+    runs, more = beside.results(mix, 10), across.results(mix, 10)
+    assert [r.time_s for r in runs] == [r.time_s for r in more]  # the same runs, latency not modelled
+    assert [b.cost_usd - a.cost_usd for a, b in zip(runs, more, strict=True)] == [
+        pytest.approx((r.steps_lost + (template.train_steps if r.succeeded else 0)) * per_step) for r in runs
+    ]
+    traffic = template.train_steps * per_step
+    assert across.screen(mix).ideal_cost_usd == pytest.approx(beside.screen(mix).ideal_cost_usd + traffic)
+    target = Target(None, None, 0.9)
+    plain, priced = evaluate(beside, mix, target), evaluate(across, mix, target)
+    assert (plain.cross_zone_usd, priced.cross_zone_usd) == (0.0, pytest.approx(traffic, rel=0.05))
+    assert priced.cost_per_done_usd == pytest.approx(plain.cost_per_done_usd + priced.cross_zone_usd)
+    grouped, _ = manifests(mix, across, "resnet32")
+    assert [(g["name"], g.get("zone")) for g in grouped["spec"]["workers"]["groups"]] == [
+        ("t4-spot", "us-central1-b"),
+        ("t4-on-demand", None),
+    ]
+
+
+def test_the_cli_says_which_groups_pay_for_traffic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common = [
+        "simulate", str(EXAMPLES / "k80-transient-4.yaml"), "--plan", "--deadline", "3",
+        "--max-gpus", "2", "--plan-runs", "10", "--zones", "k80:preemptible=us-central1-b",
+    ]  # fmt: skip
+    assert main([*common, "--ps-zone", "us-central1-a", "--json", str(tmp_path / "plan.json")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "zones: K80 preemptible in us-central1-b; parameter servers in us-central1-a: a worker in another zone "
+        "moves 2 x 1.87 MB across per step (1 PS), at $0.01/GiB (icac19-table2): added to every run's cost"
+    ) in out
+    assert "of it cross-zone traffic)" in out
+    payload = json.loads((tmp_path / "plan.json").read_text())
+    crossing = [e for e in payload["simulated"] if "preemptible" in e["mix"]]
+    assert crossing
+    assert all(e["crossZoneUsdPerDoneJob"] > 0 for e in crossing)
+    assert all(e["crossZoneUsdPerDoneJob"] == 0 for e in payload["simulated"] if "preemptible" not in e["mix"])
+    assert main(common) == 0
+    assert "the parameter servers' zone unknown (--ps-zone): cross-zone traffic NOT priced" in capsys.readouterr().out

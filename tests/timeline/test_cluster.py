@@ -11,7 +11,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pytest
 
-from tests.unit.planner.builders import T0, job, node, renew, run_pod, start, terminate
+from tests.unit.planner.builders import T0, job, node, renew, run_pod, run_ps, start, terminate
+from tests.unit.planner.test_groups import MOVE_BACK_GROUPS, gpu_node, passes, pod_writes, unschedulable
 from ttj.cost.prices import load_price_table
 from ttj.planner import PlannerConfig
 from ttj.planner.world import World
@@ -324,3 +325,230 @@ def test_a_replacement_a_move_back_released_ends_at_the_release(run: Run) -> Non
     timeline = from_cluster(world.job, [*run.events, moved_back], left, world.observed.lease, T0 + 300 * S)
     span = timeline.pods[released]
     assert (span.running, span.ended, span.outcome) == (160.0, 200.0, "deleted")
+
+
+class Fleet:
+    """A job preferring l4, then t4 (replicas 2, maxReplicas 3), its passes and its Events with their times."""
+
+    def __init__(self) -> None:
+        self.world = World(
+            job(
+                workers={
+                    "replicas": 2,
+                    "minReplicas": 1,
+                    "maxReplicas": 3,
+                    "groups": MOVE_BACK_GROUPS,
+                    "fallbackAfterSeconds": 60,
+                }
+            )
+        )
+        self.world.observed.nodes["cpu-0"] = node("cpu-0", "on-demand")
+        self.events: list[dict[str, Any]] = []
+
+    def passes(self, now: datetime) -> list[tuple[str, str, str]]:
+        """An operator pass at ``now`` (the chief reporting first); the pod writes it made."""
+        result = passes(self.world, now)
+        self.events += [
+            {"type": e.type, "reason": e.reason, "message": e.message, "lastTimestamp": format_time(now)}
+            for e in result.events
+        ]
+        return pod_writes(result)
+
+    def timeline(self, now: datetime) -> Any:
+        world = self.world
+        return from_cluster(world.job, self.events, world.observed.pods, world.observed.lease, now)
+
+
+@pytest.fixture
+def fleet() -> Fleet:
+    """l4 has no capacity: both slots fall back to t4 at 60 s. Slot 1's worker is lost at 100 s and replaced
+    in t4 (running at 120 s). When l4 is tried again (1861 s) an extra worker in slot 2 moves back to l4 and
+    slot 1's t4 worker is released (1902 s); the l4 worker is lost at 1961 s and replaced in slot 1, the
+    lowest free slot (running at 1991 s): slot 2 is the spare from then on."""
+    f = Fleet()
+    world = f.world
+    f.passes(T0)
+    run_ps(world, "mnist-ps-0-abc")
+    unschedulable(world, T0)
+    assert f.passes(T0 + 60 * S) == [
+        ("DeleteChild", "mnist-worker-0-1", "CapacityFallback"),
+        ("DeleteChild", "mnist-worker-1-1", "CapacityFallback"),
+        ("CreateChild", "mnist-worker-0-2", "t4"),
+        ("CreateChild", "mnist-worker-1-2", "t4"),
+    ]
+    for slot in (0, 1):
+        world.observed.nodes[f"t4-{slot}"] = node(f"t4-{slot}")
+        run_pod(world, f"mnist-worker-{slot}-2", f"t4-{slot}", T0 + 70 * S)
+    f.passes(T0 + 71 * S)
+    terminate(world, "mnist-worker-1-2", 143, pod_reason="Terminated", now=T0 + 100 * S)
+    assert f.passes(T0 + 101 * S) == [("CreateChild", "mnist-worker-1-3", "t4")]
+    f.passes(T0 + 102 * S)
+    world.observed.nodes["t4-2"] = node("t4-2")
+    run_pod(world, "mnist-worker-1-3", "t4-2", T0 + 120 * S)
+    f.passes(T0 + 121 * S)
+    assert f.passes(T0 + 1861 * S) == [("CreateChild", "mnist-worker-2-1", "l4")]
+    world.observed.nodes["l4-0"] = gpu_node("l4-0", "nvidia-l4")
+    run_pod(world, "mnist-worker-2-1", "l4-0", T0 + 1901 * S)
+    assert f.passes(T0 + 1902 * S) == [("DeleteChild", "mnist-worker-1-3", "ScaledDown")]
+    f.passes(T0 + 1903 * S)
+    terminate(world, "mnist-worker-2-1", 143, pod_reason="Terminated", now=T0 + 1961 * S)
+    assert f.passes(T0 + 1962 * S) == [("CreateChild", "mnist-worker-1-4", "l4")]
+    f.passes(T0 + 1963 * S)
+    world.observed.nodes["l4-1"] = gpu_node("l4-1", "nvidia-l4")
+    run_pod(world, "mnist-worker-1-4", "l4-1", T0 + 1991 * S)
+    f.passes(T0 + 1992 * S)
+    assert sorted(p["metadata"]["name"] for p in world.observed.pods) == [
+        "mnist-ps-0-abc",
+        "mnist-worker-0-2",
+        "mnist-worker-1-4",
+    ]
+    return f
+
+
+def test_every_worker_gone_since_is_drawn_with_its_group_from_the_events(fleet: Fleet) -> None:
+    """Only two workers are still listed; the others' groups come from the CapacityFallback Event that sent
+    their slot to t4 and the MovedBack Event that names the released and the new worker."""
+    timeline = fleet.timeline(T0 + 2000 * S)
+    workers = sorted((s for s in timeline.pods.values() if s.role == "worker"), key=lambda s: (s.slot, s.created))
+    assert [(s.name, s.group, s.running, s.ended, s.outcome) for s in workers] == [
+        ("mnist-worker-0-2", "t4", 70.0, None, "running"),
+        ("mnist-worker-1-2", "t4", 70.0, 100.0, "preempted"),  # its slot fell back to t4
+        ("mnist-worker-1-3", "t4", 120.0, 1902.0, "deleted"),  # released by the move back, from t4
+        ("mnist-worker-1-4", "l4", 1991.0, None, "running"),
+        ("mnist-worker-2-1", "l4", 1901.0, 1961.0, "preempted"),  # made to move back to l4
+    ]
+    fig = figure(timeline, "ns/mnist")
+    assert sorted(text.get_text() for text in fig.axes[0].texts if text.get_text() in ("l4", "t4")) == [
+        "l4",
+        "l4",
+        "t4",
+        "t4",
+        "t4",
+    ]
+    plt.close(fig)
+
+
+def test_a_lost_workers_lane_is_hatched_until_its_replacement_in_the_spare_slot_runs(fleet: Fleet) -> None:
+    """The l4 worker lost at 1961 s is replaced in slot 1 (the lowest free slot): its own slot 2 stands empty
+    only until that replacement runs at 1991 s; from then on it is the free spare, not a slot short."""
+    lost = next(r for r in fleet.world.job["status"]["preemptionCosts"] if r["pod"] == "mnist-worker-2-1")
+    assert "recoveredAt" not in lost, "the record waits for slot 2 itself to be refilled"
+    timeline = fleet.timeline(T0 + 2000 * S)
+    assert timeline.gaps == [(100.0, 120.0, "worker 1"), (1961.0, 1991.0, "worker 2")]
+    fig = figure(timeline, "ns/mnist")
+    hatched = [(p.get_x(), p.get_x() + p.get_width()) for p in fig.axes[0].patches if p.get_hatch()]
+    assert hatched == [(100.0, 120.0), (1961.0, 1991.0)]
+    plt.close(fig)
+
+
+def listed(name: str, slot: int, created: float, running: float | None = None) -> dict[str, Any]:
+    """A worker pod as listed: made at ``created`` seconds, running since ``running``."""
+    status: dict[str, Any] = {"phase": "Pending"}
+    if running is not None:
+        status = {"phase": "Running", "startTime": format_time(T0 + running * S)}
+    labels = {"transient.training/role": "worker", "transient.training/slot": str(slot)}
+    return {
+        "metadata": {"name": name, "labels": labels, "creationTimestamp": format_time(T0 + created * S)},
+        "status": status,
+    }
+
+
+LOST_IN_SLOT_2 = {
+    "pod": "j-worker-2-1",
+    "role": "worker",
+    "slot": 2,
+    "startedAt": format_time(T0),
+    "lostAt": format_time(T0 + 100 * S),
+}
+
+
+@pytest.mark.parametrize(
+    ("record", "pods", "gap"),
+    [
+        # the replacement in slot 1 (free at the loss) is pending: the slot is still short
+        ({}, [listed("j-worker-0-1", 0, 0, 0), listed("j-worker-1-2", 1, 101)], (100.0, None, "worker 2")),
+        # it runs: slot 2 is the spare from then on
+        ({}, [listed("j-worker-0-1", 0, 0, 0), listed("j-worker-1-2", 1, 101, 130)], (100.0, 130.0, "worker 2")),
+        # a worker that ran in slot 1 before the loss replaces nothing; slot 0's pod made later does
+        (
+            {},
+            [listed("j-worker-0-2", 0, 110, 140), listed("j-worker-1-1", 1, 0, 0)],
+            (100.0, 140.0, "worker 2"),
+        ),
+        # the record says when slot 2 itself was refilled
+        (
+            {"replacement": "j-worker-2-2", "recoveredAt": format_time(T0 + 125 * S)},
+            [listed("j-worker-0-1", 0, 0, 0), listed("j-worker-1-2", 1, 101, 110), listed("j-worker-2-2", 2, 101, 120)],
+            (100.0, 125.0, "worker 2"),
+        ),
+    ],
+)
+def test_a_slot_is_empty_from_the_loss_until_a_replacement_runs_there_or_in_a_free_slot(
+    record: dict[str, Any], pods: list[dict[str, Any]], gap: tuple[float, float | None, str]
+) -> None:
+    job_ = {
+        "metadata": {"name": "j", "creationTimestamp": format_time(T0)},
+        "status": {"preemptionCosts": [LOST_IN_SLOT_2 | record]},
+    }
+    assert from_cluster(job_, [], pods, None, T0 + 200 * S).gaps == [gap]
+
+
+def fell_back(slot: int, left: str, chosen: str, at: float) -> dict[str, Any]:
+    message = (
+        f"worker slot {slot} left group {left} (unschedulable for 60s: Unschedulable: no nodes) for group {chosen}"
+    )
+    return {
+        "type": "Warning",
+        "reason": "CapacityFallback",
+        "message": message,
+        "lastTimestamp": format_time(T0 + at * S),
+    }
+
+
+def lost_at(pod: str, slot: int, started: float, lost: float) -> dict[str, Any]:
+    return {
+        "pod": pod,
+        "role": "worker",
+        "slot": slot,
+        "startedAt": format_time(T0 + started * S),
+        "lostAt": format_time(T0 + lost * S),
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "events", "groups"),
+    [
+        # nothing keeps the gone worker's group
+        ({}, [], {"j-worker-0-3": None}),
+        # the cost ledger still has its entry
+        ({"cost": {"pods": [{"name": "j-worker-0-3", "group": "od"}]}}, [], {"j-worker-0-3": "od"}),
+        # the job has one group
+        ({"workerGroups": [{"name": "l4"}]}, [], {"j-worker-0-3": "l4"}),
+        # the slot fell back twice before the pod was made: the later fallback's group
+        ({}, [fell_back(0, "l4", "t4", 60), fell_back(0, "t4", "od", 120)], {"j-worker-0-3": "od"}),
+        # a fallback of another slot says nothing of it
+        ({}, [fell_back(1, "l4", "t4", 60)], {"j-worker-0-3": None}),
+    ],
+)
+def test_the_group_of_a_worker_gone_since_comes_from_what_the_record_keeps(
+    status: dict[str, Any], events: list[dict[str, Any]], groups: dict[str, str | None]
+) -> None:
+    job_ = {
+        "metadata": {"name": "j", "creationTimestamp": format_time(T0)},
+        "status": {"preemptionCosts": [lost_at("j-worker-0-3", 0, 125, 300)], **status},
+    }
+    timeline = from_cluster(job_, events, [], None, T0 + 400 * S)
+    assert {s.name: s.group for s in timeline.pods.values()} == groups
+
+
+def test_a_later_pod_of_a_slot_that_fell_back_is_not_taken_for_the_one_made_then() -> None:
+    """Slot 0's pod made at the fallback was lost and replaced at 300 s; the replacement, gone too, may be in
+    any group: only the first pod made after the fallback gets its group."""
+    lost = lost_at("j-worker-0-2", 0, 65, 300)
+    replaced = lost | {"replacement": "j-worker-0-3", "recoveredAt": format_time(T0 + 320 * S)}
+    job_ = {
+        "metadata": {"name": "j", "creationTimestamp": format_time(T0)},
+        "status": {"preemptionCosts": [replaced, lost_at("j-worker-0-3", 0, 320, 500)]},
+    }
+    timeline = from_cluster(job_, [fell_back(0, "l4", "t4", 60)], [], None, T0 + 600 * S)
+    assert {s.name: s.group for s in timeline.pods.values()} == {"j-worker-0-2": "t4", "j-worker-0-3": None}

@@ -7,11 +7,13 @@ per PS; embedding tables looked up by row are not in it, since a step moves only
 charges traffic between zones of one region per GiB in each direction; same-zone traffic is free
 (docs/cost.md has the price and its source).
 
-Per-worker steps are not reported: the job's global steps in an interval are shared out among the workers by
-the seconds each ran in it (times a relative speed, 1.0 for every worker until per-worker step rates are
-reported). That is exact for workers of one speed and misattributes between groups of different speeds (a
-faster GPU makes more of the steps); the job's total is right either way whenever all workers of the
-interval sit in the same zones relative to the parameter servers.
+Per-worker step counts are not reported, only the global step and each slot's current steps/s: the job's
+global steps in an interval are shared out among the workers by the seconds each ran in it times its measured
+steps/s, so a worker twice as fast is charged for twice the steps. A worker without a measured rate (not
+stepping yet when the chief measured, or gone since) counts at the mean rate of those measured; without any
+measured rate the share is by seconds alone. The rate is the latest measurement, not the interval's average;
+the job's total is right either way whenever all workers of the interval sit in the same zones relative to the
+parameter servers.
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ GIB = 1 << 30
 @dataclass(frozen=True)
 class ZonedWorker:
     """A worker pod as the traffic is priced: its ledger uid, its node's zone, how long it ran in the interval
-    priced (seconds), and its step rate relative to the others' (1.0 for all while per-worker rates are not
-    reported)."""
+    priced (seconds), and its training steps per second as the chief last measured them (None when not)."""
 
     uid: str
     zone: str | None
     seconds: float
-    relative_speed: float = 1.0
+    steps_per_second: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,11 +79,13 @@ def cross_zone_traffic(
     usd_per_gib: float,
 ) -> CrossZoneTraffic:
     """The cross-zone bytes and USD of ``steps`` global steps made by ``workers``, shared out by their seconds
-    in the interval times their relative speed (evenly when none ran a measurable time)."""
+    in the interval times their steps per second (:func:`step_rates`; evenly when none made a measurable
+    contribution)."""
     present = list(workers)
     if steps <= 0 or not present:
         return CrossZoneTraffic(max(0, steps), {}, {})
-    weights = [max(0.0, worker.seconds) * max(0.0, worker.relative_speed) for worker in present]
+    rates = step_rates([worker.steps_per_second for worker in present])
+    weights = [max(0.0, worker.seconds) * rate for worker, rate in zip(present, rates, strict=True)]
     total = sum(weights)
     moved: dict[str, float] = {}
     for worker, weight in zip(present, weights, strict=True):
@@ -91,6 +94,17 @@ def cross_zone_traffic(
         moved[worker.uid] = moved.get(worker.uid, 0.0) + steps * share * per_step
     crossed = {uid: amount for uid, amount in moved.items() if amount > 0}
     return CrossZoneTraffic(steps, crossed, {uid: amount / GIB * usd_per_gib for uid, amount in crossed.items()})
+
+
+def step_rates(measured: Sequence[float | None]) -> list[float]:
+    """The rate each worker's seconds are weighed by: its measured steps per second, the mean of the measured
+    ones where it has none; 1.0 for every worker when none is measured or all measured ones are 0 (a stale
+    measurement cannot tell which workers made the steps the global step says were made)."""
+    known = [max(0.0, rate) for rate in measured if rate is not None]
+    mean = sum(known) / len(known) if known else 0.0
+    if mean <= 0:
+        return [1.0] * len(measured)
+    return [mean if rate is None else max(0.0, rate) for rate in measured]
 
 
 def steps_to_price(priced_up_to: int | None, global_step: int) -> int:

@@ -102,7 +102,18 @@ def tf_config(job: str, namespace: str, spec: TransientTrainingJobSpec, task_typ
     ).to_json()
 
 
-def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: str, index: int) -> list[Obj]:
+def _env(
+    job: str,
+    namespace: str,
+    spec: TransientTrainingJobSpec,
+    task_type: str,
+    index: int,
+    *,
+    job_batch_size: int | None = None,
+) -> list[Obj]:
+    """The trainer's environment. ``job_batch_size``: the job's batch size, for a worker of a group with its
+    own (``spec`` is the group's view, its batchSize the group's): what ``updateShare`` scales by."""
+
     def field(path: str) -> Obj:
         return {"fieldRef": {"fieldPath": path}}
 
@@ -123,6 +134,8 @@ def _env(job: str, namespace: str, spec: TransientTrainingJobSpec, task_type: st
         Env.CHECKPOINT_INTERVAL_SECONDS: spec.checkpoint.interval_seconds,
         Env.DESIRED_WORKERS: spec.workers.replicas,
     }
+    if job_batch_size is not None:
+        settings[Env.JOB_BATCH_SIZE] = job_batch_size
     if spec.data is not None:
         settings[Env.DATA_URI] = spec.data.uri
     elif spec.program is None and spec.built_in_dataset == "cifar10":
@@ -228,21 +241,20 @@ def _data_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[Obj]]:
 
 
 def worker_pod(
-    job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int, *, compute_class: str | None = None
+    job: Obj,
+    spec: TransientTrainingJobSpec,
+    slot: int,
+    incarnation: int,
+    *,
+    compute_class: str | None = None,
+    job_batch_size: int | None = None,
 ) -> Obj:
     """Worker pod ``incarnation`` of ``slot``: ttj's pod with the workers' template (``workers.template`` with
     ``workers.nodeSelector`` and ``tolerations``) merged under it. With ``compute_class`` the pod selects that
-    GKE compute class instead of ttj's provisioning and accelerator labels."""
-    return merged_under(
-        bare_worker_pod(job, spec, slot, incarnation, compute_class=compute_class), worker_template(spec.workers)
-    )
-
-
-def add_env(pod: Obj, name: str, value: str) -> None:
-    """Adds an environment variable to ``pod``'s trainer container."""
-    for container in pod["spec"]["containers"]:
-        if container["name"] == CONTAINER_NAME:
-            container.setdefault("env", []).append({"name": name, "value": value})
+    GKE compute class instead of ttj's provisioning and accelerator labels; with ``job_batch_size`` (a group
+    with its own batch size) the trainer gets the job's batch size as ``TTJ_JOB_BATCH_SIZE``."""
+    bare = bare_worker_pod(job, spec, slot, incarnation, compute_class=compute_class, job_batch_size=job_batch_size)
+    return merged_under(bare, worker_template(spec.workers))
 
 
 def _placement(spec: TransientTrainingJobSpec, compute_class: str | None) -> tuple[dict[str, str], list[Obj]]:
@@ -267,7 +279,13 @@ def _placement(spec: TransientTrainingJobSpec, compute_class: str | None) -> tup
 
 
 def bare_worker_pod(
-    job: Obj, spec: TransientTrainingJobSpec, slot: int, incarnation: int, *, compute_class: str | None = None
+    job: Obj,
+    spec: TransientTrainingJobSpec,
+    slot: int,
+    incarnation: int,
+    *,
+    compute_class: str | None = None,
+    job_batch_size: int | None = None,
 ) -> Obj:
     """What ttj owns of a worker pod."""
     name = job["metadata"]["name"]
@@ -290,7 +308,7 @@ def bare_worker_pod(
         "containers": [
             _container(
                 spec.image,
-                _env(name, namespace, spec, Role.WORKER, slot),
+                _env(name, namespace, spec, Role.WORKER, slot, job_batch_size=job_batch_size),
                 _resources(workers.resources, workers.gpus_per_worker, DEFAULT_WORKER_REQUESTS),
                 [*mounts, *scratch_mounts],
             )

@@ -30,6 +30,7 @@ from ttj.planner.observed import (
     phase_of,
     pod_status,
 )
+from ttj.planner.rates import pod_steps_per_second
 from ttj_contract import ANNOTATION_PROGRESS, LABEL_PS_INDEX, LABEL_ROLE, LeaseProgress, Role, parse_time
 
 
@@ -97,15 +98,17 @@ def priced_traffic(
     cost: CostStatus, pods: list[PodObservation], observed: Observed, *, now: datetime, prices: PriceTable
 ) -> CostStatus:
     """``cost`` with the cross-zone traffic of the steps since the last priced one added (:mod:`ttj.cost.traffic`),
-    once the chief reports the bytes its parameter servers hold."""
+    once the chief reports the bytes its parameter servers hold; each worker's share follows the steps per
+    second the chief measured for its slot, where it did."""
     report = LeaseProgress.from_annotation(annotations_of(observed.lease or {}).get(ANNOTATION_PROGRESS))
     if report is None or report.parameter_bytes is None:
         return cost
     mark = cost.cross_zone
     steps = steps_to_price(mark.step if mark is not None else None, report.global_step)
     since = parse_time(mark.priced_at) if mark is not None else None
+    rates = pod_steps_per_second(report.slot_steps_per_second, observed.pods)
     workers = [
-        ZonedWorker(pod.uid, pod.zone, seconds_in(pod.started_at, pod.ended_at, since or now, now))
+        ZonedWorker(pod.uid, pod.zone, seconds_in(pod.started_at, pod.ended_at, since or now, now), rates.get(pod.name))
         for pod in pods
         if pod.role == "worker" and pod.started_at is not None
     ]

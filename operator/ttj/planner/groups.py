@@ -44,7 +44,6 @@ from ttj_contract import (
     LABEL_WORKER_GROUP,
     PREEMPTIBLE_LABEL,
     SPOT_LABEL,
-    Env,
     format_time,
     parse_time,
 )
@@ -139,11 +138,11 @@ def worker_gpus(spec: TransientTrainingJobSpec, pod: Obj) -> int:
 
 def group_worker_pod(job: Obj, group: Group, slot: int, incarnation: int) -> Obj:
     """Worker pod ``incarnation`` of ``slot`` in ``group``."""
-    pod = children.worker_pod(job, group.spec, slot, incarnation, compute_class=group.compute_class)
+    pod = children.worker_pod(
+        job, group.spec, slot, incarnation, compute_class=group.compute_class, job_batch_size=group.job_batch_size
+    )
     if group.name is not None:
         pod["metadata"]["labels"][LABEL_WORKER_GROUP] = group.name
-    if group.job_batch_size is not None:
-        children.add_env(pod, Env.JOB_BATCH_SIZE, str(group.job_batch_size))
     return pod
 
 

@@ -65,7 +65,9 @@ def _cached_ownership_problems(name: str, namespace: str, spec_json: str) -> tup
 def _ownership_problems(name: str, namespace: str, spec: TransientTrainingJobSpec) -> list[str]:
     job: Obj = {"metadata": {"name": name, "namespace": namespace or None}}
     problems = []
-    bare_worker = bare_worker_pod(job, spec, 0, 1)
+    # With every variable ttj sets on some worker: a group with its own batch size adds the job's.
+    own_batch = any(group.batch_size is not None for group in spec.workers.groups or [])
+    bare_worker = bare_worker_pod(job, spec, 0, 1, job_batch_size=spec.batch_size if own_batch else None)
     paths = [m["mountPath"].rstrip("/") or "/" for m in bare_worker["spec"]["containers"][0].get("volumeMounts") or []]
     if len(set(paths)) != len(paths):
         problems.append(

@@ -10,19 +10,33 @@ from ttj.planner.observed import Obj, annotations_of, has_role, labels_of, meta,
 from ttj_contract import ANNOTATION_PROGRESS, LABEL_WORKER_GROUP, LeaseProgress, Role, worker_incarnation
 
 
-def slot_groups(pods: Iterable[Obj]) -> dict[int, str]:
-    """The group of the running worker pod in each slot (of the latest incarnation, should two run)."""
-    holders: dict[int, tuple[int, str]] = {}
+def slot_holders(pods: Iterable[Obj]) -> dict[int, Obj]:
+    """The running worker pod in each slot (of the latest incarnation, should two run): whose rate the chief's
+    measurement of the slot is."""
+    holders: dict[int, tuple[int, Obj]] = {}
     for pod in pods:
-        slot, group = slot_of(pod), labels_of(pod).get(LABEL_WORKER_GROUP)
-        if not has_role(pod, Role.WORKER) or slot is None or group is None:
+        slot = slot_of(pod)
+        if not has_role(pod, Role.WORKER) or slot is None:
             continue
         if phase_of(pod) != "Running" or meta(pod).get("deletionTimestamp"):
             continue
         incarnation = worker_incarnation(name_of(pod))
         if slot not in holders or incarnation > holders[slot][0]:
-            holders[slot] = (incarnation, group)
-    return {slot: group for slot, (_, group) in holders.items()}
+            holders[slot] = (incarnation, pod)
+    return {slot: pod for slot, (_, pod) in holders.items()}
+
+
+def slot_groups(pods: Iterable[Obj]) -> dict[int, str]:
+    """The group of the running worker pod in each slot (of the latest incarnation, should two run)."""
+    groups = {slot: labels_of(pod).get(LABEL_WORKER_GROUP) for slot, pod in slot_holders(pods).items()}
+    return {slot: group for slot, group in groups.items() if group is not None}
+
+
+def pod_steps_per_second(slot_rates: Mapping[int, float] | None, pods: Iterable[Obj]) -> dict[str, float]:
+    """The chief's measured steps per second of each running worker pod, by pod name (the holder of the slot
+    measured); empty without rates. A rate of a slot no running pod holds belongs to nobody."""
+    holders = slot_holders(pods)
+    return {name_of(holders[slot]): rate for slot, rate in (slot_rates or {}).items() if slot in holders}
 
 
 def group_steps_per_second(lease: Obj | None, pods: Iterable[Obj]) -> dict[str, float] | None:

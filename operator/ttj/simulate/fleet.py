@@ -19,7 +19,9 @@ A candidate meets the target when, over the seeded runs, the share of runs that 
 deadline and the budget is at least the confidence; its Wilson interval is printed beside it. Runs go
 through the discrete-event engine with the chosen policy (the operator's real planner by default); a
 mixed fleet gives each slot its own GPU type, provisioning, price and lifetimes, and a replacement stays
-in its slot's group.
+in its slot's group. Groups pinned to another zone than the parameter servers (``--zones``, ``--ps-zone``) pay
+for their cross-zone traffic on top (:mod:`ttj.simulate.zones`): in every run's cost, so in the screen, the
+budget and the cost per done job.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from typing import Any
 from ttj.preemption.lifetimes import LifetimeDistribution
 from ttj.simulate.engine import PreemptionTrace, RunResult, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel, ThroughputPrediction
-from ttj.simulate.prices import price_note, price_per_hour, ps_price_per_hour
+from ttj.simulate.prices import price_note, price_per_hour, price_table, ps_price_per_hour
 from ttj.simulate.report import percentile, wilson_interval
+from ttj.simulate.zones import RESNET32_PARAMETER_BYTES, GroupRate, Zones, cross_zone_usd_per_step, parse_zones
 
 #: A GPU that adds less than this share of throughput is dominated: the PS is saturated.
 SATURATION_GAIN = 0.01
@@ -148,6 +151,8 @@ class Evaluation:
     time_at_confidence_s: float  # the confidence-quantile of the time (a failed run counts as never)
     throughput: ThroughputPrediction
     rejected_early: bool = False
+    #: the part of cost_per_done_usd that is cross-zone traffic (0 when no group is pinned away from the PS)
+    cross_zone_usd: float = 0.0
     #: P(meet) on the first interval runs with the model at its slow end and revocations at the early end of
     #: their band, and at the fast and late ends
     odds_pessimistic: float = math.nan
@@ -266,6 +271,7 @@ class PlanContext:
     lifetimes: str = "pooled"
     price_table: str = "icac19-table2"
     interval_runs: int = 100
+    zones: Zones = field(default_factory=Zones)
     _lifetime_cache: dict[tuple[str, str, str], LifetimeDistribution | None] = field(default_factory=dict)
     _results: dict[tuple[Mix, str, str], list[RunResult]] = field(default_factory=dict)
 
@@ -289,26 +295,58 @@ class PlanContext:
             per_slot = {slot: self.distribution(a, p, band) for slot, (a, p) in enumerate(job.slot_hardware)}
         else:
             uniform, per_slot = self.distribution(job.accelerator, job.provisioning, band), {}
+        per_step = self.cross_zone_usd_per_step(mix)
         for index in range(len(done), count):
             trace = PreemptionTrace(self.seed, index, uniform, sigma, slot_lifetimes=per_slot)
+            run = simulate_run(
+                job,
+                POLICIES[self.policy](),
+                trace,
+                model,
+                startup_s=self.fitted.startup_s,
+                price_table=self.price_table,
+            )
             done.append(
-                simulate_run(
-                    job,
-                    POLICIES[self.policy](),
-                    trace,
-                    model,
-                    startup_s=self.fitted.startup_s,
-                    price_table=self.price_table,
+                dataclasses.replace(
+                    run,
+                    cost_usd=run.cost_usd + self.traffic_usd(run, per_step),
+                    baseline_cost_usd=run.baseline_cost_usd + self.template.train_steps * per_step,
                 )
             )
         return done[:count]
+
+    def cross_zone_usd_per_step(self, mix: Mix) -> float:
+        """What a step of ``mix`` costs in cross-zone traffic: its groups share the steps by their fitted rates."""
+        groups = [
+            GroupRate(
+                g.name,
+                g.accelerator,
+                g.provisioning,
+                g.count * self.fitted.throughput.predict(1, g.accelerator).central,
+            )
+            for g in mix.groups
+        ]
+        return cross_zone_usd_per_step(
+            groups,
+            self.zones,
+            ps_replicas=self.template.ps_replicas,
+            usd_per_gib=price_table(self.price_table).inter_zone_usd_per_gib,
+            steps=self.template.train_steps,
+        )
+
+    def traffic_usd(self, run: RunResult, per_step: float) -> float:
+        """The cross-zone traffic of ``run``: every step trained, the ones trained again and those of a run that
+        failed included."""
+        trained = run.steps_lost + (self.template.train_steps if run.succeeded else 0)
+        return trained * per_step
 
     def screen(self, mix: Mix) -> Screened:
         prediction = self.fitted.throughput.predict_mix(mix.counts_by_type(), self.template.ps_replicas)
         price_h = sum(price_per_hour(g.accelerator, g.provisioning, self.price_table) * g.count for g in mix.groups)
         price_h += ps_price_per_hour(self.price_table) * self.template.ps_replicas
         time_s = self.template.train_steps / prediction.central
-        return Screened(mix, prediction, price_h, time_s, time_s * price_h / 3600.0)
+        traffic = self.template.train_steps * self.cross_zone_usd_per_step(mix)
+        return Screened(mix, prediction, price_h, time_s, time_s * price_h / 3600.0 + traffic)
 
 
 def evaluate(context: PlanContext, mix: Mix, target: Target, *, early_rejection: bool = True) -> Evaluation:
@@ -323,11 +361,19 @@ def evaluate(context: PlanContext, mix: Mix, target: Target, *, early_rejection:
             rejected = True
             break
     runs = context.results(mix, count)
-    return _evaluation(mix, runs, target, context.screen(mix).throughput, rejected)
+    per_step = context.cross_zone_usd_per_step(mix)
+    traffic = sum(context.traffic_usd(run, per_step) for run in runs)
+    return _evaluation(mix, runs, target, context.screen(mix).throughput, rejected, traffic_usd=traffic)
 
 
 def _evaluation(
-    mix: Mix, runs: Sequence[RunResult], target: Target, throughput: ThroughputPrediction, rejected: bool
+    mix: Mix,
+    runs: Sequence[RunResult],
+    target: Target,
+    throughput: ThroughputPrediction,
+    rejected: bool,
+    *,
+    traffic_usd: float = 0.0,
 ) -> Evaluation:
     costs = [r.cost_usd for r in runs]
     times = [r.time_s if r.succeeded else math.inf for r in runs]
@@ -343,6 +389,7 @@ def _evaluation(
         time_at_confidence_s=percentile(times, target.confidence),
         throughput=throughput,
         rejected_early=rejected,
+        cross_zone_usd=traffic_usd / completed if completed else 0.0,
     )
 
 
@@ -525,6 +572,7 @@ def manifests(plan_mix: Mix, context: PlanContext, name: str) -> tuple[dict[str,
             "name": group.name,
             "acceleratorType": group.accelerator,
             "provisioning": group.provisioning,
+            **({"zone": zone} if (zone := context.zones.zone_of(group.accelerator, group.provisioning)) else {}),
             "maxReplicas": group.count,
         }
         for group in preference_order(plan_mix, context)
@@ -555,6 +603,20 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="GPUs to be had, e.g. t4:spot=2,l4=4 (a spot stock-out: t4:spot=0) [no limit]",
     )
+    plan.add_argument(
+        "--zones",
+        default="",
+        help="zones groups are pinned to, e.g. t4:spot=us-central1-b,l4=us-central1-c (with --ps-zone, their "
+        "cross-zone traffic is priced) [the manifest's groups' zones]",
+    )
+    plan.add_argument("--ps-zone", default=None, help="the parameter servers' zone [unknown: traffic not priced]")
+    plan.add_argument(
+        "--parameter-bytes",
+        type=int,
+        default=RESNET32_PARAMETER_BYTES,
+        help="bytes of the model's variables on all parameter servers (ttj_trainer --self-check's "
+        f"step_bytes_per_ps, summed) [{RESNET32_PARAMETER_BYTES}, ResNet-32, the fitted model]",
+    )
     plan.add_argument("--max-simulated", type=int, default=30, help="most candidates simulated [30]")
     plan.add_argument("--plan-runs", type=int, default=200, help="seeded runs per candidate [200]")
     plan.add_argument("--plan-out", type=Path, default=None, help="also write the proposed manifest(s) here")
@@ -571,6 +633,7 @@ class _Request:
     provisionings: list[str]
     available: dict[tuple[str, str | None], int]
     fitted: FittedModel
+    zones: Zones
 
 
 def plan_main(args: argparse.Namespace) -> int:
@@ -588,6 +651,7 @@ def plan_main(args: argparse.Namespace) -> int:
         lifetimes=args.lifetimes,
         price_table=args.price_table,
         interval_runs=max(1, args.interval_runs),
+        zones=request.zones,
     )
     reference = mix_of(request.template)
     asked = _target(args, context, reference)
@@ -638,8 +702,12 @@ def _request(args: argparse.Namespace) -> _Request | str:
     bad = [p for p in provisionings if p not in ("spot", "preemptible", "on-demand")]
     if bad:
         return f"unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)"
+    if args.parameter_bytes < 0:
+        return f"--parameter-bytes must not be negative, not {args.parameter_bytes}"
     try:
         available = parse_available(args.available, accelerator_name)
+        pinned = {**manifest_zones(template), **parse_zones(args.zones, accelerator_name)}
+        zones = Zones(args.ps_zone, pinned, args.parameter_bytes)
         fitted = fit(load_training_data(args.data))
         for accelerator in accelerators:
             fitted.throughput.predict(1, accelerator)
@@ -647,7 +715,20 @@ def _request(args: argparse.Namespace) -> _Request | str:
                 price_per_hour(accelerator, provisioning, args.price_table)
     except (OSError, ValueError) as exc:
         return str(exc)
-    return _Request(template.name, template, policy, accelerators, provisionings, available, fitted)
+    return _Request(template.name, template, policy, accelerators, provisionings, available, fitted, zones)
+
+
+def manifest_zones(template: SimJob) -> dict[tuple[str, str | None], str]:
+    """The zones the manifest's own groups are pinned to, by (type, provisioning) as they resolve."""
+    workers = template.spec.workers
+    return {
+        (
+            group.accelerator_type or workers.accelerator_type,
+            str(group.provisioning or workers.provisioning),
+        ): group.zone
+        for group in workers.groups or []
+        if group.zone is not None
+    }
 
 
 def _target(args: argparse.Namespace, context: PlanContext, reference: Mix) -> tuple[Target, str] | str:
@@ -720,6 +801,7 @@ def evaluation_json(evaluation: Evaluation) -> dict[str, Any]:
         "extrapolated": evaluation.throughput.extrapolated,
         "notes": list(evaluation.throughput.why),
         "rejectedEarly": evaluation.rejected_early,
+        "crossZoneUsdPerDoneJob": evaluation.cross_zone_usd,
     }
 
 
@@ -750,7 +832,9 @@ def describe(evaluation: Evaluation, target: Target) -> str:
     when = "never" if math.isinf(evaluation.time_at_confidence_s) else f"{evaluation.time_at_confidence_s / 3600:.2f} h"
     return (
         f"P(meet) {_pct(evaluation.odds)} (95 % Wilson {_pct(low)}-{_pct(high)}, {evaluation.met}/{evaluation.runs} "
-        f"runs{early}); ${evaluation.cost_per_done_usd:.2f} per done job, a run p5-p95 ${evaluation.cost_p5_usd:.2f}-"
+        f"runs{early}); ${evaluation.cost_per_done_usd:.2f} per done job"
+        + (f" (${evaluation.cross_zone_usd:.2f} of it cross-zone traffic)" if evaluation.cross_zone_usd > 0 else "")
+        + f", a run p5-p95 ${evaluation.cost_p5_usd:.2f}-"
         f"${evaluation.cost_p95_usd:.2f}; p{target.confidence * 100:.0f} time {when}; "
         f"{evaluation.throughput.central:.1f} steps/s "
         f"({evaluation.throughput.low:.1f}-{evaluation.throughput.high:.1f})"
@@ -779,7 +863,27 @@ def _header(plan: FleetPlan, context: PlanContext, name: str, derived: str, poli
         f"({plan.stopped})",
         "throughput of a mixed fleet: each type's per-worker rate (K80 fitted, others x an assumed speed) summed, "
         "capped by the PS bandwidth through the fitted saturation (spotDNN's bottleneck rule)",
+        _zones_line(context),
     ]
+
+
+def _zones_line(context: PlanContext) -> str:
+    """Which groups pay for cross-zone traffic, and at what price per step, or why none does."""
+    zones = context.zones
+    if not zones.pinned:
+        return "zones: not modelled (every group beside the parameter servers; --zones and --ps-zone price traffic)"
+    pinned = ", ".join(
+        f"{short_gpu(a)}{' ' + p if p else ''} in {zone}" for (a, p), zone in sorted(zones.pinned.items(), key=str)
+    )
+    if zones.ps_zone is None:
+        return f"zones: {pinned}; the parameter servers' zone unknown (--ps-zone): cross-zone traffic NOT priced"
+    table = price_table(context.price_table)
+    per_ps = zones.ps_bytes(context.template.ps_replicas)
+    return (
+        f"zones: {pinned}; parameter servers in {zones.ps_zone}: a worker in another zone moves 2 x "
+        f"{zones.parameter_bytes / 1e6:.2f} MB across per step ({len(per_ps)} PS), at "
+        f"${table.inter_zone_usd_per_gib}/GiB ({table.name}): added to every run's cost (ttj.cost.traffic)"
+    )
 
 
 def _candidate_lines(plan: FleetPlan) -> list[str]:

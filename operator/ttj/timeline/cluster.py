@@ -5,6 +5,11 @@ Nothing here was recorded while the job ran, so the picture is as complete as th
 - pods that still exist give their own lifetimes; lost pods the operator deleted live on in
   ``status.preemptionCosts`` (from when they started to when they were lost) and in WorkerPreempted Events
   (workers a compute class moved, in Migrated Events);
+- a worker's group is its label while the pod is listed; for a pod gone since, the cost ledger's entry
+  (``status.cost.pods[].group``), the MovedBack Event that names it, the CapacityFallback Event that sent its
+  slot to a group, or the job's one group (:func:`_groups`);
+- a slot stands empty from a loss until its replacement is ready; when the replacement took another, free
+  slot instead (one left by a move back), until that pod ran (:func:`_gaps`);
 - chief epochs come from ChiefElected Events, ``status.chief`` and the Lease;
 - the global step is known at each loss (the records), at the latest checkpoint and now; the cost at each
   loss and now. Between those points the picture draws straight lines.
@@ -42,7 +47,16 @@ from ttj_contract import (
 _ELECTED = re.compile(r"^(?:chief )?(?P<pod>[a-z0-9][-a-z0-9.]*)\b.*?\bat epoch (?P<epoch>\d+)")
 _WORKER_LOST = re.compile(r"^worker (?P<pod>\S+) (?:lost|failed)")
 _WORKER_MIGRATED = re.compile(r"^worker (?P<pod>\S+) handed over")
-_MOVED_BACK_RELEASED = re.compile(r"(?P<pod>[a-z0-9][-a-z0-9.]*) released\)$")
+#: "worker slot S moved from group A back to group B (as slot T: NEW runs, OLD released)" (MovedBack).
+_MOVED_BACK = re.compile(
+    r"^worker slot \d+ moved from group (?P<left>\S+) back to group (?P<to>\S+) "
+    r"\(as slot \d+: (?P<new>\S+) runs, (?P<old>\S+) released\)$"
+)
+#: "worker slot S left group A (why) for group B" (CapacityFallback): the slot's next pod is B's.
+_FELL_BACK = re.compile(r"^worker slot (?P<slot>\d+) left group \S+ \(.*\) for group (?P<chosen>\S+)$")
+#: How much earlier than its CapacityFallback Event the slot's new pod may be created (the same pass made
+#: both; the Event is posted after the writes, its time in whole seconds).
+FALLBACK_EVENT_SLACK_SECONDS = 5.0
 
 
 def event_time(event: dict[str, Any]) -> datetime | None:
@@ -97,9 +111,12 @@ def from_cluster(
         except ValidationError:
             continue  # a record written by a newer operator: keep what can be read
 
+    kept_events = list(events)
     _pods(timeline, pods)
     _losses(timeline)
-    _events(timeline, events)
+    _events(timeline, kept_events)
+    _gaps(timeline)
+    _groups(timeline, kept_events, status)
     _chiefs(timeline, status, lease)
     _progress(timeline, status, lease, finished or now)
     _evaluation(timeline, status)
@@ -160,7 +177,6 @@ def _losses(timeline: Timeline) -> None:
         span.ended = lost if span.ended is None else min(span.ended, lost)
         span.outcome = "preempted"
         recovered = _seconds(timeline, parse_time(record.recovered_at))
-        timeline.gaps.append((lost, recovered, span.lane))
         if record.replacement and recovered is not None and record.replacement not in timeline.pods:
             # The replacement is gone too (removed when the job ended, or lost later: a later record then
             # ends its bar where it was lost); the record still says when it took the slot over.
@@ -173,6 +189,51 @@ def _losses(timeline: Timeline) -> None:
                 ended=timeline.end,
                 outcome="deleted",
             )
+
+
+def _gaps(timeline: Timeline) -> None:
+    """The time each lost pod's slot stood empty: until the replacement the record names was ready; for an open
+    worker record, until the first worker that ran since in another slot free at the loss (the planner refills
+    the lowest free slot, which may be one a move back left spare: the lost slot is the spare from then on, not
+    empty); while neither, to the end."""
+    taken = {record.replacement for record in timeline.losses if record.replacement}
+    for record in timeline.losses:
+        lost = _seconds(timeline, parse_time(record.lost_at)) or 0.0
+        span = timeline.pods[record.pod]
+        recovered = _seconds(timeline, parse_time(record.recovered_at))
+        if recovered is None and record.role != "ps":
+            elsewhere = _refilled_elsewhere(timeline, record.slot, lost, taken)
+            if elsewhere is not None:
+                taken.add(elsewhere.name)
+                recovered = elsewhere.running
+        timeline.gaps.append((lost, recovered, span.lane))
+
+
+def _refilled_elsewhere(timeline: Timeline, slot: int | None, lost: float, taken: set[str]) -> PodSpan | None:
+    """The first worker not yet counted as a replacement that ran at or after ``lost`` in another slot than
+    ``slot``, one where no worker was running at ``lost``."""
+
+    def busy(other: int | None) -> bool:
+        return any(
+            s.role == Role.WORKER
+            and s.slot == other
+            and s.running is not None
+            and s.running < lost
+            and (s.ended is None or s.ended > lost)
+            for s in timeline.pods.values()
+        )
+
+    candidates = [
+        span
+        for span in timeline.pods.values()
+        if span.role == Role.WORKER
+        and span.slot != slot
+        and span.name not in taken
+        and span.running is not None
+        and span.running >= lost
+        and not busy(span.slot)
+    ]
+    return min(candidates, key=lambda span: (span.running or 0.0, span.name), default=None)
 
 
 def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
@@ -195,9 +256,9 @@ def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
             span = timeline.pods.get(moved["pod"])
             if span is not None and span.ended is None:
                 span.ended, span.outcome = moment, "migrated"
-        elif reason == "MovedBack" and (released := _MOVED_BACK_RELEASED.search(message)):
+        elif reason == "MovedBack" and (moved_back := _MOVED_BACK.search(message)):
             # a released worker gone since: its bar ends at the release, not at the end of the record
-            span = timeline.pods.get(released["pod"])
+            span = timeline.pods.get(moved_back["old"])
             if span is not None and span.outcome == "deleted" and (span.ended is None or span.ended > moment):
                 span.ended = moment
         elif reason == "WorkerFailed" and (lost := _WORKER_LOST.search(message)):
@@ -206,6 +267,55 @@ def _events(timeline: Timeline, events: Iterable[dict[str, Any]]) -> None:
             timeline.evaluations.append((moment, *evaluated))
         elif reason == MODEL_EXPORTED and (path := parse_exported(message)):
             timeline.export = (moment, path)
+
+
+def _groups(timeline: Timeline, events: Iterable[dict[str, Any]], status: dict[str, Any]) -> None:
+    """The group of each worker gone since (no label to read), from what the record keeps, the first that
+    knows: the cost ledger's entry, a MovedBack Event naming the pod, the CapacityFallback Event that sent its
+    slot to a group just before the pod was made, the job's only group."""
+    known: dict[str, str] = {}
+    for entry in (status.get("cost") or {}).get("pods") or []:
+        if entry.get("name") and entry.get("group"):
+            known.setdefault(str(entry["name"]), str(entry["group"]))
+    fell_back: list[tuple[float, int, str]] = []
+    for event in events:
+        message = str(event.get("message") or "")
+        if event.get("reason") == "MovedBack" and (moved_back := _MOVED_BACK.search(message)):
+            known.setdefault(moved_back["old"], moved_back["left"])
+            known.setdefault(moved_back["new"], moved_back["to"])
+        elif event.get("reason") == "CapacityFallback" and (fell := _FELL_BACK.search(message)):
+            moment = _seconds(timeline, event_time(event))
+            if moment is not None:
+                fell_back.append((moment, int(fell["slot"]), fell["chosen"]))
+    workers = sorted(
+        (span for span in timeline.pods.values() if span.role == Role.WORKER), key=lambda span: span.created
+    )
+    for span in workers:
+        chosen = _fallback_group(span, workers, fell_back)
+        if chosen is not None:
+            known.setdefault(span.name, chosen)
+    groups = status.get("workerGroups") or []
+    only = str(groups[0]["name"]) if len(groups) == 1 and groups[0].get("name") else None
+    for span in workers:
+        if span.group is None:
+            span.group = known.get(span.name, only)
+
+
+def _fallback_group(span: PodSpan, workers: list[PodSpan], fell_back: list[tuple[float, int, str]]) -> str | None:
+    """The group the latest CapacityFallback of ``span``'s slot before it was made sent the slot to, when it is
+    the slot's first pod made since (a slot that fell back twice made a pod for each group; the first, deleted
+    while pending, is no longer known)."""
+    slack = FALLBACK_EVENT_SLACK_SECONDS
+    before = [
+        (moment, chosen) for moment, slot, chosen in fell_back if slot == span.slot and moment <= span.created + slack
+    ]
+    if not before:
+        return None
+    moment, chosen = max(before)
+    between = [
+        s for s in workers if s.slot == span.slot and s is not span and moment - slack <= s.created < span.created
+    ]
+    return None if between else chosen
 
 
 def _evaluation(timeline: Timeline, status: dict[str, Any]) -> None:

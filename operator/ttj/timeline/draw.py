@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ttj.timeline.model import Timeline
+from ttj.timeline.model import PodSpan, Timeline
 from ttj.timeline.text import cost_line
 from ttj_contract import Role
 
@@ -39,22 +39,39 @@ def draw(timeline: Timeline, path: Path, title: str) -> Path:
 
 
 def figure(timeline: Timeline, title: str) -> Any:
-    """The picture as a matplotlib Figure (the caller closes it)."""
+    """The picture as a matplotlib Figure (the caller closes it): the pods' lanes, the global step and, once
+    the job is priced, the money, over one time axis."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
+    end = _right_edge(timeline)
+    fig, axes = _panels(with_cost=bool(timeline.cost))
+    _draw_lanes(axes[0], timeline, end, title)
+    _draw_steps(axes[1], timeline)
+    for axis in axes:
+        _draw_preemption_lines(axis, timeline)
+    if timeline.cost:
+        _draw_money(axes[2], timeline)
+    axes[-1].set_xlim(left=0)
+    axes[-1].set_xlabel("seconds since the job was applied")
+    return fig
 
-    end = max(
+
+def _right_edge(timeline: Timeline) -> float:
+    """The latest time anything in the timeline happened (at least 1 s)."""
+    return max(
         [timeline.end, 1.0]
         + [s.ended or 0.0 for s in timeline.pods.values()]
         + [t for t, _ in timeline.steps]
         + [t for t, _ in timeline.cost]
     )
-    with_cost = bool(timeline.cost)
-    fig, axes = plt.subplots(
+
+
+def _panels(*, with_cost: bool) -> tuple[Any, Any]:
+    """The figure and its panels stacked on a shared time axis: lanes, global step, and money when priced."""
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(
         3 if with_cost else 2,
         1,
         figsize=(11, 8 if with_cost else 6.5),
@@ -62,44 +79,67 @@ def figure(timeline: Timeline, title: str) -> Any:
         gridspec_kw={"height_ratios": [3, 2, 1.4] if with_cost else [3, 2]},
         constrained_layout=True,
     )
-    lanes, steps = axes[0], axes[1]
-    rows: list[str] = []
+
+
+# -- the lanes: one row per worker slot or parameter server ---------------------------------------------------
+def _draw_lanes(lanes: Any, timeline: Timeline, end: float, title: str) -> None:
     spans = sorted(timeline.pods.values(), key=lambda s: (s.role != Role.PS, s.slot or 0, s.created))
-    for span in spans:
-        if span.lane not in rows:
-            rows.append(span.lane)
+    rows = list(dict.fromkeys(span.lane for span in spans))
     for span in spans:
         y = rows.index(span.lane)
         stop = span.ended if span.ended is not None else end
-        if span.running is None:  # never ran: waiting for capacity the whole time
-            lanes.barh(y, stop - span.created, left=span.created, height=0.6, color=PENDING, zorder=Z_BAR)
-        else:
-            lanes.barh(
-                y, stop - span.running, left=span.running, height=0.6, color=RUNNING, edgecolor="#1565c0", zorder=Z_BAR
-            )
-            if span.running > span.created:
-                lanes.barh(y, span.running - span.created, left=span.created, height=0.6, color=PENDING, zorder=Z_BAR)
+        _draw_pod_bar(lanes, span, y, stop)
         if span.group is not None:  # which kind of node the worker was made for
             lanes.annotate(span.group, (span.created, y - 0.34), fontsize=7, color="#424242", zorder=Z_MARKER)
-        for index, (elected, epoch, pod) in enumerate(timeline.chiefs):
-            if pod != span.name:
-                continue
-            until = timeline.chiefs[index + 1][0] if index + 1 < len(timeline.chiefs) else stop
-            lanes.barh(y, max(0.0, min(until, stop) - elected), left=elected, height=0.25, color=CHIEF, zorder=Z_CHIEF)
-            lanes.annotate(f"chief e{epoch}", (elected, y + 0.38), fontsize=8, color=CHIEF, zorder=Z_MARKER)
-        if span.ended is not None and span.outcome != "running":
-            marker = "X" if span.outcome == "preempted" else "|"
-            lanes.plot(
-                stop,
-                y,
-                marker=marker,
-                color=OUTCOME_COLOURS.get(span.outcome, "black"),
-                markeredgecolor="white" if marker == "X" else None,
-                markersize=12,
-                linestyle="",
-                zorder=Z_MARKER,
-            )
-    for start, gap_end, lane in timeline.gaps:  # hatched over the replacement's pending bar
+        _draw_chief_terms(lanes, timeline, span, y, stop)
+        _draw_outcome(lanes, span, y, stop)
+    _draw_empty_slots(lanes, timeline, rows, end)
+    lanes.set_yticks(range(len(rows)), rows)
+    lanes.set_ylim(len(rows) - 0.4, -0.7)
+    lanes.set_title(title)
+    _lanes_legend(lanes)
+
+
+def _draw_pod_bar(lanes: Any, span: PodSpan, y: int, stop: float) -> None:
+    """Pending from creation, running from when it ran; never-run pods wait for capacity the whole time."""
+    if span.running is None:
+        lanes.barh(y, stop - span.created, left=span.created, height=0.6, color=PENDING, zorder=Z_BAR)
+        return
+    lanes.barh(y, stop - span.running, left=span.running, height=0.6, color=RUNNING, edgecolor="#1565c0", zorder=Z_BAR)
+    if span.running > span.created:
+        lanes.barh(y, span.running - span.created, left=span.created, height=0.6, color=PENDING, zorder=Z_BAR)
+
+
+def _draw_chief_terms(lanes: Any, timeline: Timeline, span: PodSpan, y: int, stop: float) -> None:
+    """A thinner bar over the pod while it held the Lease, from its election to the next (or its end)."""
+    for index, (elected, epoch, pod) in enumerate(timeline.chiefs):
+        if pod != span.name:
+            continue
+        until = timeline.chiefs[index + 1][0] if index + 1 < len(timeline.chiefs) else stop
+        lanes.barh(y, max(0.0, min(until, stop) - elected), left=elected, height=0.25, color=CHIEF, zorder=Z_CHIEF)
+        lanes.annotate(f"chief e{epoch}", (elected, y + 0.38), fontsize=8, color=CHIEF, zorder=Z_MARKER)
+
+
+def _draw_outcome(lanes: Any, span: PodSpan, y: int, stop: float) -> None:
+    """How the pod ended, at its end: an X for a preemption, a bar for anything else."""
+    if span.ended is None or span.outcome == "running":
+        return
+    marker = "X" if span.outcome == "preempted" else "|"
+    lanes.plot(
+        stop,
+        y,
+        marker=marker,
+        color=OUTCOME_COLOURS.get(span.outcome, "black"),
+        markeredgecolor="white" if marker == "X" else None,
+        markersize=12,
+        linestyle="",
+        zorder=Z_MARKER,
+    )
+
+
+def _draw_empty_slots(lanes: Any, timeline: Timeline, rows: list[str], end: float) -> None:
+    """Hatched while a slot stood empty after a loss, over the replacement's pending bar."""
+    for start, gap_end, lane in timeline.gaps:
         if lane in rows:
             lanes.barh(
                 rows.index(lane),
@@ -112,9 +152,12 @@ def figure(timeline: Timeline, title: str) -> Any:
                 linewidth=0,
                 zorder=Z_GAP,
             )
-    lanes.set_yticks(range(len(rows)), rows)
-    lanes.set_ylim(len(rows) - 0.4, -0.7)
-    lanes.set_title(title)
+
+
+def _lanes_legend(lanes: Any) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+
     handles = [
         Rectangle((0, 0), 1, 1, color=PENDING, label="pending"),
         Rectangle((0, 0), 1, 1, color=RUNNING, label="running"),
@@ -124,26 +167,16 @@ def figure(timeline: Timeline, title: str) -> Any:
     ]
     lanes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 
+
+# -- the global step, with checkpoints, evaluations, the export and the chief epochs ---------------------------
+def _draw_steps(steps: Any, timeline: Timeline) -> None:
     if timeline.steps:
         times, values = zip(*timeline.steps, strict=True)
         steps.plot(times, values, color="#1565c0", marker="." if len(times) < 30 else None, label="global step")
     if timeline.checkpoints:
         times, values = zip(*timeline.checkpoints, strict=True)
         steps.plot(times, values, "o", color="#2e7d32", markersize=4, label="checkpoint", zorder=Z_MARKER)
-    if timeline.evaluations:
-        times, values = zip(*((when, step) for when, step, _ in timeline.evaluations), strict=True)
-        steps.plot(times, values, "*", color=EVALUATION, markersize=9, label="evaluation", zorder=Z_MARKER)
-        for when, step, metrics in timeline.evaluations[-MAX_LABELLED_EVALUATIONS:]:
-            shown = ", ".join(f"{name}={value:.3g}" for name, value in list(metrics.items())[:2])
-            steps.annotate(
-                shown,
-                (when, step),
-                fontsize=7,
-                color=EVALUATION,
-                xytext=(-6, 2),  # left of the star: the latest is at the picture's right edge
-                textcoords="offset points",
-                ha="right",
-            )
+    _draw_evaluations(steps, timeline)
     if timeline.export is not None:
         exported_at = timeline.export[0]
         steps.axvline(exported_at, color=EVALUATION, linestyle="-.", linewidth=1)
@@ -153,20 +186,40 @@ def figure(timeline: Timeline, title: str) -> Any:
         steps.annotate(f"epoch {epoch}", (when, 0), fontsize=8, color=CHIEF)
     steps.set_ylabel("global step")
     steps.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    for axis in axes:
-        for when, _what in timeline.preemptions:
-            axis.axvline(when, color=LOST, linestyle="--", linewidth=1, zorder=1)
 
-    if with_cost:
-        money = axes[2]
-        times, values = zip(*timeline.cost, strict=True)
-        money.plot(times, values, color="#00695c", marker="." if len(times) < 30 else None, label="paid (USD)")
-        on_demand = float(timeline.cost_status.get("onDemandEquivalentUSD") or 0.0)
-        if on_demand > 0:
-            money.plot([times[0], times[-1]], [0.0, on_demand], color="#9e9e9e", linestyle="--", label="on-demand")
-        money.set_ylabel("US dollars")
-        money.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-        money.set_title(cost_line(timeline).replace("$", r"\$"), fontsize=9, loc="left")  # not mathtext
-    axes[-1].set_xlim(left=0)
-    axes[-1].set_xlabel("seconds since the job was applied")
-    return fig
+
+def _draw_evaluations(steps: Any, timeline: Timeline) -> None:
+    """A star at each evaluation's step; the latest labelled with their first two metrics."""
+    if not timeline.evaluations:
+        return
+    times, values = zip(*((when, step) for when, step, _ in timeline.evaluations), strict=True)
+    steps.plot(times, values, "*", color=EVALUATION, markersize=9, label="evaluation", zorder=Z_MARKER)
+    for when, step, metrics in timeline.evaluations[-MAX_LABELLED_EVALUATIONS:]:
+        shown = ", ".join(f"{name}={value:.3g}" for name, value in list(metrics.items())[:2])
+        steps.annotate(
+            shown,
+            (when, step),
+            fontsize=7,
+            color=EVALUATION,
+            xytext=(-6, 2),  # left of the star: the latest is at the picture's right edge
+            textcoords="offset points",
+            ha="right",
+        )
+
+
+def _draw_preemption_lines(axis: Any, timeline: Timeline) -> None:
+    for when, _what in timeline.preemptions:
+        axis.axvline(when, color=LOST, linestyle="--", linewidth=1, zorder=1)
+
+
+# -- the money ---------------------------------------------------------------------------------------------------
+def _draw_money(money: Any, timeline: Timeline) -> None:
+    """US dollars paid, against the on-demand equivalent, under the cost line of the text."""
+    times, values = zip(*timeline.cost, strict=True)
+    money.plot(times, values, color="#00695c", marker="." if len(times) < 30 else None, label="paid (USD)")
+    on_demand = float(timeline.cost_status.get("onDemandEquivalentUSD") or 0.0)
+    if on_demand > 0:
+        money.plot([times[0], times[-1]], [0.0, on_demand], color="#9e9e9e", linestyle="--", label="on-demand")
+    money.set_ylabel("US dollars")
+    money.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    money.set_title(cost_line(timeline).replace("$", r"\$"), fontsize=9, loc="left")  # not mathtext

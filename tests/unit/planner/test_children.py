@@ -15,6 +15,7 @@ import pytest
 from tests.unit.planner.builders import job
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.planner import children
+from ttj.planner.groups import group_worker_pod, groups_of
 
 
 def tf_config(task: str) -> str:
@@ -352,6 +353,26 @@ def ps(j: dict[str, Any], s: TransientTrainingJobSpec) -> Any:
     return children.ps_deployment(j, s, 0)
 
 
+def first_group_worker(j: dict[str, Any], s: TransientTrainingJobSpec) -> Any:
+    return group_worker_pod(j, groups_of(s)[0], 0, 1)
+
+
+def batch_sizes(own: int, job_: int) -> Callable[[dict[str, Any]], None]:
+    """An edit for a group with its own batch size: TTJ_BATCH_SIZE the group's, TTJ_JOB_BATCH_SIZE the job's
+    (after ttj's other settings)."""
+
+    def edit(want: dict[str, Any]) -> None:
+        env = trainer(want["spec"])["env"]
+        names = [e["name"] for e in env]
+        env[names.index("TTJ_BATCH_SIZE")] = {"name": "TTJ_BATCH_SIZE", "value": str(own)}
+        env.insert(names.index("TTJ_DESIRED_WORKERS") + 1, {"name": "TTJ_JOB_BATCH_SIZE", "value": str(job_)})
+
+    return edit
+
+
+GROUP_LABELS = {**WORKER["metadata"]["labels"], "transient.training/worker-group": "l4"}
+
+
 TEAM_TOLERATION = {"key": "team", "operator": "Equal", "value": "vision", "effect": "NoSchedule"}
 ZONE_A = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
 ZONE_B = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
@@ -475,6 +496,50 @@ CASES = [
             ),
             _set("spec.tolerations", [*WORKER["spec"]["tolerations"], TEAM_TOLERATION, GPU_TOLERATION]),
         ),
+    ),
+    Case(
+        "a worker of a group without its own batch size: the job's pod with the group label",
+        {"workers": {"groups": [{"name": "l4"}]}},
+        changed(WORKER, _set("metadata.labels", GROUP_LABELS)),
+        first_group_worker,
+    ),
+    Case(
+        "a worker of a group with its own batch size: its batch size, and the job's for updateShare",
+        {"workers": {"groups": [{"name": "l4", "batchSize": 256}]}},
+        changed(
+            WORKER,
+            _set("metadata.labels", GROUP_LABELS),
+            batch_sizes(256, 128),
+        ),
+        first_group_worker,
+    ),
+    Case(
+        "the template's env after all of ttj's, the job's batch size included",
+        {"workers": {"groups": [{"name": "l4", "batchSize": 256}], "template": {"spec": NODE_TEMPLATE["spec"]}}},
+        changed(
+            WORKER,
+            _set("metadata.labels", GROUP_LABELS),
+            batch_sizes(256, 128),
+            lambda want: trainer(want["spec"])["env"].append({"name": "WANDB_PROJECT", "value": "vision"}),
+            _set("spec.serviceAccountName", "team-vision"),
+            _set("spec.priorityClassName", "batch-low"),
+            _set("spec.imagePullSecrets", [{"name": "registry"}]),
+            _set("spec.securityContext.runAsUser", 1000),
+            _set("spec.nodeSelector", {"cloud.google.com/gke-nodepool": "t4-spot", **WORKER["spec"]["nodeSelector"]}),
+            _set("spec.tolerations", [*WORKER["spec"]["tolerations"], TEAM_TOLERATION]),
+            _set(
+                "spec.volumes", [*WORKER["spec"]["volumes"], {"name": "config", "configMap": {"name": "train-config"}}]
+            ),
+            _set("spec.containers.0.envFrom", [{"configMapRef": {"name": "train-env"}}]),
+            _set(
+                "spec.containers.0.volumeMounts",
+                [
+                    *trainer(WORKER["spec"])["volumeMounts"],
+                    {"name": "config", "mountPath": "/etc/train", "readOnly": True},
+                ],
+            ),
+        ),
+        first_group_worker,
     ),
     Case("a parameter server's Deployment", {}, PS_DEPLOYMENT, ps),
     Case(

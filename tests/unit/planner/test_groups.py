@@ -694,6 +694,39 @@ def test_a_group_in_another_zone_than_the_parameter_server_pays_for_the_traffic(
     assert later["cost"]["crossZone"]["usd"] == pytest.approx(usd)
 
 
+def test_a_workers_share_of_the_traffic_follows_the_steps_per_second_the_chief_measured_for_its_slot() -> None:
+    """Two workers in zone b, the PS in zone a: the chief measures slot 0 at 3 steps/s and slot 1 at 1, so of an
+    hour's 14,400 steps slot 0's worker is charged for 10,800 and slot 1's for 3,600 (7,200 each by seconds)."""
+    from ttj.cost.prices import load_price_table
+    from ttj.cost.traffic import GIB
+    from ttj.planner import PlannerConfig
+
+    config = PlannerConfig(prices=load_price_table())
+    groups = [{"name": "fast", "zone": "zone-b", "maxReplicas": 1}, {"name": "slow", "zone": "zone-b"}]
+    world = World(grouped(replicas=2, minReplicas=1, groups=groups))
+    zoned = {"cpu-0": node("cpu-0", "on-demand"), "b-0": node("b-0"), "b-1": node("b-1")}
+    for name, zone in (("cpu-0", "zone-a"), ("b-0", "zone-b"), ("b-1", "zone-b")):
+        zoned[name]["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
+    world.observed.nodes |= zoned
+    world.reconcile(T0, config)
+    run_ps(world, "mnist-ps-0-abc")
+    run_pod(world, "mnist-worker-0-1", "b-0")
+    run_pod(world, "mnist-worker-1-1", "b-1")
+    report = {"globalStep": 0, "epoch": 1, "parameterBytes": [100 * 10**6], "slotStepsPerSecond": {"0": 3.0, "1": 1}}
+    renew(world, T0, report)
+    world.reconcile(T0 + timedelta(minutes=1), config)
+    renew(world, T0 + timedelta(hours=1), report | {"globalStep": 14400})
+    status = world.reconcile(T0 + timedelta(hours=1, minutes=1), config).status
+    per_step = 200 * 10**6 / GIB * 0.01
+    ledger = {e["name"]: e.get("crossZoneUSD", 0.0) for e in status["cost"]["pods"] if e["role"] == "worker"}
+    groups_usd = {g["name"]: g.get("crossZoneUSD", 0.0) for g in status["workerGroups"]}
+    assert (ledger, groups_usd) == (
+        {"mnist-worker-0-1": pytest.approx(10800 * per_step), "mnist-worker-1-1": pytest.approx(3600 * per_step)},
+        {"fast": pytest.approx(10800 * per_step), "slow": pytest.approx(3600 * per_step)},
+    )
+    assert status["cost"]["crossZone"]["usd"] == pytest.approx(14400 * per_step)
+
+
 # -- how long a group found out of capacity is skipped ----------------------------------------------------------
 def test_a_groups_mark_lasts_capacity_retry_seconds() -> None:
     from ttj.api.models import WorkerGroupStatus

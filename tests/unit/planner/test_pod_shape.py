@@ -151,6 +151,23 @@ def test_an_override_of_what_ttj_owns_makes_the_job_invalid(role: str, template:
     assert not result.of_type(CreateChild)
 
 
+def test_the_workers_template_may_not_set_the_jobs_batch_size_once_a_group_with_its_own_gets_it() -> None:
+    template = {"spec": {"containers": [{"name": "trainer", "env": [{"name": "TTJ_JOB_BATCH_SIZE", "value": "1"}]}]}}
+    own = [{"name": "l4", "batchSize": 256}, {"name": "t4"}]
+    refused = plan(job(workers={"template": template, "groups": own}), Observed(), T0)
+    [invalid] = [c for c in refused.status["conditions"] if c["type"] == "Invalid"]
+    assert (invalid["status"], invalid["message"]) == (
+        "True",
+        "workers.template: spec.containers[0].env may not set TTJ_JOB_BATCH_SIZE: ttj sets it",
+    )
+    # no group sets its own: ttj sets no TTJ_JOB_BATCH_SIZE, the template may
+    for groups in (None, [{"name": "l4"}, {"name": "t4"}]):
+        manifest = job(workers={"template": template} | ({"groups": groups} if groups else {}))
+        kept = plan(manifest, Observed(), T0)
+        assert [c for c in kept.status["conditions"] if c["type"] == "Invalid" and c["status"] == "True"] == []
+        assert kept.of_type(CreateChild)
+
+
 def test_workers_node_selector_may_not_move_the_workers_off_their_provisioning() -> None:
     result = plan(job(workers={"nodeSelector": {"cloud.google.com/gke-spot": "false"}}), Observed(), T0)
     [invalid] = [c for c in result.status["conditions"] if c["type"] == "Invalid"]

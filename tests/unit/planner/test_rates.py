@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, pods, renew, start
-from ttj.planner.rates import slot_groups
+from ttj.planner.rates import pod_steps_per_second, slot_groups
 from ttj.planner.world import World
 
 
@@ -85,3 +85,27 @@ def worker(name: str, slot: int, group: str | None, phase: str = "Running", dele
 )
 def test_slot_groups(pods_: list[dict[str, Any]], groups: dict[int, str]) -> None:
     assert slot_groups(pods_) == groups
+
+
+@pytest.mark.parametrize(
+    ("pods_", "rates", "expected"),
+    [
+        (
+            [worker("j-worker-0-1", 0, "a"), worker("j-worker-1-1", 1, None)],
+            {0: 2.0, 1: 0.5},
+            {"j-worker-0-1": 2.0, "j-worker-1-1": 0.5},
+        ),
+        (
+            [worker("j-worker-0-1", 0, "a"), worker("j-worker-0-2", 0, "b")],
+            {0: 2.0},
+            {"j-worker-0-2": 2.0},
+        ),  # the latest
+        ([worker("j-worker-0-1", 0, "a", phase="Pending")], {0: 2.0}, {}),  # a slot no running pod holds
+        ([worker("j-worker-0-1", 0, "a")], {3: 2.0}, {}),  # a stale slot's rate
+        ([worker("j-worker-0-1", 0, "a")], None, {}),  # no rates reported
+    ],
+)
+def test_pod_steps_per_second(
+    pods_: list[dict[str, Any]], rates: dict[int, float] | None, expected: dict[str, float]
+) -> None:
+    assert pod_steps_per_second(rates, pods_) == expected
