@@ -432,7 +432,7 @@ def test_a_lost_workers_lane_is_hatched_until_its_replacement_in_the_spare_slot_
     """The l4 worker lost at 1961 s is replaced in slot 1 (the lowest free slot): its own slot 2 stands empty
     only until that replacement runs at 1991 s; from then on it is the free spare, not a slot short."""
     lost = next(r for r in fleet.world.job["status"]["preemptionCosts"] if r["pod"] == "mnist-worker-2-1")
-    assert "recoveredAt" not in lost, "the record waits for slot 2 itself to be refilled"
+    assert (lost["replacement"].startswith("mnist-worker-1-"), lost["slotEmptySeconds"]) == (True, 30.0), lost
     timeline = fleet.timeline(T0 + 2000 * S)
     assert timeline.gaps == [(100.0, 120.0, "worker 1"), (1961.0, 1991.0, "worker 2")]
     fig = figure(timeline, "ns/mnist")
