@@ -118,7 +118,7 @@ def test_named_variables_are_shared_between_clients_of_one_server(tmp_path: Path
     ps_address = f"127.0.0.1:{free_port()}"
     job = TrainerJob(tmp_path, tmp_path / "unused-kubeconfig", slots=1)
     job.ps_addresses = [ps_address]
-    ps = job.start("ps", 0)
+    job.start("ps", 0)
     client = str(Path(__file__).with_name("shared_variable_client.py"))
     try:
 
@@ -139,8 +139,7 @@ def test_named_variables_are_shared_between_clients_of_one_server(tmp_path: Path
         assert add(2) == 3
         assert add(4) == 7
     finally:
-        ps.kill()
-        ps.wait()
+        job.stop_all()
 
 
 def test_one_ps_three_workers_train_and_the_loss_falls(make_job: Any, lease: Any) -> None:
