@@ -483,7 +483,11 @@ def main() -> int:
     unknown = [name for name in names if name not in KINDS]
     if unknown:
         parser.error(f"unknown runs {', '.join(unknown)}; known: {', '.join(KINDS)}")
-    runs = [Run(name, *KINDS[name], seed=seed) for seed in seeds for name in names]
+    runs = [
+        Run(name, KINDS[name][0], KINDS[name][1], seed=seed, share_bounds=KINDS[name][2])
+        for seed in seeds
+        for name in names
+    ]
     settings = {
         "steps": args.steps,
         "seed": seeds[0],
