@@ -3,7 +3,7 @@
     .venv/bin/python bench/mixed_fleet_loss.py [--steps 300] [--step-seconds 1.2] [--fast-speed 3]
         [--seed 7 | --seeds 7,8,9] [--learning-rate 0.01] [--momentum 0.9] [--batch 32]
         [--runs uniform,updateShare,activeWorkers,downWeight] [--png docs/img/mixed_fleet_loss.png] [--json FILE]
-    .venv/bin/python bench/mixed_fleet_loss.py --draw FILE.json [FILE.json ...] [--png ...]
+    .venv/bin/python bench/mixed_fleet_loss.py --draw FILE.json [FILE.json ...] [--merge] [--png ...]
 
 One `ttj local-cluster` (an on-demand CPU pool for the parameter server, a spot T4 pool at speed 1 and a spot
 L4 pool at ``--fast-speed``, both with ``--step-seconds`` of simulated GPU time per step at speed 1) and the
@@ -26,7 +26,8 @@ group's steps/s as status shows them (status.progress.stepsPerSecond, status.wor
 and each worker's learning-rate factor as its log says it (every 100 global steps). Prints a table per run
 and one per configuration (mean and min–max over the seeds), writes the JSON and draws the PNG (matplotlib,
 the ``viz`` extra): the uniform fleet's band (min–max over the seeds) and each mixed configuration's mean and
-band against global step; ``--draw`` draws saved JSON files, a panel each, two to a row.
+band against global step; ``--draw`` draws saved JSON files, a panel each, two to a row (``--merge``: one
+panel of all their runs, e.g. the seeds of two invocations).
 """
 
 from __future__ import annotations
@@ -444,6 +445,14 @@ def load_runs(path: Path) -> tuple[dict[str, Any], list[Run]]:
     return saved["settings"], runs
 
 
+def merged(panels: list[tuple[dict[str, Any], list[Run]]]) -> tuple[dict[str, Any], list[Run]]:
+    """Several invocations' runs as one set: the first one's settings, every seed."""
+    settings = dict(panels[0][0])
+    runs = [run for _, each in panels for run in each]
+    settings["seeds"] = sorted({run.seed for run in runs})
+    return settings, runs
+
+
 KINDS = {
     "uniform": ("activeWorkers", False, ""),
     "updateShare": ("updateShare", True, ""),
@@ -469,9 +478,12 @@ def main() -> int:
     parser.add_argument("--png", type=Path, default=ROOT / "docs" / "img" / "mixed_fleet_loss.png")
     parser.add_argument("--json", type=Path, default=None, help="write the settings and the runs here")
     parser.add_argument("--draw", type=Path, nargs="+", default=None, help="only draw these --json files, a panel each")
+    parser.add_argument("--merge", action="store_true", help="with --draw: the files' runs in one panel (more seeds)")
     args = parser.parse_args()
     if args.draw:
         panels = [load_runs(path) for path in args.draw]
+        if args.merge:
+            panels = [merged(panels)]
         for settings, runs in panels:
             marks = [m for m in (100, 200, 300, 400, 600) if m < settings["steps"]]
             print(f"{settings_title(settings)}\n{table(runs, marks)}\n{summary(runs, marks, settings['eval_every'])}\n")
