@@ -343,9 +343,12 @@ def summary(runs: list[Run], marks: list[int], every: int) -> str:
 
 
 def curve_marks(runs: list[Run], every: int) -> list[int]:
-    """The multiples of the evaluation interval up to the last step every run evaluated at."""
-    lasts = [run.evaluations[-1][0] for run in runs if run.evaluations]
-    return list(range(every, min(lasts) + 1, every)) if lasts else []
+    """The multiples of the evaluation interval between the first and the last step every run evaluated at."""
+    evaluated = [run.evaluations for run in runs if run.evaluations]
+    if not evaluated:
+        return []
+    first = max(evaluations[0][0] for evaluations in evaluated)
+    return [m for m in range(every, min(e[-1][0] for e in evaluated) + 1, every) if m >= first]
 
 
 def mean_curve(group: list[Run], grid: list[int]) -> list[float | None]:
