@@ -560,23 +560,16 @@ def simulate_run(
     checkpoint and chief change from the chief's VM (as the operator does for ``checkpoint.adaptive``)
     and replaces the spec's intervals; otherwise the spec's fixed intervals apply.
     """
-    setting = _Setting(
-        job=job,
-        policy=policy,
-        trace=trace,
-        throughput=throughput,
+    setting = _setting(
+        job,
+        policy,
+        trace,
+        throughput,
         startup_s=startup_s,
         handover_s=handover_s,
-        worker_price_h=price_per_hour(job.accelerator, job.provisioning, price_table),
-        ps_price_h=ps_price_per_hour(price_table),
+        price_table=price_table,
         checkpoint_write_s=checkpoint_write_s,
         checkpoint_interval=checkpoint_interval,
-        deadline=float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf,
-        slot_price_h=(
-            {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
-            if job.slot_hardware
-            else {}
-        ),
     )
     run = _first_run(setting)
     baseline = _baseline(setting)
@@ -594,11 +587,7 @@ def simulate_run(
         # The interval follows the chief's VM as it ages or changes.
         interval = _intervals(setting, run)
         rate = _rate(setting, run)
-        upcoming = _next_event(setting, run, rate, interval)
-        run.step = min(float(job.train_steps), run.step + rate * (upcoming - run.now))
-        run.now = upcoming
-        if run.step >= job.train_steps - 1e-6:
-            run.step = float(job.train_steps)
+        if _train_until(job, run, rate, _next_event(setting, run, rate, interval)):
             return _result(setting, run, baseline, "Succeeded", "TrainStepsReached")
         if _checkpoint_if_due(setting, run, rate, interval) and job.spec.checkpoint.adaptive:
             shown = None  # the chief publishes its new checkpoint (and write time) on the Lease: a watch event
@@ -606,3 +595,46 @@ def simulate_run(
             return _result(setting, run, baseline, "Failed", "DeadlineExceeded")
         if run.now >= MAX_SIMULATED_S - _EPS:
             return _result(setting, run, baseline, "Failed", "Stalled")
+
+
+def _setting(
+    job: SimJob,
+    policy: Policy,
+    trace: PreemptionTrace,
+    throughput: ThroughputModel,
+    *,
+    startup_s: float,
+    handover_s: float,
+    price_table: str,
+    checkpoint_write_s: float,
+    checkpoint_interval: CheckpointIntervalChoice | None,
+) -> _Setting:
+    """What stays fixed during a run of ``job``, with the prices of ``price_table`` looked up once."""
+    return _Setting(
+        job=job,
+        policy=policy,
+        trace=trace,
+        throughput=throughput,
+        startup_s=startup_s,
+        handover_s=handover_s,
+        worker_price_h=price_per_hour(job.accelerator, job.provisioning, price_table),
+        ps_price_h=ps_price_per_hour(price_table),
+        checkpoint_write_s=checkpoint_write_s,
+        checkpoint_interval=checkpoint_interval,
+        deadline=float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf,
+        slot_price_h=(
+            {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
+            if job.slot_hardware
+            else {}
+        ),
+    )
+
+
+def _train_until(job: SimJob, run: _Run, rate: float, upcoming: float) -> bool:
+    """Trains at ``rate`` until ``upcoming``; True once every step of ``job`` is done."""
+    run.step = min(float(job.train_steps), run.step + rate * (upcoming - run.now))
+    run.now = upcoming
+    if run.step >= job.train_steps - 1e-6:
+        run.step = float(job.train_steps)
+        return True
+    return False
