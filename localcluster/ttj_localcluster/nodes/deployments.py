@@ -11,11 +11,13 @@ deployments, rollbacks, progressDeadlineSeconds, revisionHistoryLimit pruning, m
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ttj import kubeapi
@@ -202,38 +204,43 @@ class DeploymentController:
         return 1.0 if creating or deleting else None
 
     def _create_pods(self, key: str, rs: JSON, count: int) -> KubeError | None:
-        """Creates ``count`` pods of ``rs``, each expected until the watch shows it; the refusal that stopped them."""
+        """Creates ``count`` pods of ``rs``; the refusal that stopped them."""
         assert self.client is not None
         for _ in range(count):
             pod = _replica_pod(rs)
-            pod_name = pod["metadata"]["name"]
-            with self._lock:
-                self._creating.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
-            try:
-                self.client.request("POST", kubeapi.path("Pod", rs["metadata"]["namespace"]), body=pod)
-            except Exception as exc:
-                with self._lock:
-                    self._creating.get(key, {}).pop(pod_name, None)
-                if not isinstance(exc, KubeError):
-                    raise
-                return exc
+            create = functools.partial(
+                self.client.request, "POST", kubeapi.path("Pod", rs["metadata"]["namespace"]), body=pod
+            )
+            failure = self._send_expected(self._creating, key, pod["metadata"]["name"], create)
+            if failure is not None:
+                return failure
         return None
 
     def _delete_pods(self, key: str, namespace: str, victims: list[JSON]) -> KubeError | None:
-        """Deletes ``victims``, each expected gone until the watch shows it; the refusal that stopped them."""
+        """Deletes ``victims``; the refusal that stopped them."""
         assert self.client is not None
         for pod in victims:
             pod_name = pod["metadata"]["name"]
+            delete = functools.partial(self.client.delete, kubeapi.path("Pod", namespace, pod_name))
+            failure = self._send_expected(self._deleting, key, pod_name, delete)
+            if failure is not None:
+                return failure
+        return None
+
+    def _send_expected(
+        self, expected: dict[str, dict[str, float]], key: str, pod_name: str, send: Callable[[], object]
+    ) -> KubeError | None:
+        """Sends one create or delete of ``pod_name``, expected until the watch shows it; the API's refusal."""
+        with self._lock:
+            expected.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
+        try:
+            send()
+        except Exception as exc:
             with self._lock:
-                self._deleting.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
-            try:
-                self.client.delete(kubeapi.path("Pod", namespace, pod_name))
-            except Exception as exc:
-                with self._lock:
-                    self._deleting.get(key, {}).pop(pod_name, None)
-                if not isinstance(exc, KubeError):
-                    raise
-                return exc
+                expected.get(key, {}).pop(pod_name, None)
+            if not isinstance(exc, KubeError):
+                raise
+            return exc
         return None
 
     # deployments -------------------------------------------------------------------------------
