@@ -560,16 +560,19 @@ def simulate_run(
     checkpoint and chief change from the chief's VM (as the operator does for ``checkpoint.adaptive``)
     and replaces the spec's intervals; otherwise the spec's fixed intervals apply.
     """
-    setting = _setting(
-        job,
-        policy,
-        trace,
-        throughput,
+    setting = _Setting(
+        job=job,
+        policy=policy,
+        trace=trace,
+        throughput=throughput,
         startup_s=startup_s,
         handover_s=handover_s,
-        price_table=price_table,
+        worker_price_h=price_per_hour(job.accelerator, job.provisioning, price_table),
+        ps_price_h=ps_price_per_hour(price_table),
         checkpoint_write_s=checkpoint_write_s,
         checkpoint_interval=checkpoint_interval,
+        deadline=float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf,
+        slot_price_h=_slot_prices(job, price_table),
     )
     run = _first_run(setting)
     baseline = _baseline(setting)
@@ -587,7 +590,10 @@ def simulate_run(
         # The interval follows the chief's VM as it ages or changes.
         interval = _intervals(setting, run)
         rate = _rate(setting, run)
-        if _train_until(job, run, rate, _next_event(setting, run, rate, interval)):
+        upcoming = _next_event(setting, run, rate, interval)
+        run.step = _steps_after(job, run.step, rate * (upcoming - run.now))
+        run.now = upcoming
+        if run.step == job.train_steps:
             return _result(setting, run, baseline, "Succeeded", "TrainStepsReached")
         if _checkpoint_if_due(setting, run, rate, interval) and job.spec.checkpoint.adaptive:
             shown = None  # the chief publishes its new checkpoint (and write time) on the Lease: a watch event
@@ -597,44 +603,14 @@ def simulate_run(
             return _result(setting, run, baseline, "Failed", "Stalled")
 
 
-def _setting(
-    job: SimJob,
-    policy: Policy,
-    trace: PreemptionTrace,
-    throughput: ThroughputModel,
-    *,
-    startup_s: float,
-    handover_s: float,
-    price_table: str,
-    checkpoint_write_s: float,
-    checkpoint_interval: CheckpointIntervalChoice | None,
-) -> _Setting:
-    """What stays fixed during a run of ``job``, with the prices of ``price_table`` looked up once."""
-    return _Setting(
-        job=job,
-        policy=policy,
-        trace=trace,
-        throughput=throughput,
-        startup_s=startup_s,
-        handover_s=handover_s,
-        worker_price_h=price_per_hour(job.accelerator, job.provisioning, price_table),
-        ps_price_h=ps_price_per_hour(price_table),
-        checkpoint_write_s=checkpoint_write_s,
-        checkpoint_interval=checkpoint_interval,
-        deadline=float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf,
-        slot_price_h=(
-            {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
-            if job.slot_hardware
-            else {}
-        ),
-    )
+def _slot_prices(job: SimJob, price_table: str) -> dict[int, float]:
+    """A mixed fleet's hourly price per slot; empty when every slot costs the job's worker price."""
+    if not job.slot_hardware:
+        return {}
+    return {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
 
 
-def _train_until(job: SimJob, run: _Run, rate: float, upcoming: float) -> bool:
-    """Trains at ``rate`` until ``upcoming``; True once every step of ``job`` is done."""
-    run.step = min(float(job.train_steps), run.step + rate * (upcoming - run.now))
-    run.now = upcoming
-    if run.step >= job.train_steps - 1e-6:
-        run.step = float(job.train_steps)
-        return True
-    return False
+def _steps_after(job: SimJob, step: float, trained: float) -> float:
+    """The global step after ``trained`` more steps: at most the job's, and the job's once within rounding of it."""
+    step = min(float(job.train_steps), step + trained)
+    return float(job.train_steps) if step >= job.train_steps - 1e-6 else step
