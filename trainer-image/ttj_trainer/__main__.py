@@ -9,7 +9,7 @@ import signal
 import sys
 
 from ttj_contract import Env, Role, TrainerExit
-from ttj_trainer.config import Knob
+from ttj_trainer.config import Knob, TrainerConfig
 
 # Before TensorFlow is imported: its C++ logs are not structured, keep them to errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -47,9 +47,7 @@ def main() -> int:
     try:
         cfg = load()
     except ConfigError as err:
-        logs.event(log, f"configuration error: {err}", logging.ERROR)
-        fatal(f"configuration error: {err}")
-        return EXIT_CONFIG
+        return _give_up(log, f"configuration error: {err}", EXIT_CONFIG)
     logs.setup(pod=cfg.pod_name, job=cfg.job_name, role=cfg.role, task=cfg.task_index)
 
     import tensorflow as tf
@@ -61,7 +59,11 @@ def main() -> int:
         from ttj_trainer import ps
 
         return ps.run(cfg)
+    return _run_worker(cfg, log)
 
+
+def _run_worker(cfg: TrainerConfig, log: logging.Logger) -> int:
+    """A worker's run; what stops it for good exits with its own code and says why."""
     from kubernetes.config import ConfigException
 
     from ttj_trainer import worker
@@ -73,29 +75,31 @@ def main() -> int:
     try:
         return worker.run(cfg)
     except ProgramError as err:
-        logs.event(log, f"program error: {err}", logging.ERROR)
-        fatal(f"program error: {err}")
-        return TrainerExit.PROGRAM_INVALID
+        return _give_up(log, f"program error: {err}", TrainerExit.PROGRAM_INVALID)
     except LossNotFiniteError as err:
-        logs.event(log, f"loss not finite: {err}", logging.ERROR)
-        fatal(f"loss not finite: {err}")
-        return TrainerExit.LOSS_NOT_FINITE
+        return _give_up(log, f"loss not finite: {err}", TrainerExit.LOSS_NOT_FINITE)
     except ConfigException as err:
-        logs.event(log, f"cannot reach the Kubernetes API: {err}", logging.ERROR)
-        fatal(f"no Kubernetes API configuration (set KUBECONFIG, or run in a pod): {err}")
-        return EXIT_CONFIG
+        return _give_up(
+            log,
+            f"no Kubernetes API configuration (set KUBECONFIG, or run in a pod): {err}",
+            EXIT_CONFIG,
+            logged=f"cannot reach the Kubernetes API: {err}",
+        )
     except DatasetError as err:
-        logs.event(log, f"dataset error: {err}", logging.ERROR)
-        fatal(f"dataset error: {err}")
-        return EXIT_DATASET
+        return _give_up(log, f"dataset error: {err}", EXIT_DATASET)
     except CorruptIndexError as err:
-        logs.event(log, f"checkpoint error: {err}", logging.ERROR)
-        fatal(f"checkpoint error: {err}")
-        return TrainerExit.CHECKPOINT_INDEX_CORRUPT
+        return _give_up(log, f"checkpoint error: {err}", TrainerExit.CHECKPOINT_INDEX_CORRUPT)
     except LocationTakenError as err:
-        logs.event(log, f"checkpoint error: {err}", logging.ERROR)
-        fatal(f"checkpoint error: {err}")
-        return TrainerExit.CHECKPOINT_LOCATION_TAKEN
+        return _give_up(log, f"checkpoint error: {err}", TrainerExit.CHECKPOINT_LOCATION_TAKEN)
+
+
+def _give_up(log: logging.Logger, message: str, code: int, *, logged: str | None = None) -> int:
+    """Logs why the trainer stops (``logged``, by default ``message``), tells Kubernetes ``message``; ``code``."""
+    from ttj_trainer import logs
+
+    logs.event(log, logged or message, logging.ERROR)
+    fatal(message)
+    return code
 
 
 def run() -> None:

@@ -252,14 +252,7 @@ class ChiefDuties:
             return False
         started = time.monotonic()
         try:
-            values = store.read_all()
-            step = int(values["ttj/global_step"])
-            broken = not_finite(values)
-            if broken:
-                raise LossNotFiniteError(
-                    f"the model's state on the parameter servers is not finite at global step {step} "
-                    f"({', '.join(broken[:3])}): no checkpoint written, the last good one stays"
-                )
+            step, values = _state_to_save(store)
             path = checkpoints.save(
                 self.cfg.checkpoint_uri,
                 step,
@@ -288,29 +281,34 @@ class ChiefDuties:
             event(log, "checkpoint refused: no longer chief", logging.WARNING, reason=reason, error=str(err))
             self.step_down()
             return False
+        self._committed(checkpoints.Latest(step, self.epoch, path), values, time.monotonic() - started, reason)
+        self.lease.publish_now()
+        return True
+
+    def _committed(
+        self, latest: checkpoints.Latest, values: dict[str, np.ndarray], elapsed: float, reason: str
+    ) -> None:
+        """Remembers the checkpoint just committed (the Lease publishes it) and reports it."""
         self.last_error = ""
-        self.final_written = step >= self.cfg.train_steps
+        self.final_written = latest.step >= self.cfg.train_steps
         if self.final_written:
             self.final_values = values
-        elapsed = time.monotonic() - started
         self.last_checkpoint_write_seconds = round(elapsed, 3)
-        self.last_checkpoint = checkpoints.Latest(step, self.epoch, path)
+        self.last_checkpoint = latest
         self.last_checkpoint_time = time.time()
         self.last_checkpoint_monotonic = time.monotonic()
         metrics.checkpoint_seconds.observe(elapsed)
-        metrics.checkpoint_step.set(step)
+        metrics.checkpoint_step.set(latest.step)
         metrics.checkpoint_timestamp.set(self.last_checkpoint_time)
         event(
             log,
             "checkpoint written",
             reason=reason,
-            step=step,
-            epoch=self.epoch,
-            path=path,
+            step=latest.step,
+            epoch=latest.epoch,
+            path=latest.path,
             seconds=round(elapsed, 3),
         )
-        self.lease.publish_now()
-        return True
 
     # -- evaluation ------------------------------------------------------------------------------------
     def evaluate(self, store: Any, prepared: program.Prepared | None, beat: Callable[[], None]) -> Evaluation | None:
@@ -374,3 +372,16 @@ def final_checkpoint_done(cfg: TrainerConfig, view: LeaseView) -> bool:
         event(log, "cannot read the checkpoint index", logging.WARNING, error=str(err))
         return False
     return latest is not None and token == checkpoints.Token(view.scope, view.epoch) and latest.step >= cfg.train_steps
+
+
+def _state_to_save(store: Any) -> tuple[int, dict[str, np.ndarray]]:
+    """The global step and every variable on the parameter servers; refused when any is not finite."""
+    values = store.read_all()
+    step = int(values["ttj/global_step"])
+    broken = not_finite(values)
+    if broken:
+        raise LossNotFiniteError(
+            f"the model's state on the parameter servers is not finite at global step {step} "
+            f"({', '.join(broken[:3])}): no checkpoint written, the last good one stays"
+        )
+    return step, values

@@ -147,24 +147,12 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
     workers = list(tf_config.worker)
     is_worker = tf_config.task_type == Role.WORKER
     # The PS needs only TF_CONFIG (and POD_IP); everything else matters to workers alone.
-    model = _get(env, Env.MODEL, DEFAULT_BUILTIN_MODEL)
-    dataset = _get(env, Env.DATASET, DEFAULT_BUILTIN_DATASET)
-    program = _get(env, Env.PROGRAM, "")
-    program_args = _program_args(env.get(Env.PROGRAM_ARGS, ""))
-    if is_worker and not program and model not in BUILTIN_MODELS:
-        raise ConfigError(f"unknown model {Env.MODEL}={model!r}; known models: {', '.join(BUILTIN_MODELS)}")
-    if is_worker and not program and dataset not in data.DATASET_NAMES:
-        raise ConfigError(f"unknown dataset {Env.DATASET}={dataset!r}; known datasets: {', '.join(data.DATASET_NAMES)}")
+    model, dataset, program, program_args = _workload(env, is_worker)
     scaling = _get(env, Env.LEARNING_RATE_SCALING, LearningRateScaling.ACTIVE_WORKERS)
     if scaling not in tuple(LearningRateScaling):
         known = " or ".join(repr(value.value) for value in LearningRateScaling)
         raise ConfigError(f"{Env.LEARNING_RATE_SCALING}={scaling!r} must be {known}")
-    checkpoint_uri = _get(env, Env.CHECKPOINT_URI, "" if not is_worker else None).rstrip("/")
-    if is_worker and not (checkpoint_uri.startswith("gs://") or checkpoint_uri.startswith("/")):
-        raise ConfigError(f"{Env.CHECKPOINT_URI}={checkpoint_uri!r} must be gs://... or an absolute path")
-    data_uri = _get(env, Env.DATA_URI, "")
-    if data_uri and not (data_uri.startswith("gs://") or data_uri.startswith("/")):
-        raise ConfigError(f"spec.data.uri {data_uri!r} must be gs://... or an absolute path")
+    checkpoint_uri, data_uri = _storage_uris(env, is_worker)
     cpu_count = os.cpu_count() or 1
     return TrainerConfig(
         role=tf_config.task_type,
@@ -201,6 +189,32 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         program=program,
         program_args=program_args,
     )
+
+
+def _workload(env: Mapping[str, str], is_worker: bool) -> tuple[str, str, str, dict[str, str]]:
+    """The model, dataset, program and its arguments; a worker without a program needs a known model and dataset."""
+    from ttj_trainer import data  # the catalogue: names are checked before TensorFlow is imported
+
+    model = _get(env, Env.MODEL, DEFAULT_BUILTIN_MODEL)
+    dataset = _get(env, Env.DATASET, DEFAULT_BUILTIN_DATASET)
+    program = _get(env, Env.PROGRAM, "")
+    program_args = _program_args(env.get(Env.PROGRAM_ARGS, ""))
+    if is_worker and not program and model not in BUILTIN_MODELS:
+        raise ConfigError(f"unknown model {Env.MODEL}={model!r}; known models: {', '.join(BUILTIN_MODELS)}")
+    if is_worker and not program and dataset not in data.DATASET_NAMES:
+        raise ConfigError(f"unknown dataset {Env.DATASET}={dataset!r}; known datasets: {', '.join(data.DATASET_NAMES)}")
+    return model, dataset, program, program_args
+
+
+def _storage_uris(env: Mapping[str, str], is_worker: bool) -> tuple[str, str]:
+    """The checkpoint location (a worker's is required) and the data's, each gs://... or an absolute path."""
+    checkpoint_uri = _get(env, Env.CHECKPOINT_URI, "" if not is_worker else None).rstrip("/")
+    if is_worker and not (checkpoint_uri.startswith("gs://") or checkpoint_uri.startswith("/")):
+        raise ConfigError(f"{Env.CHECKPOINT_URI}={checkpoint_uri!r} must be gs://... or an absolute path")
+    data_uri = _get(env, Env.DATA_URI, "")
+    if data_uri and not (data_uri.startswith("gs://") or data_uri.startswith("/")):
+        raise ConfigError(f"spec.data.uri {data_uri!r} must be gs://... or an absolute path")
+    return checkpoint_uri, data_uri
 
 
 def _program_args(raw: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from ttj_contract import format_time
 
@@ -301,37 +301,7 @@ class ApiCore:
         if rtype.from_storage is not None:
             old = rtype.from_storage(stored_old)
         old_meta = old["metadata"]
-        if subresource == "status":
-            new = {**copy.deepcopy(old), "status": new.get("status")}
-            if new["status"] is None:
-                new.pop("status")
-        else:
-            new_meta = new.get("metadata")
-            if not isinstance(new_meta, dict):
-                new["metadata"] = new_meta = {}
-            if rtype.status_subresource:
-                if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
-                else:
-                    new.pop("status", None)
-            for key in _SERVER_OWNED:
-                if key in old_meta:
-                    new_meta[key] = old_meta[key]
-                else:
-                    new_meta.pop(key, None)
-            new_meta["name"] = old_meta["name"]
-            if "namespace" in old_meta:
-                new_meta["namespace"] = old_meta["namespace"]
-            new_meta.pop("managedFields", None)
-            if (
-                rtype.storage_key == PODS
-                and (old.get("spec") or {}).get("nodeName")
-                and isinstance(new.get("spec"), dict)
-            ):
-                new["spec"].setdefault("nodeName", old["spec"]["nodeName"])
-        new["apiVersion"] = old["apiVersion"]
-        new["kind"] = old["kind"]
-        new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        new = _with_server_owned_parts(rtype, old, new, subresource)
         new = self.admission.admit(rtype, new, old)
         if "generation" in old_meta and subresource != "status" and _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old_meta["generation"] + 1
@@ -400,35 +370,11 @@ class ApiCore:
         if obj is None:
             raise not_found(rtype.plural, rtype.group, name)
         meta = obj["metadata"]
-        preconditions = options.get("preconditions") or {}
-        if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
-            raise conflict(
-                rtype.plural,
-                rtype.group,
-                name,
-                f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta['uid']}",
-            )
-        if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != meta["resourceVersion"]:
-            raise conflict(
-                rtype.plural,
-                rtype.group,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, "
-                f"ResourceVersion in object meta: {meta['resourceVersion']}",
-            )
+        _check_delete_preconditions(rtype, name, meta, options.get("preconditions") or {})
         if options.get("dryRun"):
             return self._output(rtype, obj)
-        policy = options.get("propagationPolicy")
-        if policy is None and options.get("orphanDependents") is True:
-            policy = "Orphan"
-        if policy not in (None, "Background", "Foreground", "Orphan"):
-            raise bad_request(f"unsupported propagationPolicy {policy!r}")
+        finalizers = _finalizers_of_propagation(meta, _propagation_policy(options))
         grace = self._grace_period(rtype, obj, options.get("gracePeriodSeconds"))
-        finalizers = list(meta.get("finalizers") or [])
-        if policy == "Foreground" and "foregroundDeletion" not in finalizers and "orphan" not in finalizers:
-            finalizers.append("foregroundDeletion")
-        elif policy == "Orphan" and "orphan" not in finalizers and "foregroundDeletion" not in finalizers:
-            finalizers.append("orphan")
         if meta.get("deletionTimestamp"):
             if (
                 grace is not None
@@ -517,3 +463,81 @@ class ApiCore:
                 callback(new, old)
             elif old is not None:
                 callback({}, old)  # removed: the first argument is empty
+
+
+def _with_server_owned_parts(
+    rtype: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str | None
+) -> dict[str, Any]:
+    """``new`` with what a client cannot change through this write taken from ``old``: all but the status on
+    the status subresource; else the status (when it has its own subresource), the server-owned metadata,
+    the name and namespace, and a bound pod's node. Fills in ``new`` itself outside the status subresource."""
+    old_meta = old["metadata"]
+    if subresource == "status":
+        new = {**copy.deepcopy(old), "status": new.get("status")}
+        if new["status"] is None:
+            new.pop("status")
+    else:
+        new_meta = new.get("metadata")
+        if not isinstance(new_meta, dict):
+            new["metadata"] = new_meta = {}
+        if rtype.status_subresource:
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            else:
+                new.pop("status", None)
+        for key in _SERVER_OWNED:
+            if key in old_meta:
+                new_meta[key] = old_meta[key]
+            else:
+                new_meta.pop(key, None)
+        new_meta["name"] = old_meta["name"]
+        if "namespace" in old_meta:
+            new_meta["namespace"] = old_meta["namespace"]
+        new_meta.pop("managedFields", None)
+        if rtype.storage_key == PODS and (old.get("spec") or {}).get("nodeName") and isinstance(new.get("spec"), dict):
+            new["spec"].setdefault("nodeName", old["spec"]["nodeName"])
+    new["apiVersion"] = old["apiVersion"]
+    new["kind"] = old["kind"]
+    new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+    return new
+
+
+def _check_delete_preconditions(
+    rtype: ResourceType, name: str, meta: dict[str, Any], preconditions: dict[str, Any]
+) -> None:
+    """A delete whose preconditions (uid, resourceVersion) the object no longer meets is a conflict."""
+    if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
+        raise conflict(
+            rtype.plural,
+            rtype.group,
+            name,
+            f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta['uid']}",
+        )
+    if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != meta["resourceVersion"]:
+        raise conflict(
+            rtype.plural,
+            rtype.group,
+            name,
+            f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, "
+            f"ResourceVersion in object meta: {meta['resourceVersion']}",
+        )
+
+
+def _propagation_policy(options: dict[str, Any]) -> str | None:
+    """The delete's propagationPolicy, ``orphanDependents: true`` read as Orphan; None: the default."""
+    policy = options.get("propagationPolicy")
+    if policy is None and options.get("orphanDependents") is True:
+        policy = "Orphan"
+    if policy not in (None, "Background", "Foreground", "Orphan"):
+        raise bad_request(f"unsupported propagationPolicy {policy!r}")
+    return cast("str | None", policy)
+
+
+def _finalizers_of_propagation(meta: dict[str, Any], policy: str | None) -> list[str]:
+    """The object's finalizers with the one the garbage collector acts on for ``policy`` (unless it has one)."""
+    finalizers = list(meta.get("finalizers") or [])
+    if policy == "Foreground" and "foregroundDeletion" not in finalizers and "orphan" not in finalizers:
+        finalizers.append("foregroundDeletion")
+    elif policy == "Orphan" and "orphan" not in finalizers and "foregroundDeletion" not in finalizers:
+        finalizers.append("orphan")
+    return finalizers

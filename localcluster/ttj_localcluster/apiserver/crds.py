@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from ttj_contract import format_time
@@ -48,46 +49,9 @@ class CrdManager:
     def _admit_crd(self, crd: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         name = crd["metadata"]["name"]
         spec = crd.get("spec") or {}
-        names = spec.get("names") or {}
-        group = spec.get("group") or ""
-        errors: list[tuple[str, str]] = []
-        if not group:
-            errors.append(("spec.group", "Required value"))
-        for field in ("plural", "kind"):
-            if not names.get(field):
-                errors.append((f"spec.names.{field}", "Required value"))
-        if names.get("plural") and group and name != f"{names['plural']}.{group}":
-            errors.append(("metadata.name", f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group'))
-        if spec.get("scope") not in ("Namespaced", "Cluster"):
-            errors.append(
-                ("spec.scope", f'Unsupported value: "{spec.get("scope")}": supported values: "Cluster", "Namespaced"')
-            )
-        versions = spec.get("versions") or []
-        if not versions:
-            errors.append(
-                ("spec.versions", "Invalid value: null: must have exactly one version marked as storage version")
-            )
-        elif sum(1 for v in versions if v.get("storage")) != 1:
-            errors.append(
-                ("spec.versions", 'Invalid value: "array": must have exactly one version marked as storage version')
-            )
-        for index, version in enumerate(versions):
-            if not isinstance((version.get("schema") or {}).get("openAPIV3Schema"), dict):
-                errors.append(
-                    (f"spec.versions[{index}].schema.openAPIV3Schema", "Required value: schemas are required")
-                )
-        # a schema every version shares is reported once, where kube reports it (spec.validation)
-        reported = {version_name: where for version_name, where, _ in celcost.version_schemas(crd)}
-        for version in versions:
-            schema = (version.get("schema") or {}).get("openAPIV3Schema")
-            if not isinstance(schema, dict):
-                continue
-            version_name = str(version.get("name", ""))
-            compiled = CrdSchema(schema, reported.get(version_name, "spec.validation.openAPIV3Schema"))
-            if version_name in reported:
-                errors.extend(compiled.definition_errors)
-            self._schemas[(name, version_name)] = compiled
-        if old is not None and old["spec"].get("group") != group:
+        errors = _definition_errors(crd)
+        errors.extend(self._compile_schemas(crd))
+        if old is not None and old["spec"].get("group") != (spec.get("group") or ""):
             errors.append(("spec.group", 'Invalid value: "object": field is immutable'))
         if errors:
             raise invalid("CustomResourceDefinition", "apiextensions.k8s.io", name, errors)
@@ -96,43 +60,33 @@ class CrdManager:
             crd["metadata"].setdefault("finalizers", [])
             if CLEANUP_FINALIZER not in crd["metadata"]["finalizers"]:
                 crd["metadata"]["finalizers"].append(CLEANUP_FINALIZER)
-        accepted = {
-            "plural": names["plural"],
-            "singular": names.get("singular") or names["kind"].lower(),
-            "kind": names["kind"],
-            "listKind": names.get("listKind") or names["kind"] + "List",
-        }
-        for optional in ("shortNames", "categories"):
-            if names.get(optional):
-                accepted[optional] = names[optional]
+        names = spec.get("names") or {}
+        accepted = _accepted_names(names)
         spec["names"] = {**names, "singular": accepted["singular"], "listKind": accepted["listKind"]}
         crd["spec"] = spec
-        previous = {c["type"]: c for c in ((old or {}).get("status") or {}).get("conditions") or []}
-        conditions = []
-        for ctype, reason, message in (
-            ("NamesAccepted", "NoConflicts", "no conflicts found"),
-            ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
-        ):
-            since = previous.get(ctype, {}).get("lastTransitionTime") or format_time(self.core.clock())
-            conditions.append(
-                {"type": ctype, "status": "True", "reason": reason, "message": message, "lastTransitionTime": since}
-            )
-        if crd["metadata"].get("deletionTimestamp"):
-            conditions.append(
-                {
-                    "type": "Terminating",
-                    "status": "True",
-                    "reason": "InstanceDeletionInProgress",
-                    "message": "CustomResource deletion is in progress",
-                    "lastTransitionTime": format_time(self.core.clock()),
-                }
-            )
         crd["status"] = {
-            "conditions": conditions,
+            "conditions": _crd_conditions(crd, old, self.core.clock),
             "acceptedNames": accepted,
-            "storedVersions": [v["name"] for v in versions if v.get("storage")],
+            "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
         }
         return crd
+
+    def _compile_schemas(self, crd: dict[str, Any]) -> list[tuple[str, str]]:
+        """Compiles and keeps each version's schema; the errors of the schemas kube checks."""
+        name = crd["metadata"]["name"]
+        errors: list[tuple[str, str]] = []
+        # a schema every version shares is reported once, where kube reports it (spec.validation)
+        reported = {version_name: where for version_name, where, _ in celcost.version_schemas(crd)}
+        for version in (crd.get("spec") or {}).get("versions") or []:
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if not isinstance(schema, dict):
+                continue
+            version_name = str(version.get("name", ""))
+            compiled = CrdSchema(schema, reported.get(version_name, "spec.validation.openAPIV3Schema"))
+            if version_name in reported:
+                errors.extend(compiled.definition_errors)
+            self._schemas[(name, version_name)] = compiled
+        return errors
 
     def _on_crd_written(self, crd: dict[str, Any], old: dict[str, Any] | None) -> None:
         source = crd or old
@@ -207,3 +161,75 @@ class CrdManager:
             crd = self.core.store.get(CRDS, "", name) if name else None
             if crd is not None:
                 self.core.remove_finalizer(CRDS, crd, CLEANUP_FINALIZER)
+
+
+def _definition_errors(crd: dict[str, Any]) -> list[tuple[str, str]]:
+    """What kube's validation says of the CRD's names, scope and versions (not of its schemas' content)."""
+    name = crd["metadata"]["name"]
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    group = spec.get("group") or ""
+    errors: list[tuple[str, str]] = []
+    if not group:
+        errors.append(("spec.group", "Required value"))
+    for field in ("plural", "kind"):
+        if not names.get(field):
+            errors.append((f"spec.names.{field}", "Required value"))
+    if names.get("plural") and group and name != f"{names['plural']}.{group}":
+        errors.append(("metadata.name", f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group'))
+    if spec.get("scope") not in ("Namespaced", "Cluster"):
+        errors.append(
+            ("spec.scope", f'Unsupported value: "{spec.get("scope")}": supported values: "Cluster", "Namespaced"')
+        )
+    versions = spec.get("versions") or []
+    if not versions:
+        errors.append(("spec.versions", "Invalid value: null: must have exactly one version marked as storage version"))
+    elif sum(1 for v in versions if v.get("storage")) != 1:
+        errors.append(
+            ("spec.versions", 'Invalid value: "array": must have exactly one version marked as storage version')
+        )
+    for index, version in enumerate(versions):
+        if not isinstance((version.get("schema") or {}).get("openAPIV3Schema"), dict):
+            errors.append((f"spec.versions[{index}].schema.openAPIV3Schema", "Required value: schemas are required"))
+    return errors
+
+
+def _accepted_names(names: dict[str, Any]) -> dict[str, Any]:
+    """status.acceptedNames: the spec's names with kube's defaults for singular and listKind."""
+    accepted = {
+        "plural": names["plural"],
+        "singular": names.get("singular") or names["kind"].lower(),
+        "kind": names["kind"],
+        "listKind": names.get("listKind") or names["kind"] + "List",
+    }
+    for optional in ("shortNames", "categories"):
+        if names.get(optional):
+            accepted[optional] = names[optional]
+    return accepted
+
+
+def _crd_conditions(
+    crd: dict[str, Any], old: dict[str, Any] | None, clock: Callable[[], datetime]
+) -> list[dict[str, Any]]:
+    """NamesAccepted and Established (since they first were), and Terminating while the CRD is deleted."""
+    previous = {c["type"]: c for c in ((old or {}).get("status") or {}).get("conditions") or []}
+    conditions = []
+    for ctype, reason, message in (
+        ("NamesAccepted", "NoConflicts", "no conflicts found"),
+        ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+    ):
+        since = previous.get(ctype, {}).get("lastTransitionTime") or format_time(clock())
+        conditions.append(
+            {"type": ctype, "status": "True", "reason": reason, "message": message, "lastTransitionTime": since}
+        )
+    if crd["metadata"].get("deletionTimestamp"):
+        conditions.append(
+            {
+                "type": "Terminating",
+                "status": "True",
+                "reason": "InstanceDeletionInProgress",
+                "message": "CustomResource deletion is in progress",
+                "lastTransitionTime": format_time(clock()),
+            }
+        )
+    return conditions

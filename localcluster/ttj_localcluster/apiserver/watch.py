@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -80,90 +81,143 @@ async def _send_gone(request: web.Request, gone: ApiError) -> web.StreamResponse
 
 async def serve_watch(server: ApiServer, request: web.Request, target: Target) -> web.StreamResponse:
     query = request.query
-    rtype = target.rtype
     matchers, matcher = _watch_matcher(request, target)
-    namespace = target.scope
-    watcher = Watcher(rtype.storage_key, namespace, matcher)
+    watcher = Watcher(target.rtype.storage_key, target.scope, matcher)
     rv_text = query.get("resourceVersion", "")
     send_initial = truthy(query.get("sendInitialEvents"))
-    bookmarks = truthy(query.get("allowWatchBookmarks"))
-    as_table = wants_table(request)
-    store = server.store
-    initial: list[dict[str, Any]] = []
-    if rv_text in ("", "0") or send_initial:
-        # no version: the watch starts with the current state as ADDED events, as kube does
-        initial, _, _ = server.core.list_objects(rtype, namespace, matchers)
-        store.watch(watcher, None)
-    else:
-        try:
-            since = int(rv_text)
-        except ValueError:
-            raise bad_request(f"invalid resource version {rv_text!r}") from None
-        try:
-            store.watch(watcher, since)
-        except ApiError as gone:
-            return await _send_gone(request, gone)
+    initial, gone = _register(server, target, watcher, matchers, rv_text=rv_text, send_initial=send_initial)
+    if gone is not None:
+        return await _send_gone(request, gone)
     timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
-    deadline = time.monotonic() + timeout if timeout else None
     response = web.StreamResponse(
         status=200, headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
     )
-    faults = server.faults
-    generation = faults.watch_generation
-    last_rv = rv_text if rv_text not in ("", "0") else str(store.resource_version)
+    stream = _Stream(
+        server=server,
+        response=response,
+        watcher=watcher,
+        rtype=target.rtype,
+        as_table=wants_table(request),
+        bookmarks=truthy(query.get("allowWatchBookmarks")),
+        deadline=time.monotonic() + timeout if timeout else None,
+        generation=server.faults.watch_generation,
+    )
+    last_rv = rv_text if rv_text not in ("", "0") else str(server.store.resource_version)
     try:
         await response.prepare(request)
-        for obj in initial:
-            await response.write(_event_line("ADDED", obj, rtype, as_table))
-            last_rv = obj["metadata"]["resourceVersion"]
-        if send_initial and bookmarks:
-            last_rv = str(store.resource_version)
-            await response.write(_bookmark(rtype, last_rv, initial_end=True))
-        next_bookmark = time.monotonic() + server.bookmark_interval_seconds
-        while True:
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                break
-            if faults.watch_generation != generation:
-                break
-            wait = _POLL_SECONDS
-            if deadline is not None:
-                wait = min(wait, deadline - now)
-            if bookmarks:
-                wait = min(wait, max(0.0, next_bookmark - now))
-            # Queued events first: wait_for with no time left cancels the get before it runs, so it
-            # would never take an event however many were queued (the watch spun, silent, for good).
-            got: list[tuple[str, WatchEvent] | None] = []
-            if not watcher.queue.empty():
-                got.append(watcher.queue.get_nowait())
-            elif wait > 0:
-                with contextlib.suppress(TimeoutError):
-                    got.append(await asyncio.wait_for(watcher.queue.get(), timeout=wait))
-            if not got:
-                # A bookmark promises that every event up to its version was sent: the store's version
-                # only while nothing is still queued for this watch (events may arrive as it times out).
-                if bookmarks and time.monotonic() >= next_bookmark and watcher.queue.empty():
-                    last_rv = str(store.resource_version)
-                    await response.write(_bookmark(rtype, last_rv))
-                    next_bookmark = time.monotonic() + server.bookmark_interval_seconds
-                continue
-            item = got[0]
-            if item is None:
-                break
-            seen, event = item
-            await response.write(_event_line(seen, event.obj, rtype, as_table, event.object_json()))
-            last_rv = str(event.rv)
-            if faults.should_drop_watch():
-                break
-        if bookmarks and deadline is not None and time.monotonic() >= deadline:
-            # A watch that times out with events still queued (a slow client) must not bookmark past
-            # them, or the client resumes after events it never saw: only up to the last one sent.
-            final_rv = str(store.resource_version) if watcher.queue.empty() else last_rv
-            if final_rv not in ("", "0"):
-                await response.write(_bookmark(rtype, final_rv))
+        last_rv = await _send_initial(stream, initial, last_rv, end_bookmark=send_initial and stream.bookmarks)
+        last_rv = await _send_events(stream, last_rv)
+        await _send_final_bookmark(stream, last_rv)
         await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
-        store.unwatch(watcher)
+        server.store.unwatch(watcher)
     return response
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """What stays fixed while one watch streams."""
+
+    server: ApiServer
+    response: web.StreamResponse
+    watcher: Watcher
+    rtype: ResourceType
+    as_table: bool
+    bookmarks: bool
+    #: when the watch's timeoutSeconds ends it; None: never
+    deadline: float | None
+    #: the fault injector's watch generation when the watch began: a new one ends it
+    generation: int
+
+
+def _register(
+    server: ApiServer, target: Target, watcher: Watcher, matchers: list[Matcher], *, rv_text: str, send_initial: bool
+) -> tuple[list[dict[str, Any]], ApiError | None]:
+    """Registers ``watcher`` with the store from ``rv_text``; the objects to send first as ADDED, or the
+    410 Gone of a version the history no longer holds."""
+    if rv_text in ("", "0") or send_initial:
+        # no version: the watch starts with the current state as ADDED events, as kube does
+        initial, _, _ = server.core.list_objects(target.rtype, target.scope, matchers)
+        server.store.watch(watcher, None)
+        return initial, None
+    try:
+        since = int(rv_text)
+    except ValueError:
+        raise bad_request(f"invalid resource version {rv_text!r}") from None
+    try:
+        server.store.watch(watcher, since)
+    except ApiError as gone:
+        return [], gone
+    return [], None
+
+
+async def _send_initial(stream: _Stream, initial: list[dict[str, Any]], last_rv: str, *, end_bookmark: bool) -> str:
+    """Sends the current state as ADDED events, then the bookmark that ends them when asked; the version sent last."""
+    for obj in initial:
+        await stream.response.write(_event_line("ADDED", obj, stream.rtype, stream.as_table))
+        last_rv = obj["metadata"]["resourceVersion"]
+    if end_bookmark:
+        last_rv = str(stream.server.store.resource_version)
+        await stream.response.write(_bookmark(stream.rtype, last_rv, initial_end=True))
+    return last_rv
+
+
+async def _send_events(stream: _Stream, last_rv: str) -> str:
+    """Sends the watcher's events, and bookmarks when asked, until the watch times out, is closed or dropped;
+    the version sent last."""
+    store, faults = stream.server.store, stream.server.faults
+    next_bookmark = time.monotonic() + stream.server.bookmark_interval_seconds
+    while True:
+        now = time.monotonic()
+        if stream.deadline is not None and now >= stream.deadline:
+            return last_rv
+        if faults.watch_generation != stream.generation:
+            return last_rv
+        wait = _POLL_SECONDS
+        if stream.deadline is not None:
+            wait = min(wait, stream.deadline - now)
+        if stream.bookmarks:
+            wait = min(wait, max(0.0, next_bookmark - now))
+        got = await _take(stream.watcher.queue, wait)
+        if not got:
+            # A bookmark promises that every event up to its version was sent: the store's version
+            # only while nothing is still queued for this watch (events may arrive as it times out).
+            if stream.bookmarks and time.monotonic() >= next_bookmark and stream.watcher.queue.empty():
+                last_rv = str(store.resource_version)
+                await stream.response.write(_bookmark(stream.rtype, last_rv))
+                next_bookmark = time.monotonic() + stream.server.bookmark_interval_seconds
+            continue
+        item = got[0]
+        if item is None:
+            return last_rv
+        seen, event = item
+        await stream.response.write(_event_line(seen, event.obj, stream.rtype, stream.as_table, event.object_json()))
+        last_rv = str(event.rv)
+        if faults.should_drop_watch():
+            return last_rv
+
+
+async def _take(
+    queue: asyncio.Queue[tuple[str, WatchEvent] | None], wait: float
+) -> list[tuple[str, WatchEvent] | None]:
+    """The next item of ``queue`` waited for at most ``wait`` seconds; empty when none came."""
+    # Queued events first: wait_for with no time left cancels the get before it runs, so it
+    # would never take an event however many were queued (the watch spun, silent, for good).
+    if not queue.empty():
+        return [queue.get_nowait()]
+    if wait > 0:
+        with contextlib.suppress(TimeoutError):
+            return [await asyncio.wait_for(queue.get(), timeout=wait)]
+    return []
+
+
+async def _send_final_bookmark(stream: _Stream, last_rv: str) -> None:
+    if not (stream.bookmarks and stream.deadline is not None and time.monotonic() >= stream.deadline):
+        return
+    # A watch that times out with events still queued (a slow client) must not bookmark past
+    # them, or the client resumes after events it never saw: only up to the last one sent.
+    final_rv = str(stream.server.store.resource_version) if stream.watcher.queue.empty() else last_rv
+    if final_rv not in ("", "0"):
+        await stream.response.write(_bookmark(stream.rtype, final_rv))

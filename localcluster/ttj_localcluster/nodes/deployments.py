@@ -11,11 +11,13 @@ deployments, rollbacks, progressDeadlineSeconds, revisionHistoryLimit pruning, m
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ttj import kubeapi
@@ -173,10 +175,9 @@ class DeploymentController:
             return None
         namespace, name = rs["metadata"]["namespace"], rs["metadata"]["name"]
         pods = self._owned_pods(rs)
-        seen = {p["metadata"]["name"] for p in pods}
         active = [p for p in pods if not pod_is_terminal(p) and not p["metadata"].get("deletionTimestamp")]
         with self._lock:  # a creation once observed is no longer expected (even if the pod is gone again)
-            for observed in seen & set(self._creating.get(key, {})):
+            for observed in {p["metadata"]["name"] for p in pods} & set(self._creating.get(key, {})):
                 del self._creating[key][observed]
         creating = self._pending(self._creating, key)
         deleting = self._pending(self._deleting, key)
@@ -185,66 +186,10 @@ class DeploymentController:
         wanted = int((rs.get("spec") or {}).get("replicas", 1))
         failure: KubeError | None = None  # a create or delete the API refused: the ReplicaFailure condition
         if count < wanted:
-            template = (rs.get("spec") or {}).get("template") or {}
-            for _ in range(wanted - count):
-                pod_name = f"{name}-{''.join(secrets.choice(SAFE_ALPHABET) for _ in range(5))}"
-                meta = copy.deepcopy(template.get("metadata") or {})
-                pod = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": pod_name,
-                        "namespace": namespace,
-                        "labels": meta.get("labels") or {},
-                        "annotations": meta.get("annotations") or {},
-                        "ownerReferences": [
-                            {**_owner_ref(rs, "ReplicaSet")},
-                        ],
-                    },
-                    "spec": copy.deepcopy(template.get("spec") or {}),
-                }
-                with self._lock:
-                    self._creating.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
-                try:
-                    self.client.request("POST", kubeapi.path("Pod", namespace), body=pod)
-                except Exception as exc:
-                    with self._lock:
-                        self._creating.get(key, {}).pop(pod_name, None)
-                    if not isinstance(exc, KubeError):
-                        raise
-                    failure = exc
-                    break
+            failure = self._create_pods(key, rs, wanted - count)
         elif count > wanted:
-            # Delete the least useful first: unscheduled, then not ready, then the newest.
-            candidates = sorted(
-                (p for p in active if p["metadata"]["name"] in active_names),
-                key=lambda p: (
-                    bool((p.get("spec") or {}).get("nodeName")),
-                    _pod_ready(p),
-                    [-ord(c) for c in p["metadata"].get("creationTimestamp", "")],
-                ),
-            )
-            for pod in candidates[: count - wanted]:
-                pod_name = pod["metadata"]["name"]
-                with self._lock:
-                    self._deleting.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
-                try:
-                    self.client.delete(kubeapi.path("Pod", namespace, pod_name))
-                except Exception as exc:
-                    with self._lock:
-                        self._deleting.get(key, {}).pop(pod_name, None)
-                    if not isinstance(exc, KubeError):
-                        raise
-                    failure = exc
-                    break
-        ready = [p for p in active if _pod_ready(p)]
-        status = {
-            "replicas": len(active),
-            "fullyLabeledReplicas": len(active),
-            "readyReplicas": len(ready),
-            "availableReplicas": len(ready),
-            "observedGeneration": rs["metadata"].get("generation", 1),
-        }
+            failure = self._delete_pods(key, namespace, _deletion_order(active, active_names)[: count - wanted])
+        status = _replicaset_status(rs, active)
         current = rs.get("status") or {}
         conditions = _replica_failure(list(current.get("conditions") or []), failure, count < wanted)
         if any(current.get(k, 0) != v for k, v in status.items()) or conditions != list(
@@ -257,6 +202,46 @@ class DeploymentController:
         if failure is not None:
             raise failure  # retried with the queue's backoff, as the ReplicaSet controller does
         return 1.0 if creating or deleting else None
+
+    def _create_pods(self, key: str, rs: JSON, count: int) -> KubeError | None:
+        """Creates ``count`` pods of ``rs``; the refusal that stopped them."""
+        assert self.client is not None
+        for _ in range(count):
+            pod = _replica_pod(rs)
+            create = functools.partial(
+                self.client.request, "POST", kubeapi.path("Pod", rs["metadata"]["namespace"]), body=pod
+            )
+            failure = self._send_expected(self._creating, key, pod["metadata"]["name"], create)
+            if failure is not None:
+                return failure
+        return None
+
+    def _delete_pods(self, key: str, namespace: str, victims: list[JSON]) -> KubeError | None:
+        """Deletes ``victims``; the refusal that stopped them."""
+        assert self.client is not None
+        for pod in victims:
+            pod_name = pod["metadata"]["name"]
+            delete = functools.partial(self.client.delete, kubeapi.path("Pod", namespace, pod_name))
+            failure = self._send_expected(self._deleting, key, pod_name, delete)
+            if failure is not None:
+                return failure
+        return None
+
+    def _send_expected(
+        self, expected: dict[str, dict[str, float]], key: str, pod_name: str, send: Callable[[], object]
+    ) -> KubeError | None:
+        """Sends one create or delete of ``pod_name``, expected until the watch shows it; the API's refusal."""
+        with self._lock:
+            expected.setdefault(key, {})[pod_name] = time.monotonic() + EXPECTATION_TIMEOUT_S
+        try:
+            send()
+        except Exception as exc:
+            with self._lock:
+                expected.get(key, {}).pop(pod_name, None)
+            if not isinstance(exc, KubeError):
+                raise
+            return exc
+        return None
 
     # deployments -------------------------------------------------------------------------------
     def _owned_replicasets(self, deployment: JSON) -> list[JSON]:
@@ -378,70 +363,8 @@ class DeploymentController:
 
     def _write_status(self, deployment: JSON, new_rs: JSON, old: list[JSON], replicas: int, spec: JSON) -> None:
         assert self.client is not None
-        every = [new_rs, *old]
-
-        def total(field: str) -> int:
-            return sum(int((rs.get("status") or {}).get(field, 0)) for rs in every)
-
-        available = total("availableReplicas")
-        rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
-        max_unavailable = (
-            0
-            if (spec.get("strategy") or {}).get("type") == "Recreate"
-            else _scaled(rolling.get("maxUnavailable"), replicas, False)
-        )
-        updated = int((new_rs.get("status") or {}).get("replicas", 0))
-        complete = updated == replicas and total("replicas") == replicas and available >= replicas
-        now = now_rfc3339()
+        status, conditions = _deployment_status(deployment, new_rs, old, replicas, spec)
         current = deployment.get("status") or {}
-        conditions = list(current.get("conditions") or [])
-        is_available = available >= replicas - max_unavailable
-        conditions = replace_condition(
-            conditions,
-            {
-                "type": "Available",
-                "status": "True" if is_available else "False",
-                "reason": "MinimumReplicasAvailable" if is_available else "MinimumReplicasUnavailable",
-                "message": "Deployment has minimum availability."
-                if is_available
-                else "Deployment does not have minimum availability.",
-                "lastUpdateTime": now,
-                "lastTransitionTime": now,
-            },
-        )
-        rs_name = new_rs["metadata"]["name"]
-        conditions = replace_condition(
-            conditions,
-            {
-                "type": "Progressing",
-                "status": "True",
-                "reason": "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated",
-                "message": f'ReplicaSet "{rs_name}" has successfully progressed.'
-                if complete
-                else f'ReplicaSet "{rs_name}" is progressing.',
-                "lastUpdateTime": now,
-                "lastTransitionTime": now,
-            },
-        )
-        # The ReplicaSets' refused creates, as the Deployment controller surfaces them.
-        failures = [
-            c
-            for rs in every
-            for c in (rs.get("status") or {}).get("conditions") or []
-            if c.get("type") == REPLICA_FAILURE and c.get("status") == "True"
-        ]
-        if failures:
-            conditions = replace_condition(conditions, {**failures[0], "lastUpdateTime": now})
-        else:
-            conditions = [c for c in conditions if c.get("type") != REPLICA_FAILURE]
-        status: JSON = {
-            "observedGeneration": deployment["metadata"].get("generation", 1),
-            "replicas": total("replicas"),
-            "updatedReplicas": updated,
-            "readyReplicas": total("readyReplicas"),
-            "availableReplicas": available,
-            "unavailableReplicas": max(0, replicas - available),
-        }
         changed = any(current.get(k, 0) != v for k, v in status.items()) or [
             (c.get("type"), c.get("status"), c.get("reason")) for c in current.get("conditions") or []
         ] != [(c.get("type"), c.get("status"), c.get("reason")) for c in conditions]
@@ -471,4 +394,120 @@ def _replica_failure(conditions: list[JSON], failure: KubeError | None, short: b
                 "lastTransitionTime": now_rfc3339(),
             },
         )
+    return [c for c in conditions if c.get("type") != REPLICA_FAILURE]
+
+
+def _replica_pod(rs: JSON) -> JSON:
+    """A new pod of ``rs``'s template, named ``<rs>-<5 random characters>`` as kube's ReplicaSet controller does."""
+    meta = rs["metadata"]
+    template = (rs.get("spec") or {}).get("template") or {}
+    template_meta = copy.deepcopy(template.get("metadata") or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-{''.join(secrets.choice(SAFE_ALPHABET) for _ in range(5))}",
+            "namespace": meta["namespace"],
+            "labels": template_meta.get("labels") or {},
+            "annotations": template_meta.get("annotations") or {},
+            "ownerReferences": [{**_owner_ref(rs, "ReplicaSet")}],
+        },
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
+
+
+def _deletion_order(active: list[JSON], deletable: set[str]) -> list[JSON]:
+    """The ``deletable`` pods, least useful first: unscheduled, then not ready, then the newest."""
+    return sorted(
+        (p for p in active if p["metadata"]["name"] in deletable),
+        key=lambda p: (
+            bool((p.get("spec") or {}).get("nodeName")),
+            _pod_ready(p),
+            [-ord(c) for c in p["metadata"].get("creationTimestamp", "")],
+        ),
+    )
+
+
+def _replicaset_status(rs: JSON, active: list[JSON]) -> JSON:
+    """The counts of ``rs``'s status from its pods that run or wait to."""
+    ready = [p for p in active if _pod_ready(p)]
+    return {
+        "replicas": len(active),
+        "fullyLabeledReplicas": len(active),
+        "readyReplicas": len(ready),
+        "availableReplicas": len(ready),
+        "observedGeneration": rs["metadata"].get("generation", 1),
+    }
+
+
+def _deployment_status(
+    deployment: JSON, new_rs: JSON, old: list[JSON], replicas: int, spec: JSON
+) -> tuple[JSON, list[JSON]]:
+    """The Deployment's status counts and conditions, from its ReplicaSets' status."""
+    every = [new_rs, *old]
+    totals = {
+        field: sum(int((rs.get("status") or {}).get(field, 0)) for rs in every)
+        for field in ("replicas", "readyReplicas", "availableReplicas")
+    }
+    available = totals["availableReplicas"]
+    rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+    max_unavailable = (
+        0
+        if (spec.get("strategy") or {}).get("type") == "Recreate"
+        else _scaled(rolling.get("maxUnavailable"), replicas, False)
+    )
+    updated = int((new_rs.get("status") or {}).get("replicas", 0))
+    complete = updated == replicas and totals["replicas"] == replicas and available >= replicas
+    now = now_rfc3339()
+    conditions = list((deployment.get("status") or {}).get("conditions") or [])
+    conditions = replace_condition(conditions, _available_condition(available >= replicas - max_unavailable, now))
+    conditions = replace_condition(conditions, _progressing_condition(new_rs["metadata"]["name"], complete, now))
+    conditions = _with_replicasets_failure(conditions, every, now)
+    status: JSON = {
+        "observedGeneration": deployment["metadata"].get("generation", 1),
+        "replicas": totals["replicas"],
+        "updatedReplicas": updated,
+        "readyReplicas": totals["readyReplicas"],
+        "availableReplicas": available,
+        "unavailableReplicas": max(0, replicas - available),
+    }
+    return status, conditions
+
+
+def _available_condition(available: bool, now: str) -> JSON:
+    return {
+        "type": "Available",
+        "status": "True" if available else "False",
+        "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+        "message": "Deployment has minimum availability."
+        if available
+        else "Deployment does not have minimum availability.",
+        "lastUpdateTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+def _progressing_condition(rs_name: str, complete: bool, now: str) -> JSON:
+    return {
+        "type": "Progressing",
+        "status": "True",
+        "reason": "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated",
+        "message": f'ReplicaSet "{rs_name}" has successfully progressed.'
+        if complete
+        else f'ReplicaSet "{rs_name}" is progressing.',
+        "lastUpdateTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+def _with_replicasets_failure(conditions: list[JSON], replicasets: list[JSON], now: str) -> list[JSON]:
+    """The ReplicaSets' refused creates, as the Deployment controller surfaces them."""
+    failures = [
+        c
+        for rs in replicasets
+        for c in (rs.get("status") or {}).get("conditions") or []
+        if c.get("type") == REPLICA_FAILURE and c.get("status") == "True"
+    ]
+    if failures:
+        return replace_condition(conditions, {**failures[0], "lastUpdateTime": now})
     return [c for c in conditions if c.get("type") != REPLICA_FAILURE]

@@ -35,7 +35,7 @@ from .kubelet import Kubelet
 from .lifecycle import NodeLifecycle
 from .migration import MigrationRecord, Migrations
 from .network import PodNetwork
-from .ownership import FleetIdentity, claim_control, delete_fleet_nodes, release_control
+from .ownership import FleetIdentity, PreviousOwner, claim_control, delete_fleet_nodes, release_control
 from .pod_networking import PodNetworking
 from .podnet import PodNetworkNamespaces
 from .pools import NodePool
@@ -137,17 +137,37 @@ class NodeFleet:
     def _start(self, kubeconfig_path: str) -> None:
         self.kubeconfig = kubeconfig_path
         client = KubeClient.from_kubeconfig(kubeconfig_path)
+        control, previous = self._serve_and_claim(client)
+        parts = self._parts_of(client, control, pod_kubeconfig=self.networking.setup(kubeconfig_path))
+        self._started = parts
+        parts.leases.ensure_namespace()
+        if previous is not None:
+            gone = delete_fleet_nodes(client, previous.fleet) if previous.fleet else []
+            self.announce(
+                f"took over kube-system/ttj-local-control from the node fleet of {previous.owner}, whose control "
+                f"server {previous.url} no longer answers; deleted its {len(gone)} Nodes"
+            )
+        self._register_pools(parts.lifecycle)
+        ScriptedPreemptions(self.registry, self._timers, self._stop, self._preempt).start()
+        parts.kubelet.start()
+        parts.leases.start()
+        parts.autoscaler.start()
+
+    def _serve_and_claim(self, client: KubeClient) -> tuple[ControlServer, PreviousOwner | None]:
+        """The served control server, claimed in the cluster; the fleet it took over from, if any."""
         # The kubelet endpoint of every node (logs) and the preemption control: nodes publish its port. It
         # serves first, so that the claim on the cluster comes before anything else is set up.
         control = ControlServer(self)
         try:
             control.start()
-            previous = claim_control(client, self.identity, control.url)
+            return control, claim_control(client, self.identity, control.url)
         except BaseException:
             control.stop()
             client.close()
             raise
-        pod_kubeconfig = self.networking.setup(kubeconfig_path)
+
+    def _parts_of(self, client: KubeClient, control: ControlServer, *, pod_kubeconfig: str) -> _Started:
+        """The fleet's parts that talk to the API, made but not started."""
         leases = NodeLeases(client, self.registry, self._stop, self.lease_renew_s)
         kubelet = Kubelet(
             client,
@@ -174,14 +194,10 @@ class NodeFleet:
             scan_s=self.autoscaler_scan_s,
             backoff_s=self.autoscaler_backoff_s,
         )
-        self._started = _Started(client, leases, lifecycle, kubelet, preemptions, migrations, control, autoscaler)
-        leases.ensure_namespace()
-        if previous is not None:
-            gone = delete_fleet_nodes(client, previous.fleet) if previous.fleet else []
-            self.announce(
-                f"took over kube-system/ttj-local-control from the node fleet of {previous.owner}, whose control "
-                f"server {previous.url} no longer answers; deleted its {len(gone)} Nodes"
-            )
+        return _Started(client, leases, lifecycle, kubelet, preemptions, migrations, control, autoscaler)
+
+    def _register_pools(self, lifecycle: NodeLifecycle) -> None:
+        """Registers each pool's nodes (but a stocked-out pool's), with their lifetimes and stock-out windows timed."""
         lifetimes = LifetimePreemptions(list(self.pools.values()), self._timers, self._stop, self._preempt)
         lifecycle.listeners.append(lifetimes.node_created)
         for pool in self.pools.values():
@@ -192,10 +208,6 @@ class NodeFleet:
                 self._timers.later(start, self._scheduled_stock_out, pool.name)
                 if end is not None:
                     self._timers.later(end, self.restock, pool.name)
-        ScriptedPreemptions(self.registry, self._timers, self._stop, self._preempt).start()
-        kubelet.start()
-        leases.start()
-        autoscaler.start()
 
     def stop(self) -> None:
         """Withdraws the control ConfigMap, stops every pod process (SIGTERM, then SIGKILL after 5 s), deletes

@@ -299,33 +299,7 @@ def ready_condition(ready: bool, reason: str, message: str, now: str) -> dict[st
 def node_object(pool: NodePool, node_name: str, internal_ip: str, now: str | None = None) -> dict[str, Any]:
     """The Node a pool's VM registers (metadata, spec with taints, status with capacity and Ready)."""
     stamp = now or now_rfc3339()
-    capacity: dict[str, str] = {
-        "cpu": pool.cpu,
-        "memory": pool.memory,
-        "pods": str(pool.max_pods),
-        "ephemeral-storage": "100Gi",
-    }
-    if pool.gpus:
-        capacity[GPU_RESOURCE] = str(pool.gpus)
-    taints = [dict(GPU_TAINT)] if pool.gpus else []
-    if pool.compute_class:
-        taints.append({"key": COMPUTE_CLASS_LABEL, "value": pool.compute_class, "effect": "NoSchedule"})
-    conditions = [
-        {
-            "type": t,
-            "status": "False",
-            "reason": r,
-            "message": m,
-            "lastHeartbeatTime": stamp,
-            "lastTransitionTime": stamp,
-        }
-        for t, r, m in (
-            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        )
-    ]
-    conditions.append(ready_condition(True, "KubeletReady", "kubelet is posting ready status", stamp))
+    capacity = _node_capacity(pool)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -341,12 +315,12 @@ def node_object(pool: NodePool, node_name: str, internal_ip: str, now: str | Non
         "spec": {
             "providerID": f"gce://ttj-local/{pool.zone}/{node_name}",
             "podCIDR": "127.0.0.0/8",
-            "taints": taints,
+            "taints": _node_taints(pool),
         },
         "status": {
             "capacity": capacity,
             "allocatable": dict(capacity),
-            "conditions": conditions,
+            "conditions": _node_conditions(stamp),
             "addresses": [
                 {"type": "InternalIP", "address": internal_ip},
                 {"type": "Hostname", "address": node_name},
@@ -365,3 +339,44 @@ def node_object(pool: NodePool, node_name: str, internal_ip: str, now: str | Non
             },
         },
     }
+
+
+def _node_capacity(pool: NodePool) -> dict[str, str]:
+    capacity: dict[str, str] = {
+        "cpu": pool.cpu,
+        "memory": pool.memory,
+        "pods": str(pool.max_pods),
+        "ephemeral-storage": "100Gi",
+    }
+    if pool.gpus:
+        capacity[GPU_RESOURCE] = str(pool.gpus)
+    return capacity
+
+
+def _node_taints(pool: NodePool) -> list[dict[str, str]]:
+    """GKE's GPU taint on GPU nodes, and the compute class's on a compute class's nodes."""
+    taints = [dict(GPU_TAINT)] if pool.gpus else []
+    if pool.compute_class:
+        taints.append({"key": COMPUTE_CLASS_LABEL, "value": pool.compute_class, "effect": "NoSchedule"})
+    return taints
+
+
+def _node_conditions(stamp: str) -> list[dict[str, str]]:
+    """A healthy kubelet's conditions: no pressure, Ready."""
+    conditions = [
+        {
+            "type": t,
+            "status": "False",
+            "reason": r,
+            "message": m,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        for t, r, m in (
+            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        )
+    ]
+    conditions.append(ready_condition(True, "KubeletReady", "kubelet is posting ready status", stamp))
+    return conditions

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from ttj_contract import CHIEF_STARTUP_SECONDS
+
+if TYPE_CHECKING:  # imported where used: ``ttj --help`` and the other commands start without kopf
+    import kopf
+    from kubernetes.client import ApiClient
+
+    from ttj.controller.handlers import OperatorContext
+    from ttj.controller.leader import LeaderElector
+    from ttj.controller.placement import PlacementSource
+    from ttj.cost.prices import PriceSource
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 #: The exit code of a replica that lost the leader Lease (its pod restarts and stands by).
@@ -115,20 +126,41 @@ class KopfFailure(logging.Handler):
         return not self.failed
 
 
+class StartRefused(Exception):
+    """A setting the operator cannot start with; its message says which and what to do."""
+
+
 def main(args: argparse.Namespace) -> int:
-    import kopf
-    from kubernetes import client, config
-    from prometheus_client import CollectorRegistry
+    _configure_logging(args.verbose)
+    try:
+        api = _api_client()
+        prices, placement = _price_and_placement_sources(args)
+    except StartRefused as exc:
+        logging.getLogger("ttj").error("%s", exc)
+        return 2
+    elector = _elector(args, api)
+    ctx = _operator_context(args, api, elector, prices, placement)
+    try:
+        _run(ctx, elector, args.namespace or [], None if args.liveness.lower() == "none" else args.liveness)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ctx.api.close()  # type: ignore[no-untyped-call]
+    return 0
 
-    from ttj.controller.handlers import OperatorContext, register
-    from ttj.controller.metrics import Metrics
-    from ttj.planner import PlannerConfig
 
+def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if not args.verbose:  # kopf logs every handled event at INFO
+    if not verbose:  # kopf logs every handled event at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def _api_client() -> ApiClient:
+    """A client of the cluster in KUBECONFIG, or of the one the operator's pod runs in."""
+    from kubernetes import client, config
+
     configuration = client.Configuration()
     try:
         if os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -136,8 +168,11 @@ def main(args: argparse.Namespace) -> int:
         else:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException as exc:
-        logging.getLogger("ttj").error("no cluster to talk to: %s (set KUBECONFIG, or run in a pod)", exc)
-        return 2
+        raise StartRefused(f"no cluster to talk to: {exc} (set KUBECONFIG, or run in a pod)") from exc
+    return client.ApiClient(configuration)
+
+
+def _price_and_placement_sources(args: argparse.Namespace) -> tuple[PriceSource | None, PlacementSource | None]:
     from ttj.controller.placement import PlacementSource
     from ttj.cost.gke import GkeSettingsError
     from ttj.cost.prices import PriceSource, PriceTableError
@@ -148,29 +183,46 @@ def main(args: argparse.Namespace) -> int:
         try:
             prices.current()  # a broken file stops the start; later broken edits keep the last good table
         except PriceTableError as exc:
-            logging.getLogger("ttj").error("%s", exc)
-            return 2
+            raise StartRefused(str(exc)) from exc
     try:
         placement = None if args.no_placement_check else PlacementSource.from_env()
     except GkeSettingsError as exc:
-        logging.getLogger("ttj").error("%s", exc)
-        return 2
-    api = client.ApiClient(configuration)
-    elector = None
-    if args.leader_elect:
-        from ttj.controller.leader import ElectionTiming, Fenced, LeaderElector, default_identity, default_namespace
-        from ttj.kubeapi import KubeClient
+        raise StartRefused(str(exc)) from exc
+    return prices, placement
 
-        duration = args.leader_election_lease_duration
-        elector = LeaderElector(
-            KubeClient(api),
-            namespace=args.leader_election_namespace or default_namespace(),
-            identity=args.leader_election_identity or default_identity(),
-            timing=ElectionTiming(
-                lease_duration=duration, renew_deadline=duration * 2 / 3, retry_period=duration / 7.5
-            ),
-        )
-    ctx = OperatorContext(
+
+def _elector(args: argparse.Namespace, api: ApiClient) -> LeaderElector | None:
+    """The leader election of ``--leader-elect``; None: this replica leads alone."""
+    if not args.leader_elect:
+        return None
+    from ttj.controller.leader import ElectionTiming, LeaderElector, default_identity, default_namespace
+    from ttj.kubeapi import KubeClient
+
+    duration = args.leader_election_lease_duration
+    return LeaderElector(
+        KubeClient(api),
+        namespace=args.leader_election_namespace or default_namespace(),
+        identity=args.leader_election_identity or default_identity(),
+        timing=ElectionTiming(lease_duration=duration, renew_deadline=duration * 2 / 3, retry_period=duration / 7.5),
+    )
+
+
+def _operator_context(
+    args: argparse.Namespace,
+    api: ApiClient,
+    elector: LeaderElector | None,
+    prices: PriceSource | None,
+    placement: PlacementSource | None,
+) -> OperatorContext:
+    from prometheus_client import CollectorRegistry
+
+    from ttj.controller.handlers import OperatorContext
+    from ttj.controller.leader import Fenced
+    from ttj.controller.metrics import Metrics
+    from ttj.kubeapi import KubeClient
+    from ttj.planner import PlannerConfig
+
+    return OperatorContext(
         api=api,
         kube=Fenced(KubeClient(api), elector) if elector is not None else None,
         metrics=Metrics(CollectorRegistry()),
@@ -184,36 +236,40 @@ def main(args: argparse.Namespace) -> int:
         prices=prices,
         placement=placement,
     )
+
+
+def _run(ctx: OperatorContext, elector: LeaderElector | None, namespaces: list[str], liveness: str | None) -> None:
+    """Runs kopf with the handlers of ``ctx`` until it stops, as the leader's while ``elector`` is given."""
+    import kopf
+
+    from ttj.controller.handlers import register
+
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(kopf.login_via_client)
     register(registry, ctx)
-    namespaces = args.namespace or []
-    liveness = None if args.liveness.lower() == "none" else args.liveness
+    operate = functools.partial(_operate, registry, namespaces, liveness)
+    if elector is None:
+        asyncio.run(operate())
+        return
+    from ttj.controller.leader import run_as_leader
 
-    async def operate() -> None:
-        await kopf.operator(
-            registry=registry,
-            standalone=True,
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            liveness_endpoint=liveness,
-        )
+    failed = KopfFailure()
+    logging.getLogger("kopf._core.reactor.running").addHandler(failed)
+    asyncio.run(run_as_leader(elector, operate, _exit_lost_leadership, standby_health=liveness, healthy=failed.none))
 
-    def lost() -> None:
-        logging.shutdown()
-        os._exit(LOST_LEADERSHIP)  # now: no write in flight in any thread may still go out
 
-    try:
-        if elector is None:
-            asyncio.run(operate())
-        else:
-            from ttj.controller.leader import run_as_leader
+async def _operate(registry: kopf.OperatorRegistry, namespaces: list[str], liveness: str | None) -> None:
+    import kopf
 
-            failed = KopfFailure()
-            logging.getLogger("kopf._core.reactor.running").addHandler(failed)
-            asyncio.run(run_as_leader(elector, operate, lost, standby_health=liveness, healthy=failed.none))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        ctx.api.close()  # type: ignore[no-untyped-call]
-    return 0
+    await kopf.operator(
+        registry=registry,
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=liveness,
+    )
+
+
+def _exit_lost_leadership() -> None:
+    logging.shutdown()
+    os._exit(LOST_LEADERSHIP)  # now: no write in flight in any thread may still go out

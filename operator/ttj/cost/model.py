@@ -186,8 +186,6 @@ def accrue(
         # Parameter servers run on on-demand CPU nodes; the table's fallback shape is the best guess.
         fallback_ps_node = NodeShape(prices.fallback_machine_type, None, 0, Provisioning.ON_DEMAND)
     known = {entry.uid: entry for entry in before.pods or []}
-    settled_usd = before.settled_usd
-    settled_on_demand = before.settled_on_demand_equivalent_usd
     entries: list[PodCost] = []
     notes: list[str] = []
     seen: set[str] = set()
@@ -198,49 +196,84 @@ def accrue(
         old = known.get(pod.uid)
         if pod.started_at is None and old is None:
             continue  # never ran: nothing to charge yet
-        if old is not None:
-            started = _recorded_time(old.started_at)
-            if pod.started_at is not None:
-                started = min(started, pod.started_at)
-            rate_usd, rate_on_demand, provisioning = old.usd_per_hour, old.on_demand_usd_per_hour, old.provisioning
-        else:
-            assert pod.started_at is not None
-            started = pod.started_at
-            fallback = fallback_ps_node if pod.role == "ps" else fallback_worker_node
-            if pod.role == "worker" and pod.group is not None and pod.group in (group_worker_nodes or {}):
-                fallback = (group_worker_nodes or {})[pod.group]
-            rate = pod_rate(pod, prices, fallback)
-            notes.extend(rate.notes)
-            rate_usd, rate_on_demand, provisioning = rate.usd_per_hour, rate.on_demand_usd_per_hour, rate.provisioning
-        ended = pod.ended_at
-        if ended is None and old is not None and old.ended_at is not None:
-            ended = _recorded_time(old.ended_at)  # an ended pod does not start costing again
-        until = min(ended, now) if ended is not None else now
-        seconds = (until - started).total_seconds()
-        usd = _usd(rate_usd, seconds)
-        on_demand = _usd(rate_on_demand, seconds)
-        if old is not None:  # never let a clock step or a shorter end time take money back
-            usd, on_demand = max(usd, old.usd), max(on_demand, old.on_demand_equivalent_usd)
-        entries.append(
-            PodCost(
-                name=pod.name,
-                uid=pod.uid,
-                role=pod.role,
-                group=pod.group if pod.group is not None else old.group if old is not None else None,
-                provisioning=str(provisioning) if provisioning is not None else None,
-                started_at=format_micro_time(started),
-                ended_at=format_micro_time(ended) if ended is not None else None,
-                usd_per_hour=rate_usd,
-                on_demand_usd_per_hour=rate_on_demand,
-                usd=usd,
-                on_demand_equivalent_usd=on_demand,
-                cross_zone_usd=old.cross_zone_usd if old is not None else 0.0,
-            )
-        )
-    for uid, entry in known.items():
-        if uid not in seen:  # gone: its seconds up to the last accrual are kept for good
-            settled_usd += entry.usd
-            settled_on_demand += entry.on_demand_equivalent_usd
+        fallback = _fallback_node(pod, fallback_worker_node, fallback_ps_node, group_worker_nodes or {})
+        entry, pod_notes = _pod_entry(pod, old, now, prices, fallback)
+        entries.append(entry)
+        notes.extend(pod_notes)
+    gone = [entry for uid, entry in known.items() if uid not in seen]
+    return _ledger(before, entries, gone, notes=notes, now=now, prices=prices)
+
+
+def _fallback_node(
+    pod: PodObservation,
+    worker_node: NodeShape | None,
+    ps_node: NodeShape | None,
+    group_worker_nodes: Mapping[str, NodeShape],
+) -> NodeShape | None:
+    """The node ``pod`` is priced on when its own is unknown."""
+    if pod.role == "ps":
+        return ps_node
+    if pod.group is not None and pod.group in group_worker_nodes:
+        return group_worker_nodes[pod.group]
+    return worker_node
+
+
+def _pod_entry(
+    pod: PodObservation, old: PodCost | None, now: datetime, prices: PriceTable, fallback: NodeShape | None
+) -> tuple[PodCost, tuple[str, ...]]:
+    """``pod``'s ledger entry at ``now`` and the pricing notes of a pod seen running for the first time."""
+    notes: tuple[str, ...] = ()
+    if old is not None:
+        started = _recorded_time(old.started_at)
+        if pod.started_at is not None:
+            started = min(started, pod.started_at)
+        rate_usd, rate_on_demand, provisioning = old.usd_per_hour, old.on_demand_usd_per_hour, old.provisioning
+    else:
+        assert pod.started_at is not None
+        started = pod.started_at
+        rate = pod_rate(pod, prices, fallback)
+        notes = rate.notes
+        rate_usd, rate_on_demand, provisioning = rate.usd_per_hour, rate.on_demand_usd_per_hour, rate.provisioning
+    ended = pod.ended_at
+    if ended is None and old is not None and old.ended_at is not None:
+        ended = _recorded_time(old.ended_at)  # an ended pod does not start costing again
+    until = min(ended, now) if ended is not None else now
+    seconds = (until - started).total_seconds()
+    usd = _usd(rate_usd, seconds)
+    on_demand = _usd(rate_on_demand, seconds)
+    if old is not None:  # never let a clock step or a shorter end time take money back
+        usd, on_demand = max(usd, old.usd), max(on_demand, old.on_demand_equivalent_usd)
+    entry = PodCost(
+        name=pod.name,
+        uid=pod.uid,
+        role=pod.role,
+        group=pod.group if pod.group is not None else old.group if old is not None else None,
+        provisioning=str(provisioning) if provisioning is not None else None,
+        started_at=format_micro_time(started),
+        ended_at=format_micro_time(ended) if ended is not None else None,
+        usd_per_hour=rate_usd,
+        on_demand_usd_per_hour=rate_on_demand,
+        usd=usd,
+        on_demand_equivalent_usd=on_demand,
+        cross_zone_usd=old.cross_zone_usd if old is not None else 0.0,
+    )
+    return entry, notes
+
+
+def _ledger(
+    before: CostStatus,
+    entries: list[PodCost],
+    gone: list[PodCost],
+    *,
+    notes: list[str],
+    now: datetime,
+    prices: PriceTable,
+) -> CostStatus:
+    """The ledger of the pods that exist (``entries``), with the cost of the ``gone`` ones settled for good."""
+    settled_usd, settled_on_demand = before.settled_usd, before.settled_on_demand_equivalent_usd
+    for entry in gone:  # added one by one, in ledger order, so the stored totals stay bit-for-bit reproducible
+        settled_usd += entry.usd
+        settled_on_demand += entry.on_demand_equivalent_usd
     # Cross-zone traffic (ttj.cost.traffic) is kept as the job's own total; the entries' share is per group only.
     usd_total = settled_usd + sum(entry.usd for entry in entries) + (before.cross_zone.usd if before.cross_zone else 0)
     on_demand_total = settled_on_demand + sum(entry.on_demand_equivalent_usd for entry in entries)

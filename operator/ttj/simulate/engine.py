@@ -572,11 +572,7 @@ def simulate_run(
         checkpoint_write_s=checkpoint_write_s,
         checkpoint_interval=checkpoint_interval,
         deadline=float(job.spec.active_deadline_seconds) if job.spec.active_deadline_seconds else math.inf,
-        slot_price_h=(
-            {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
-            if job.slot_hardware
-            else {}
-        ),
+        slot_price_h=_slot_prices(job, price_table),
     )
     run = _first_run(setting)
     baseline = _baseline(setting)
@@ -595,10 +591,9 @@ def simulate_run(
         interval = _intervals(setting, run)
         rate = _rate(setting, run)
         upcoming = _next_event(setting, run, rate, interval)
-        run.step = min(float(job.train_steps), run.step + rate * (upcoming - run.now))
+        run.step = _steps_after(job, run.step, rate * (upcoming - run.now))
         run.now = upcoming
-        if run.step >= job.train_steps - 1e-6:
-            run.step = float(job.train_steps)
+        if run.step == job.train_steps:
             return _result(setting, run, baseline, "Succeeded", "TrainStepsReached")
         if _checkpoint_if_due(setting, run, rate, interval) and job.spec.checkpoint.adaptive:
             shown = None  # the chief publishes its new checkpoint (and write time) on the Lease: a watch event
@@ -606,3 +601,16 @@ def simulate_run(
             return _result(setting, run, baseline, "Failed", "DeadlineExceeded")
         if run.now >= MAX_SIMULATED_S - _EPS:
             return _result(setting, run, baseline, "Failed", "Stalled")
+
+
+def _slot_prices(job: SimJob, price_table: str) -> dict[int, float]:
+    """A mixed fleet's hourly price per slot; empty when every slot costs the job's worker price."""
+    if not job.slot_hardware:
+        return {}
+    return {slot: price_per_hour(*job.hardware(slot), price_table) for slot in range(job.slots)}
+
+
+def _steps_after(job: SimJob, step: float, trained: float) -> float:
+    """The global step after ``trained`` more steps: at most the job's, and the job's once within rounding of it."""
+    step = min(float(job.train_steps), step + trained)
+    return float(job.train_steps) if step >= job.train_steps - 1e-6 else step
