@@ -118,6 +118,8 @@ _UINT = Decl("uint", min_size=1)
 _DOUBLE = Decl("double", min_size=_MIN_NUMBER)
 _BYTES = Decl("bytes", min_size=_MIN_STRING)
 _DYN = Decl("dyn")
+#: The declarations of the schema's scalar types, by their OpenAPI name.
+_SCALARS: dict[object, Decl] = {"boolean": _BOOL, "number": _DOUBLE, "integer": _INT}
 _NULL = Decl("null", min_size=4)
 _TYPE = Decl("type")
 _DURATION = Decl("duration", min_size=_MIN_DURATION)
@@ -205,61 +207,74 @@ def declare(schema: Any, resource_root: bool = False) -> Decl | None:
         schema = _with_type_and_object_meta(schema)
     kind = schema.get("type")
     if kind == "array":
-        items = schema.get("items")
-        if not isinstance(items, dict):
-            return None
-        elem = declare(items, bool(items.get("x-kubernetes-embedded-resource")))
-        if elem is None:
-            return None
-        if "maxItems" in schema:
-            bound = max(int(schema["maxItems"]), 0)
-        else:
-            bound = (MAX_REQUEST_BYTES - 2) // (elem.min_size + 1)
-        return Decl("list", max_elements=bound, min_size=2, elem=elem)
+        return _declare_array(schema)
     if kind == "object":
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            values = declare(extra, bool(extra.get("x-kubernetes-embedded-resource")))
-            if values is None:
-                return None
-            if "maxProperties" in schema:
-                bound = max(int(schema["maxProperties"]), 0)
-            else:
-                bound = (MAX_REQUEST_BYTES - 2) // (values.min_size + 6)
-            return Decl("map", max_elements=bound, min_size=2, elem=values, key=_STRING)
-        required = set(schema.get("required") or [])
-        fields: dict[str, Decl] = {}
-        min_size = 2  # {}
-        for name, prop in (schema.get("properties") or {}).items():
-            sub = declare(prop, bool(isinstance(prop, dict) and prop.get("x-kubernetes-embedded-resource")))
-            if sub is None:
-                continue
-            cel_name = cel_field_name(name)
-            if cel_name is not None:
-                fields[cel_name] = sub
-            if name in required and "default" not in prop:
-                min_size += len(name) + sub.min_size + 4
-        return Decl("object", min_size=min_size, fields=fields)
+        return _declare_map(schema) if isinstance(schema.get("additionalProperties"), dict) else _declare_object(schema)
     if kind == "string":
-        fmt = schema.get("format")
-        if fmt == "byte":
-            bound = max(int(schema["maxLength"]), 0) if "maxLength" in schema else _string_limit(schema)
-            return Decl("bytes", max_elements=bound, min_size=_MIN_STRING)
-        if fmt == "duration":
-            return Decl("duration", max_elements=_string_limit(schema), min_size=_MIN_DURATION)
-        if fmt in ("date", "date-time"):
-            smallest = _MIN_DATE if fmt == "date" else _MIN_DATETIME
-            return Decl("timestamp", max_elements=_string_limit(schema), min_size=smallest)
-        # maxLength counts code points; a code point takes up to 4 bytes
-        bound = max(int(schema["maxLength"]), 0) * 4 if "maxLength" in schema else _string_limit(schema)
-        return Decl("string", max_elements=bound, min_size=_MIN_STRING)
-    if kind == "boolean":
-        return _BOOL
-    if kind == "number":
-        return _DOUBLE
-    if kind == "integer":
-        return _INT
-    return None
+        return _declare_string(schema)
+    return _SCALARS.get(kind)
+
+
+def _declare_nested(schema: Any) -> Decl | None:
+    """An item, value or property: an embedded resource is declared as a resource's root is."""
+    return declare(schema, bool(isinstance(schema, dict) and schema.get("x-kubernetes-embedded-resource")))
+
+
+def _declare_array(schema: dict[str, Any]) -> Decl | None:
+    """A list: maxItems bounds it, else as many of its smallest item as fit in a request."""
+    items = schema.get("items")
+    elem = _declare_nested(items) if isinstance(items, dict) else None
+    if elem is None:
+        return None
+    bound = _declared_bound(schema, "maxItems", (MAX_REQUEST_BYTES - 2) // (elem.min_size + 1))
+    return Decl("list", max_elements=bound, min_size=2, elem=elem)
+
+
+def _declare_map(schema: dict[str, Any]) -> Decl | None:
+    """An object with additionalProperties: maxProperties bounds it, else as many smallest entries as fit."""
+    values = _declare_nested(schema["additionalProperties"])
+    if values is None:
+        return None
+    bound = _declared_bound(schema, "maxProperties", (MAX_REQUEST_BYTES - 2) // (values.min_size + 6))
+    return Decl("map", max_elements=bound, min_size=2, elem=values, key=_STRING)
+
+
+def _declared_bound(schema: dict[str, Any], key: str, otherwise: int) -> int:
+    """The schema's own bound (``maxItems``, ``maxProperties``), else what a request can hold."""
+    return max(int(schema[key]), 0) if key in schema else otherwise
+
+
+def _declare_object(schema: dict[str, Any]) -> Decl:
+    """An object of named properties; its smallest size counts the required properties without a default."""
+    required = set(schema.get("required") or [])
+    fields: dict[str, Decl] = {}
+    min_size = 2  # {}
+    for name, prop in (schema.get("properties") or {}).items():
+        sub = _declare_nested(prop)
+        if sub is None:
+            continue
+        cel_name = cel_field_name(name)
+        if cel_name is not None:
+            fields[cel_name] = sub
+        if name in required and "default" not in prop:
+            min_size += len(name) + sub.min_size + 4
+    return Decl("object", min_size=min_size, fields=fields)
+
+
+def _declare_string(schema: dict[str, Any]) -> Decl:
+    """A string, or the CEL type its format gives it (bytes, duration, timestamp)."""
+    fmt = schema.get("format")
+    if fmt == "byte":
+        bound = max(int(schema["maxLength"]), 0) if "maxLength" in schema else _string_limit(schema)
+        return Decl("bytes", max_elements=bound, min_size=_MIN_STRING)
+    if fmt == "duration":
+        return Decl("duration", max_elements=_string_limit(schema), min_size=_MIN_DURATION)
+    if fmt in ("date", "date-time"):
+        smallest = _MIN_DATE if fmt == "date" else _MIN_DATETIME
+        return Decl("timestamp", max_elements=_string_limit(schema), min_size=smallest)
+    # maxLength counts code points; a code point takes up to 4 bytes
+    bound = max(int(schema["maxLength"]), 0) * 4 if "maxLength" in schema else _string_limit(schema)
+    return Decl("string", max_elements=bound, min_size=_MIN_STRING)
 
 
 def max_cardinality(min_size: int) -> int:
@@ -591,14 +606,7 @@ class _Types:
         if isinstance(node, Ident):
             return self._lookup(node.name)
         if isinstance(node, Select):
-            operand = self.check(node.operand)
-            if node.test_only:
-                return _BOOL
-            if operand.kind == "object":
-                return operand.fields.get(node.name, _DYN)
-            if operand.kind == "map" and operand.elem is not None:
-                return operand.elem
-            return _DYN
+            return self._check_select(node)
         if isinstance(node, ListLit):
             elems = [self.check(e) for e in node.elements]
             return _list_of(elems[0] if elems else _DYN)
@@ -610,38 +618,53 @@ class _Types:
                 self.check(value)
             return _DYN
         if isinstance(node, Fold):
-            range_type = self.check(node.iter_range)
-            self.check(node.accu_init)
-            var_type = _DYN
-            if range_type.kind == "list" and range_type.elem is not None:
-                var_type = range_type.elem
-            elif range_type.kind == "map" and range_type.key is not None:
-                var_type = range_type.key
-            accu_type = self.of(node.accu_init)
-            if node.macro == "filter":
-                accu_type = _list_of(var_type)
-            self.scopes.append((_ACCUMULATOR, accu_type))
-            self.scopes.append((node.iter_var, var_type))
-            self.check(node.condition)
-            self.check(node.step)
-            self.scopes.pop()
-            if node.macro == "map":
-                transform = node.step
-                if isinstance(transform, Call) and transform.function == "_?_:_":
-                    transform = transform.args[1]
-                assert isinstance(transform, Call)
-                new_list = transform.args[1]
-                assert isinstance(new_list, ListLit)
-                accu_type = _list_of(self.of(new_list.elements[0]))
-            self.scopes.append((_ACCUMULATOR, accu_type))
-            result = self.check(node.result)
-            self.scopes.pop()
-            self.scopes.pop()
-            return result if node.macro != "map" else accu_type
+            return self._check_fold(node)
         assert isinstance(node, Call)
         target = self.check(node.target) if node.target is not None else None
         args = [self.check(a) for a in node.args]
         return self._result(node.function, target, args)
+
+    def _check_select(self, node: Select) -> Decl:
+        """A field of an object, a value of a map, or a has() test."""
+        operand = self.check(node.operand)
+        if node.test_only:
+            return _BOOL
+        if operand.kind == "object":
+            return operand.fields.get(node.name, _DYN)
+        if operand.kind == "map" and operand.elem is not None:
+            return operand.elem
+        return _DYN
+
+    def _check_fold(self, node: Fold) -> Decl:
+        """A comprehension (all, exists, exists_one, map, filter): its variables scoped over its parts."""
+        range_type = self.check(node.iter_range)
+        self.check(node.accu_init)
+        var_type = _DYN
+        if range_type.kind == "list" and range_type.elem is not None:
+            var_type = range_type.elem
+        elif range_type.kind == "map" and range_type.key is not None:
+            var_type = range_type.key
+        accu_type = self.of(node.accu_init)
+        if node.macro == "filter":
+            accu_type = _list_of(var_type)
+        self.scopes.append((_ACCUMULATOR, accu_type))
+        self.scopes.append((node.iter_var, var_type))
+        self.check(node.condition)
+        self.check(node.step)
+        self.scopes.pop()
+        if node.macro == "map":
+            transform = node.step
+            if isinstance(transform, Call) and transform.function == "_?_:_":
+                transform = transform.args[1]
+            assert isinstance(transform, Call)
+            new_list = transform.args[1]
+            assert isinstance(new_list, ListLit)
+            accu_type = _list_of(self.of(new_list.elements[0]))
+        self.scopes.append((_ACCUMULATOR, accu_type))
+        result = self.check(node.result)
+        self.scopes.pop()
+        self.scopes.pop()
+        return result if node.macro != "map" else accu_type
 
     def _result(self, name: str, target: Decl | None, args: list[Decl]) -> Decl:
         if name in ("_&&_", "_||_", "!_", "@not_strictly_false", "@in", "_==_", "_!=_", *_COMPARISONS):
