@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from ttj.controller import heap
-    from ttj.controller.handlers import API_THREADS, OperatorContext, register
+    from ttj.controller.handlers import OperatorContext, register
     from ttj.controller.metrics import Metrics
     from ttj.planner import PlannerConfig
 
@@ -133,7 +133,6 @@ def main(args: argparse.Namespace) -> int:
     if not args.verbose:  # kopf logs every handled event at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     configuration = client.Configuration()
-    configuration.connection_pool_maxsize = API_THREADS  # one connection per thread, kept (not reopened)
     try:
         if os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -19,7 +19,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
@@ -54,11 +53,6 @@ _AUDIT_SETTLE_SECONDS = 2.0
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
 #: After a status write lost to a concurrent change (409), the next pass plans on the newer job this soon.
 CONFLICT_RETRY_SECONDS = 0.05
-#: Threads for the passes' blocking API calls (``asyncio.to_thread``), and connections to the API server (see
-#: :func:`ttj.controller.cli.main`). A pass holds a thread through all its round trips, so asyncio's default
-#: (CPU count + 4) lets only a handful of jobs write at once: a node preempted takes workers of as many jobs
-#: at once, and the last ones' replacements waited behind the others' status writes and Events.
-API_THREADS = 32
 
 
 class Stopped(Protocol):
@@ -274,7 +268,6 @@ class Handlers:
         ctx = self.ctx
         _configure(settings)
         ctx.state.loop = asyncio.get_running_loop()
-        ctx.state.loop.set_default_executor(ThreadPoolExecutor(API_THREADS, thread_name_prefix="ttj-api"))
         if ctx.metrics_port is not None:
             start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
             log.info("metrics on :%d/metrics", ctx.metrics_port)
