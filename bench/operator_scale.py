@@ -16,6 +16,11 @@ runs), so the operator runs with a long ``--chief-startup``.
 
 Run: .venv/bin/python bench/operator_scale.py --jobs 100 [--preemptions 10] [--deadline 900]
 It stops by itself: at ``--deadline`` seconds everything is torn down and what was measured is printed.
+``--profile DIR`` records the operator with py-spy (``--py-spy``, default: the one on PATH or beside this
+Python) through the preemption phase into DIR/preemption.txt (collapsed stacks, one line per stack and
+thread, with its sample count; idle threads too, their stacks ending in a wait), and writes DIR/dump.txt
+(every thread's stack) at the end. With ``--heap`` too, the operator traces its allocations and writes what
+holds its memory to DIR/heap.txt after the start-up and at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -368,8 +375,10 @@ def create_jobs(custom: Any, namespace: str, jobs: int, workers: int) -> None:
         )
 
 
-def start_operator(kubeconfig: str, namespace: str, log_path: Path, verbose: bool) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
+def start_operator(
+    kubeconfig: str, namespace: str, log_path: Path, verbose: bool, heap: Path | None = None
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "KUBECONFIG": kubeconfig} | ({"TTJ_HEAP_SUMMARY": str(heap)} if heap is not None else {})
     command = [sys.executable, "-m", "ttj", "operator", "-n", namespace, "--metrics-port", "0"]
     command += ["--liveness", "none", "--chief-startup", "36000", "--node-grace", "5", "--no-placement-check"]
     command += ["--verbose"] if verbose else []
@@ -420,6 +429,36 @@ class Run:
 
     def preemptions(self, api: Any) -> tuple[PodLog, set[str], int]:
         """Preempt spot nodes one by one while the pod watch records; the pods, the chiefs before, the nodes."""
+        profile = self.profile("preemption")
+        try:
+            return self._preemptions(api)
+        finally:
+            if profile is not None:
+                profile.send_signal(signal.SIGINT)  # py-spy writes what it sampled, then exits
+                profile.wait(60)
+
+    def profile(self, phase: str) -> subprocess.Popen[bytes] | None:
+        """py-spy sampling the operator (100 Hz, every thread, the interpreter not paused) until interrupted."""
+        if self.args.profile is None:
+            return None
+        self.args.profile.mkdir(parents=True, exist_ok=True)
+        command = [self.args.py_spy, "record", "--pid", str(self.operator.pid), "--rate", "100", "--threads", "--idle"]
+        command += ["--nonblocking", "--format", "raw", "-o", str(self.args.profile / f"{phase}.txt")]
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def heap_summary(self) -> None:
+        """With ``--heap``: the operator appends what holds its memory to DIR/heap.txt (see ttj.controller.heap)."""
+        if self.args.profile is not None and self.args.heap:
+            self.operator.send_signal(signal.SIGUSR1)
+            time.sleep(5)
+
+    def dump(self) -> None:
+        """Every thread's stack now, into the profile's directory."""
+        if self.args.profile is not None:
+            with open(self.args.profile / "dump.txt", "wb") as out:
+                subprocess.run([self.args.py_spy, "dump", "--pid", str(self.operator.pid)], stdout=out, check=False)
+
+    def _preemptions(self, api: Any) -> tuple[PodLog, set[str], int]:
         pods = PodLog(api, self.namespace)
         pods.thread.start()
         writes = JobWrites(api, self.namespace)
@@ -473,6 +512,14 @@ def parse_args() -> argparse.Namespace:
         help="processes: the API server, the scheduler and controllers, and the nodes each run in a process of "
         "their own; inline: all in this process [%(default)s]",
     )
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="profile the operator with py-spy into DIR (see above)"
+    )
+    parser.add_argument(
+        "--heap", action="store_true", help="with --profile: the operator traces its allocations (slower) into DIR"
+    )
+    beside = str(Path(sys.executable).with_name("py-spy"))
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or beside, help=argparse.SUPPRESS)
     parser.add_argument("--serve", choices=("api", "control", "nodes"), help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -498,11 +545,16 @@ def main() -> int:
         install_crd(api)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": namespace}})
-        operator = start_operator(cluster.kubeconfig_path, namespace, logs / "operator.log", args.operator_verbose)
+        heap = args.profile / "heap.txt" if args.profile is not None and args.heap else None
+        verbose = args.operator_verbose
+        operator = start_operator(cluster.kubeconfig_path, namespace, logs / "operator.log", verbose, heap)
         run = Run(args, cluster, operator, core, custom, namespace, deadline)
         run.start_up()
+        run.heap_summary()
         pods, chiefs_before, preempted = run.preemptions(api)
         rss, hwm = rss_kib(operator.pid)
+        run.dump()
+        run.heap_summary()
         api.close()
     finally:
         if operator is not None:

@@ -153,6 +153,10 @@ def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from ttj.controller import heap
+
+    if heap.install_from_env():
+        logging.getLogger("ttj").warning("tracing allocations (%s): slower, for measurements only", heap.ENV)
     if not verbose:  # kopf logs every handled event at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 

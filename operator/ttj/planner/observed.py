@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,7 +29,8 @@ class Observed:
     terminating and finished ones). ``nodes``: node name → Node for (at least) the nodes those pods
     are bound to; a bound node missing here is taken as gone. ``children``: (kind, name) → object for
     Service, NetworkPolicy, Deployment, ServiceAccount, Role, RoleBinding. ``lease``: the ``NAME-chief`` Lease or None.
-    ``placement``: whether any node pool can hold the job's workers and parameter servers.
+    ``placement``: whether any node pool can hold the job's workers and parameter servers. A pod needs only
+    what :func:`observed_pod` keeps of it.
     """
 
     pods: list[Obj] = field(default_factory=list)
@@ -36,6 +38,25 @@ class Observed:
     children: dict[tuple[str, str], Obj] = field(default_factory=dict)
     lease: Obj | None = None
     placement: PlacementCheck | None = None
+
+
+#: The fields of a pod's spec the planner reads (through :func:`pod_spec`).
+POD_SPEC_READ = ("nodeName", "nodeSelector", "terminationGracePeriodSeconds")
+
+
+def observed_pod(pod: Obj) -> Obj:
+    """A copy of what the planner reads of ``pod``: its metadata (without managedFields), the spec fields of
+    :data:`POD_SPEC_READ`, its status. The containers (the environment, TF_CONFIG naming every worker) and
+    volumes are most of a pod; an operator keeping thousands of pods need not hold them."""
+    slim: Obj = {}
+    if "metadata" in pod:
+        slim["metadata"] = {k: copy.deepcopy(v) for k, v in pod["metadata"].items() if k != "managedFields"}
+    if "spec" in pod:
+        spec = pod["spec"] or {}
+        slim["spec"] = {k: copy.deepcopy(spec[k]) for k in POD_SPEC_READ if k in spec}
+    if "status" in pod:
+        slim["status"] = copy.deepcopy(pod["status"])
+    return slim
 
 
 def meta(obj: Obj) -> RawMeta:

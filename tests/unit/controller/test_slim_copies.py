@@ -1,0 +1,76 @@
+"""What the operator keeps of each pod, and the copies kopf makes of each event, at scale: a pod is indexed as
+the planner reads it, and kopf builds no diff base for objects other than the jobs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+from prometheus_client import CollectorRegistry
+
+from ttj.controller.handlers import JobsDiffBase, OperatorContext, register
+from ttj.controller.metrics import Metrics
+from ttj.planner import observed_pod
+from ttj_contract import API_VERSION, FINALIZER, KIND, LABEL_JOB
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "mnist-worker-0-0",
+        "namespace": "ns",
+        "uid": "u-1",
+        "labels": {LABEL_JOB: "mnist"},
+        "annotations": {"a": "b"},
+        "finalizers": [FINALIZER],
+        "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+    },
+    "spec": {
+        "nodeName": "node-1",
+        "nodeSelector": {"pool": "gpu"},
+        "terminationGracePeriodSeconds": 30,
+        "containers": [{"name": "trainer", "env": [{"name": "TF_CONFIG", "value": "{}"}]}],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "tolerations": [{"operator": "Exists"}],
+    },
+    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+}
+SLIM: dict[str, Any] = {
+    "metadata": {
+        "name": "mnist-worker-0-0",
+        "namespace": "ns",
+        "uid": "u-1",
+        "labels": {LABEL_JOB: "mnist"},
+        "annotations": {"a": "b"},
+        "finalizers": [FINALIZER],
+    },
+    "spec": {"nodeName": "node-1", "nodeSelector": {"pool": "gpu"}, "terminationGracePeriodSeconds": 30},
+    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+}
+
+
+def test_a_pod_is_kept_as_the_planner_reads_it_and_not_shared_with_the_event() -> None:
+    slim = observed_pod(POD)
+    assert slim == SLIM
+    slim["status"]["conditions"][0]["status"] = "False"
+    assert POD["status"]["conditions"][0]["status"] == "True"
+    assert observed_pod({"metadata": {"name": "p"}}) == {"metadata": {"name": "p"}}
+
+
+def test_the_pod_index_keeps_the_slim_pod() -> None:
+    ctx = OperatorContext(api=None, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
+    registry = kopf.OperatorRegistry()
+    register(registry, ctx)
+    indexer = {str(h.id): h for h in registry._indexing.get_all_handlers()}["pods_by_job"]
+    indexed = asyncio.run(
+        indexer.fn(namespace="ns", name="mnist-worker-0-0", labels={LABEL_JOB: "mnist"}, body=kopf.Body(POD))
+    )
+    assert indexed == {("ns", "mnist"): ("Pod", "mnist-worker-0-0", SLIM)}
+
+
+def test_kopf_builds_a_diff_base_for_the_jobs_only() -> None:
+    storage = JobsDiffBase(prefix="transient.training", key="last-handled-configuration")
+    job = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "mnist"}, "spec": {"trainSteps": 10}}
+    assert storage.build(body=kopf.Body(POD)) == {}
+    assert storage.build(body=kopf.Body(job)) == {"spec": {"trainSteps": 10}}
