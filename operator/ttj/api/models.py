@@ -1053,7 +1053,11 @@ class PreemptionCost(_Model):
     job_usd: float = Field(
         default=0.0, ge=0, alias="jobUSD", description="The job's accrued cost when the pod was lost, in US dollars."
     )
-    replacement: str | None = Field(default=None, description="The pod that took the slot over.")
+    replacement: str | None = Field(
+        default=None,
+        description="The pod that took the loss over: the slot's next pod, or a worker made after the loss in a slot "
+        "that was free then.",
+    )
     recovered_at: str | None = Field(
         default=None,
         description="When the replacement was ready (Ready condition, else its container running), RFC 3339; "
