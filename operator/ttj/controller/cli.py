@@ -132,6 +132,7 @@ class StartRefused(Exception):
 
 def main(args: argparse.Namespace) -> int:
     _configure_logging(args.verbose)
+    _trace_allocations_if_asked()
     try:
         api = _api_client()
         prices, placement = _price_and_placement_sources(args)
@@ -153,12 +154,16 @@ def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not verbose:  # kopf logs every handled event at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def _trace_allocations_if_asked() -> None:
+    """A measurement run's heap summary (ttj.controller.heap), when its environment variable names a file."""
     from ttj.controller import heap
 
     if heap.install_from_env():
         logging.getLogger("ttj").warning("tracing allocations (%s): slower, for measurements only", heap.ENV)
-    if not verbose:  # kopf logs every handled event at INFO
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
 def _api_client() -> ApiClient:
