@@ -146,6 +146,7 @@ class CrdSchema:
         _check_structural(schema, where, errors)
         structural = not errors
         self._rules: dict[int, list[CelRule]] = {}
+        self._outcomes = _Outcomes()
         self._compile_all(schema, where, errors)
         if structural:
             # kube prices the rules once the schema itself is valid; a rule that does not compile costs 0
@@ -186,28 +187,17 @@ class CrdSchema:
     def _run_rules(self, schema: Any, value: Any, old: Any, where: list[Any], errors: list[tuple[str, str]]) -> None:
         if not isinstance(schema, dict) or value is None:
             return
+        site = _Site(value, old)
         for rule in self._rules.get(id(schema), ()):
-            from celpy.adapter import json_to_cel
-
             if rule.uses_old_self and old is None:
                 continue  # transition rules only apply to updates
-            try:
-                activation = {"self": json_to_cel(value)}
-                if rule.uses_old_self:
-                    activation["oldSelf"] = json_to_cel(old)
-            except (ValueError, OverflowError):  # CEL integers are int64, as Kubernetes stores them
+            outcome = self._outcomes.outcome(rule, site)
+            if outcome.out_of_range:  # CEL integers are int64, as Kubernetes stores them
                 errors.append((_path(where), f"Invalid value: {_show(value)}: a number is outside the int64 range"))
                 return
-            try:
-                result = rule.program.evaluate(activation)
-            except Exception as exc:
-                result = exc
-            field = _path(where) + (rule.field_path or "")
-            if isinstance(result, Exception):
-                errors.append((field, f"Invalid value: {_show(value)}: {result}"))
-            elif not bool(result):
-                message = rule.message or f"failed rule: {rule.rule}"
-                errors.append((field, f"Invalid value: {_show(value)}: {message}"))
+            if not outcome.holds:
+                why = outcome.error if outcome.error is not None else rule.message or f"failed rule: {rule.rule}"
+                errors.append((_path(where) + (rule.field_path or ""), f"Invalid value: {_show(value)}: {why}"))
         if isinstance(value, dict):
             for name, sub in (schema.get("properties") or {}).items():
                 if name in value:
@@ -216,6 +206,82 @@ class CrdSchema:
         elif isinstance(value, list) and isinstance(schema.get("items"), dict):
             for index, item in enumerate(value):
                 self._run_rules(schema["items"], item, None, [*where, index], errors)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What evaluating a rule gave."""
+
+    holds: bool
+    #: The evaluation's error (the rule then does not hold); None when it evaluated.
+    error: str | None = None
+    #: ``self`` or ``oldSelf`` holds an integer CEL cannot represent.
+    out_of_range: bool = False
+
+
+_HOLDS = _Outcome(holds=True)
+_FALSE = _Outcome(holds=False)
+_OUT_OF_RANGE = _Outcome(holds=False, out_of_range=True)
+
+
+class _Site:
+    """The value a node's rules see as ``self`` (and ``oldSelf``): as CEL values, and as canonical JSON to
+    remember outcomes by, each made once per node, however many rules it has."""
+
+    def __init__(self, value: Any, old: Any) -> None:
+        self.value, self.old = value, old
+        self._texts: dict[bool, str] = {}
+        self._cel: dict[bool, Any] = {}
+
+    def text(self, of_old: bool) -> str:
+        if of_old not in self._texts:
+            self._texts[of_old] = json.dumps(self.old if of_old else self.value, sort_keys=True, separators=(",", ":"))
+        return self._texts[of_old]
+
+    def cel(self, of_old: bool) -> Any:
+        from celpy.adapter import json_to_cel
+
+        if of_old not in self._cel:
+            self._cel[of_old] = json_to_cel(self.old if of_old else self.value)
+        return self._cel[of_old]
+
+
+class _Outcomes:
+    """Rule outcomes remembered by rule, ``self`` and ``oldSelf``. A CEL rule is a pure function of those, so
+    this admits exactly what evaluating again would; it spares the interpreter the parts of an object a write
+    carries unchanged (the spec, on every status write), which were most of the server's time under load."""
+
+    #: Enough for every node of a few hundred objects; the oldest are forgotten first.
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, str, str | None], _Outcome] = {}
+
+    def outcome(self, rule: CelRule, site: _Site) -> _Outcome:
+        key = (id(rule), site.text(False), site.text(True) if rule.uses_old_self else None)
+        if key in self._known:
+            return self._known[key]
+        outcome = _evaluate(rule, site)
+        if len(self._known) >= self.LIMIT:
+            del self._known[next(iter(self._known))]
+        self._known[key] = outcome
+        return outcome
+
+
+def _evaluate(rule: CelRule, site: _Site) -> _Outcome:
+    try:
+        activation = {"self": site.cel(False)}
+        if rule.uses_old_self:
+            activation["oldSelf"] = site.cel(True)
+    except (ValueError, OverflowError):
+        return _OUT_OF_RANGE
+    try:
+        result = rule.program.evaluate(activation)
+    except Exception as exc:
+        result = exc
+    if isinstance(result, Exception):
+        return _Outcome(holds=False, error=str(result))
+    return _HOLDS if bool(result) else _FALSE
 
 
 def _prune(schema: Any, value: Any) -> Any:
