@@ -19,10 +19,10 @@ from ttj.planner.observed import (
     condition,
     finalizers_of,
     has_role,
+    is_terminal,
     meta,
     name_of,
     node_name_of,
-    phase_of,
     uid_of,
 )
 from ttj_contract import FINALIZER, Role, parse_time
@@ -120,7 +120,7 @@ def _release(pod: Obj, force: bool) -> list[Write]:
     deleting = meta(pod).get("deletionTimestamp")
     already_forced = meta(pod).get("deletionGracePeriodSeconds") == 0
     writes: list[Write] = []
-    if not deleting or (force and not already_forced and phase_of(pod) not in ("Failed", "Succeeded")):
+    if not deleting or (force and not already_forced and not is_terminal(pod)):
         writes.append(DeleteChild("Pod", name, force=force, reason="LostWorker", uid=uid_of(pod)))
     if FINALIZER in finalizers_of(pod):
         writes.append(RemoveFinalizer(name))

@@ -75,12 +75,14 @@ class ChiefPlan:
     elections: int
     #: The chief runs and holds a live lease (or has just been elected).
     healthy: bool
-    #: The Lease, then the chief labels.
+    #: The Lease, then the chief labels that name the chief.
     writes: tuple[Write, ...]
     events: tuple[EmitEvent, ...]
     observations: tuple[Observation, ...]
     #: When the holder's lease goes stale.
     wake: datetime | None
+    #: The chief label off stopped pods: due, but after the replacements.
+    tidying: tuple[Write, ...] = ()
 
 
 def operators_chief(recorded: ChiefStatus | None) -> str | None:
@@ -152,7 +154,8 @@ def keep_chief(given: ChiefInputs) -> ChiefPlan:
         active=given.active,
         desired=given.desired,
     )
-    writes = [*([lease_change] if lease_change is not None else []), *chief_labels(given.workers, decision.holder)]
+    naming, tidying = chief_labels(given.workers, decision.holder)
+    writes = [*([lease_change] if lease_change is not None else []), *naming]
     verdict = given.verdicts.get(decision.holder) if decision.holder else None
     loss = holding.standing.loss
     healthy = (
@@ -168,6 +171,7 @@ def keep_chief(given: ChiefInputs) -> ChiefPlan:
         (*holding.events, *((refusal,) if refusal is not None else ()), *decision.events),
         decision.observations,
         holding.standing.wake,
+        tuple(tidying),
     )
 
 

@@ -337,19 +337,21 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
 def _running_writes(
     reading: _Reading, servers: ParameterServers, slots: WorkerSlots, chief: ChiefPlan, interval: IntervalPlan
 ) -> list[Write]:
-    """In the order they are applied. When the chief changes, its Lease and labels go before everything
-    else, so that the new chief is named one round trip into the pass, not after the lost pods' releases and
-    the replacements' creates; a Lease write that only publishes the worker counts goes after the creates,
-    so that it delays no replacement. The interval annotation goes after the chief's own Lease write (which
-    may carry a resourceVersion precondition)."""
+    """In the order they are applied: what the job's work waits for first, bookkeeping last. When the chief
+    changes, its Lease and labels go before everything else, so that the new chief is named one round trip
+    into the pass; then the parameter servers and the workers' creates; a Lease write that only publishes the
+    worker counts goes after the creates, so that it delays no replacement; then the chief label off stopped
+    pods, and the deletes and finalizer releases of losses an earlier pass counted. The interval annotation
+    goes after the chief's own Lease write (which may carry a resourceVersion precondition)."""
     naming = chief.elections > 0 or any(isinstance(write, LabelPod) for write in chief.writes)
     return [
         *reading.statics.writes,
         *(chief.writes if naming else ()),
-        *reading.assessed.releases,
         *servers.writes,
         *slots.writes,
         *(() if naming else chief.writes),
+        *chief.tidying,
+        *reading.assessed.releases,
         *interval.writes,
     ]
 

@@ -23,6 +23,7 @@ from ttj.planner.observed import (
     Observed,
     annotations_of,
     container_statuses,
+    is_terminal,
     labels_of,
     meta,
     name_of,
@@ -41,7 +42,7 @@ def _ended_at(pod: Obj, verdict: PodVerdict | None) -> datetime | None:
             return finished
     if verdict is not None and (verdict.lost or verdict.since is not None):
         return verdict.since
-    if phase_of(pod) in ("Succeeded", "Failed"):
+    if is_terminal(pod):
         return parse_time(meta(pod).get("deletionTimestamp")) or parse_time(pod_status(pod).get("startTime"))
     return None
 

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from ttj.mergepatch import apply_merge_patch
 from ttj.planner.actions import CreateChild, DeleteChild, LabelPod, RemoveFinalizer, ReplaceChild, UpdateLease, Write
-from ttj.planner.observed import Obj, Observed, lease_spec, meta, name_of, phase_of, pod_spec
+from ttj.planner.observed import Obj, Observed, is_terminal, lease_spec, meta, name_of, pod_spec
 from ttj_contract import ANNOTATION_DELETED, FINALIZER, format_time
 
 #: A pod's grace period when its spec names none (Kubernetes' default).
@@ -237,7 +237,7 @@ class Interpreter:
 def _grace_seconds(pod: Obj, force: bool) -> int:
     """As the API decides: nothing to wait for when forced, unbound or finished; else the pod's own grace."""
     spec = pod_spec(pod)
-    if force or not spec.get("nodeName") or phase_of(pod) in ("Succeeded", "Failed"):
+    if force or not spec.get("nodeName") or is_terminal(pod):
         return 0
     return int(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
 

@@ -19,7 +19,7 @@ from ttj.api.models import (
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, LabelPod, UpdateLease, Write
 from ttj.planner.config import PlannerConfig
-from ttj.planner.observed import Obj, annotations_of, labels_of, lease_spec, meta, name_of
+from ttj.planner.observed import Obj, annotations_of, is_terminal, labels_of, lease_spec, meta, name_of
 from ttj_contract import (
     ANNOTATION_ACTIVE_WORKERS,
     ANNOTATION_DESIRED_WORKERS,
@@ -168,14 +168,17 @@ def lease_write(
     )
 
 
-def chief_labels(workers: Iterable[Obj], holder: str | None) -> list[LabelPod]:
-    """Exactly one pod carries the chief label: take it off the others first, then put it on."""
+def chief_labels(workers: Iterable[Obj], holder: str | None) -> tuple[list[LabelPod], list[LabelPod]]:
+    """Exactly one pod that can still run carries the chief label: (the writes that name ``holder``: the label
+    off the others that can still run, then on ``holder``; the label off stopped pods). A stopped pod is no
+    chief whatever its labels say, so its label comes off after the new chief is named and the replacements
+    are made, not one round trip before."""
     by_name = {name_of(p): p for p in workers}
-    writes = [
-        LabelPod(name, {LABEL_CHIEF: None})
-        for name, pod in sorted(by_name.items())
-        if labels_of(pod).get(LABEL_CHIEF) and name != holder
+    others = [
+        (name, pod) for name, pod in sorted(by_name.items()) if labels_of(pod).get(LABEL_CHIEF) and name != holder
     ]
+    naming = [LabelPod(name, {LABEL_CHIEF: None}) for name, pod in others if not is_terminal(pod)]
     if holder in by_name and labels_of(by_name[holder]).get(LABEL_CHIEF) != "true":
-        writes.append(LabelPod(holder, {LABEL_CHIEF: "true"}))
-    return writes
+        naming.append(LabelPod(holder, {LABEL_CHIEF: "true"}))
+    tidying = [LabelPod(name, {LABEL_CHIEF: None}) for name, pod in others if is_terminal(pod)]
+    return naming, tidying

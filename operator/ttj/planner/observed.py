@@ -117,6 +117,11 @@ def phase_of(pod: Obj) -> str | None:
     return pod_status(pod).get("phase")
 
 
+def is_terminal(pod: Obj) -> bool:
+    """The pod has stopped for good: its phase is Succeeded or Failed (a kubelet never runs it again)."""
+    return phase_of(pod) in ("Succeeded", "Failed")
+
+
 def node_name_of(pod: Obj) -> str | None:
     return pod_spec(pod).get("nodeName") or None
 

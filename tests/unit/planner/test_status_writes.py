@@ -15,7 +15,7 @@ from ttj.cost.prices import load_price_table
 from ttj.planner import CreateChild, DeleteChild, LabelPod, PlannerConfig, RemoveFinalizer, UpdateLease
 from ttj.planner.core import COST_WRITE_SECONDS, status_due
 from ttj.planner.world import World
-from ttj_contract import format_micro_time
+from ttj_contract import LABEL_CHIEF, format_micro_time, lease_name
 
 S = timedelta(seconds=1)
 PRICED = PlannerConfig(prices=load_price_table())
@@ -113,7 +113,19 @@ def test_cost_alone_is_written_every_cost_write_seconds_and_the_budget_still_sto
     assert max(gaps) <= COST_WRITE_SECONDS, written
 
 
-def test_at_a_chief_loss_the_lease_and_labels_go_before_the_releases_and_the_replacement() -> None:
+def _written(write: object) -> tuple[str, str, object]:
+    """A write as (kind, object, what changes), for comparing a pass's writes in order."""
+    if isinstance(write, LabelPod):
+        return ("label", write.pod, write.labels)
+    if isinstance(write, RemoveFinalizer):
+        return ("release", write.pod, None)
+    if isinstance(write, UpdateLease):
+        return ("lease", write.name, write.holder)
+    assert isinstance(write, CreateChild | DeleteChild), write
+    return (type(write).__name__, write.name, None)
+
+
+def test_at_a_chief_loss_the_new_chief_is_named_first_and_the_stopped_chief_unlabelled_after_the_replacement() -> None:
     world = World(job())
     start(world, [node(f"gpu-{i}", age=timedelta(hours=2 + 5 * i)) for i in range(3)])
     for second in range(3):
@@ -122,11 +134,17 @@ def test_at_a_chief_loss_the_lease_and_labels_go_before_the_releases_and_the_rep
     chief = world.job["status"]["chief"]["pod"]
     terminate(world, chief, 143, pod_reason="Terminated", now=T0 + 10 * S)
     counted = world.reconcile(T0 + 11 * S)
-    lost_pass = world.reconcile(T0 + 12 * S) if not counted.of_type(UpdateLease) else counted
-    kinds = [type(w) for w in lost_pass.writes]
-    assert UpdateLease in kinds
-    assert LabelPod in kinds
-    chief_writes = [i for i, kind in enumerate(kinds) if kind in (UpdateLease, LabelPod)]
-    other_writes = [i for i, kind in enumerate(kinds) if kind in (CreateChild, DeleteChild, RemoveFinalizer)]
-    assert other_writes, kinds
-    assert max(chief_writes) < min(other_writes), kinds
+    elected = world.job["status"]["chief"]["pod"]
+    slot = chief.rsplit("-", 1)[0]
+
+    assert [_written(w) for w in counted.writes] == [
+        ("lease", lease_name(world.job["metadata"]["name"]), elected),
+        ("label", elected, {LABEL_CHIEF: "true"}),
+        ("CreateChild", f"{slot}-2", None),
+        ("label", chief, {LABEL_CHIEF: None}),
+    ]
+    # the pass after, once the written status counts the loss, lets the stopped chief go
+    assert [_written(w) for w in world.reconcile(T0 + 12 * S).writes] == [
+        ("DeleteChild", chief, None),
+        ("release", chief, None),
+    ]
