@@ -53,7 +53,7 @@ from ttj.planner.observed import Observed, meta, name_of
 from ttj.planner.ownership import name_problems, ownership_problems
 from ttj.planner.parameter_servers import ParameterServers, parameter_servers, refused_creates
 from ttj.planner.rates import group_steps_per_second, with_steps_per_second
-from ttj.planner.slots import WorkerSlots, fill_worker_slots
+from ttj.planner.slots import SlotInputs, WorkerSlots, fill_worker_slots
 from ttj.planner.stall import Stall, stall_of, track_progress
 from ttj.planner.static_children import StaticChildren, static_children
 from ttj.planner.suspension import Suspension, suspension_of
@@ -467,22 +467,24 @@ def _servers(run: _Pass, spec: TransientTrainingJobSpec) -> ParameterServers:
 
 def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> WorkerSlots:
     return fill_worker_slots(
-        run.job,
-        spec,
-        reading.assessed.workers,
-        reading.assessed.verdicts,
-        holder=reading.holder,
-        budget=reading.costing.budget,
-        placement=run.observed.placement,
-        recorded=run.previous.slot_incarnations or (),
-        # a chief that ended without the model leaves its slot to be filled again
-        refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
-        suspended=reading.suspension.suspended,
-        now=run.now,
-        unavailable=recorded_unavailable(spec, run.previous.worker_groups or [], run.now),
-        previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,
-        extra_allowed=reading.costing.allows_extra,
-        group_prices=reading.costing.group_rates,
+        SlotInputs(
+            job=run.job,
+            spec=spec,
+            workers=reading.assessed.workers,
+            verdicts=reading.assessed.verdicts,
+            holder=reading.holder,
+            budget=reading.costing.budget,
+            placement=run.observed.placement,
+            recorded=run.previous.slot_incarnations or (),
+            # a chief that ended without the model leaves its slot to be filled again
+            refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
+            suspended=reading.suspension.suspended,
+            now=run.now,
+            unavailable=recorded_unavailable(spec, run.previous.worker_groups or [], run.now),
+            previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,
+            extra_allowed=reading.costing.allows_extra,
+            group_prices=reading.costing.group_rates,
+        )
     )
 
 
