@@ -92,8 +92,8 @@ class SlotInputs:
     refill_finished: bool = False
     #: spec.suspend: every worker stops as when the budget is exceeded.
     suspended: bool = False
-    #: With ``unavailable`` (the groups status.workerGroups marks as out of capacity): for capacity fallback
-    #: (:mod:`ttj.planner.groups`); without it, no worker falls back in this pass.
+    #: For capacity fallback (:mod:`ttj.planner.groups`): the time, and the groups status.workerGroups marks as
+    #: out of capacity. Without ``now`` no worker falls back in this pass.
     now: datetime | None = None
     unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
     #: status.workers.desired as last written (a scale-down the user asked for is no move back).
