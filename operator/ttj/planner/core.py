@@ -40,7 +40,7 @@ from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
 from ttj.planner.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.conditions import TERMINAL, Ended, Finished, InProgress, InvalidSpec, derive
+from ttj.planner.conditions import TERMINAL, Derived, Ended, Finished, InProgress, InvalidSpec, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import Costing, cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
@@ -53,7 +53,7 @@ from ttj.planner.observed import Observed, meta, name_of
 from ttj.planner.ownership import name_problems, ownership_problems
 from ttj.planner.parameter_servers import ParameterServers, parameter_servers, refused_creates
 from ttj.planner.rates import group_steps_per_second, with_steps_per_second
-from ttj.planner.slots import WorkerSlots, fill_worker_slots
+from ttj.planner.slots import SlotInputs, WorkerSlots, fill_worker_slots
 from ttj.planner.stall import Stall, stall_of, track_progress
 from ttj.planner.static_children import StaticChildren, static_children
 from ttj.planner.suspension import Suspension, suspension_of
@@ -222,6 +222,8 @@ class _Reading:
 
 
 def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
+    """A pass of a job that is neither invalid nor finished: read, then either end the job in this pass, or let
+    each stage decide and plan what goes on."""
     reading = _read(run, spec)
     workers_counted = _counted(run, reading)
     end = _end(run, spec, reading, failures=workers_counted.failures)
@@ -235,51 +237,57 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             writes=_read_writes(reading),
             events=_read_events(reading),
         )
+    return _goes_on(run, spec, reading, _decide(run, spec, reading))
+
+
+@dataclass(frozen=True)
+class _Decisions:
+    """What the stages of a running pass decide after the reading, when the job does not end in it."""
+
+    servers: ParameterServers
+    #: The status with this pass's losses counted, the parameter servers' included.
+    counted: TransientTrainingJobStatus
+    slots: WorkerSlots
+    stall: Stall
+    chief: ChiefPlan
+    interval: IntervalPlan
+    #: Chief elections so far, this pass's included.
+    elections: int
+
+
+def _decide(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> _Decisions:
+    """The parameter servers, the worker slots, a stall, the chief (kept as it is while suspended) and the
+    checkpoint interval, each stage from the values the earlier ones returned."""
     servers = _servers(run, spec)
     counted = _counted(run, reading, server_preemptions=servers.preemptions)
     slots = _slots(run, spec, reading)
-    suspended = reading.suspension.suspended
-    stall = stall_of(
-        spec,
-        reading.progress,
-        run.previous.chief,
-        chief_running=reading.holder_is(PodState.RUNNING) and not suspended,
-        now=run.now,
-    )
+    stall = _stall(run, spec, reading)
     chief = (
         _kept_while_suspended(run)
-        if suspended
+        if reading.suspension.suspended
         else _chief(run, spec, reading, servers=servers, slots=slots, stall=stall)
     )
-    interval = _interval(run, spec, reading, chief, slots)
-    elections = run.previous.chief_elections + chief.elections
-    situation = _situation(
-        run, spec, reading, counted, servers=servers, slots=slots, chief=chief, stall=stall, elections=elections
+    return _Decisions(
+        servers=servers,
+        counted=counted,
+        slots=slots,
+        stall=stall,
+        chief=chief,
+        interval=_interval(run, spec, reading, chief, slots),
+        elections=run.previous.chief_elections + chief.elections,
     )
-    derived = derive(situation, run.previous.conditions, run.now_text, run.generation)
-    losses = _losses(run, counted, reading.assessed, servers.server_losses)
-    status = counted.model_copy(
-        update={
-            "preemption_costs": losses.costs,
-            "savings": losses.savings,
-            "phase": derived.phase,
-            # scaled to 0 while suspended, the parameter servers hold no model state: the new ones are no loss
-            "parameter_server_pods": [""] * len(servers.pods)
-            if reading.suspension.servers_down
-            else list(servers.pods),
-            "chief": chief.chief,
-            "chief_elections": elections,
-            "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
-            "worker_groups": _groups(run, spec, slots, counted),
-            "slot_incarnations": list(slots.incarnations) or None,
-            "conditions": derived.conditions,
-            "checkpoint_interval": interval.status,
-        }
-    )
+
+
+def _goes_on(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, decided: _Decisions) -> Plan:
+    """The job goes on in this pass: its phase and conditions, the losses priced, the new status, the writes in
+    the order they are applied, the events, and when to plan again."""
+    derived = derive(_situation(run, spec, reading, decided), run.previous.conditions, run.now_text, run.generation)
+    losses = _losses(run, decided.counted, reading.assessed, decided.servers.server_losses)
+    servers, slots, chief = decided.servers, decided.slots, decided.chief
     return _plan(
         run,
-        status,
-        writes=_running_writes(reading, servers, slots, chief, interval),
+        _running_status(run, spec, reading, decided, derived=derived, losses=losses),
+        writes=_running_writes(reading, servers, slots, chief, decided.interval),
         events=[
             *_read_events(reading),
             *servers.events,
@@ -289,16 +297,54 @@ def _running(run: _Pass, spec: TransientTrainingJobSpec) -> Plan:
             *losses.events,
         ],
         observations=chief.observations,
-        wake=[
-            *reading.assessed.wake,
-            *servers.wake,
-            chief.wake,
-            stall.wake,
-            slots.wake,
-            next_capacity_retry(spec, slots.unavailable),
-            None if suspended else deadline_of(spec, parse_time(reading.start_time)),
-        ],
+        wake=_running_wake(spec, reading, decided),
     )
+
+
+def _running_status(
+    run: _Pass,
+    spec: TransientTrainingJobSpec,
+    reading: _Reading,
+    decided: _Decisions,
+    *,
+    derived: Derived,
+    losses: LossAccounting,
+) -> TransientTrainingJobStatus:
+    """The status a running pass writes: the counted status with what the stages decided."""
+    servers, slots = decided.servers, decided.slots
+    return decided.counted.model_copy(
+        update={
+            "preemption_costs": losses.costs,
+            "savings": losses.savings,
+            "phase": derived.phase,
+            # scaled to 0 while suspended, the parameter servers hold no model state: the new ones are no loss
+            "parameter_server_pods": [""] * len(servers.pods)
+            if reading.suspension.servers_down
+            else list(servers.pods),
+            "chief": decided.chief.chief,
+            "chief_elections": decided.elections,
+            "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
+            "worker_groups": _groups(run, spec, slots, decided.counted),
+            "slot_incarnations": list(slots.incarnations) or None,
+            "conditions": derived.conditions,
+            "checkpoint_interval": decided.interval.status,
+        }
+    )
+
+
+def _running_wake(spec: TransientTrainingJobSpec, reading: _Reading, decided: _Decisions) -> list[datetime | None]:
+    """The moments a running pass waits for: grace periods, the Lease, a stall, capacity retries, the deadline
+    (which does not run while the job is suspended)."""
+    slots = decided.slots
+    return [
+        *reading.assessed.wake,
+        *decided.servers.wake,
+        decided.chief.wake,
+        decided.stall.wake,
+        slots.wake,
+        next_capacity_retry(spec, slots.unavailable),
+        None if reading.suspension.suspended else deadline_of(spec, parse_time(reading.start_time)),
+    ]
 
 
 def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
@@ -423,22 +469,24 @@ def _servers(run: _Pass, spec: TransientTrainingJobSpec) -> ParameterServers:
 
 def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> WorkerSlots:
     return fill_worker_slots(
-        run.job,
-        spec,
-        reading.assessed.workers,
-        reading.assessed.verdicts,
-        holder=reading.holder,
-        budget=reading.costing.budget,
-        placement=run.observed.placement,
-        recorded=run.previous.slot_incarnations or (),
-        # a chief that ended without the model leaves its slot to be filled again
-        refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
-        suspended=reading.suspension.suspended,
-        now=run.now,
-        unavailable=recorded_unavailable(spec, run.previous.worker_groups or [], run.now),
-        previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,
-        extra_allowed=reading.costing.allows_extra,
-        group_prices=reading.costing.group_rates,
+        SlotInputs(
+            job=run.job,
+            spec=spec,
+            workers=reading.assessed.workers,
+            verdicts=reading.assessed.verdicts,
+            holder=reading.holder,
+            budget=reading.costing.budget,
+            placement=run.observed.placement,
+            recorded=run.previous.slot_incarnations or (),
+            # a chief that ended without the model leaves its slot to be filled again
+            refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
+            suspended=reading.suspension.suspended,
+            now=run.now,
+            unavailable=recorded_unavailable(spec, run.previous.worker_groups or [], run.now),
+            previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,
+            extra_allowed=reading.costing.allows_extra,
+            group_prices=reading.costing.group_rates,
+        )
     )
 
 
@@ -472,6 +520,16 @@ def _chief(
     )
 
 
+def _stall(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Stall:
+    return stall_of(
+        spec,
+        reading.progress,
+        run.previous.chief,
+        chief_running=reading.holder_is(PodState.RUNNING) and not reading.suspension.suspended,
+        now=run.now,
+    )
+
+
 def _kept_while_suspended(run: _Pass) -> ChiefPlan:
     """No election while suspended: the chief being stopped writes its checkpoint at its own epoch, and the
     chief of the resumed job is elected at a new one."""
@@ -497,18 +555,10 @@ def _interval(
     )
 
 
-def _situation(
-    run: _Pass,
-    spec: TransientTrainingJobSpec,
-    reading: _Reading,
-    counted: TransientTrainingJobStatus,
-    *,
-    servers: ParameterServers,
-    slots: WorkerSlots,
-    chief: ChiefPlan,
-    stall: Stall,
-    elections: int,
-) -> InProgress:
+def _situation(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, decided: _Decisions) -> InProgress:
+    """What the phase and conditions of a job that goes on are derived from."""
+    counted, servers, slots, chief = decided.counted, decided.servers, decided.slots, decided.chief
+    elections = decided.elections
     if reading.suspension.restarting:
         # a resumed job starts again: what it lost before, and the election after the resume, are no loss
         lost = servers.lost or servers.preemptions + reading.assessed.preemptions + reading.assessed.failures > 0
@@ -527,7 +577,7 @@ def _situation(
         budget=reading.costing.budget,
         budget_limited=_budget_limited(spec),
         refused=(*run.refused, *refused_creates(run.name, spec.parameter_servers.replicas, run.observed.children)),
-        stalled=stall.message,
+        stalled=decided.stall.message,
         suspended=reading.suspension.suspended,
         stopping=reading.suspension.stopping,
         ever_suspended=reading.suspension.ever,

@@ -73,6 +73,39 @@ class WorkerSlots:
 
 
 @dataclass(frozen=True)
+class SlotInputs:
+    """What the worker-slot stage reads: the job's workers and their verdicts, the budget, and what the status
+    last recorded."""
+
+    job: Obj
+    spec: TransientTrainingJobSpec
+    workers: tuple[Obj, ...]
+    verdicts: Mapping[str, PodVerdict]
+    #: The operator's chief: never released while another worker can be, and kept first of two pods in one slot.
+    holder: str | None
+    budget: BudgetDecision | None
+    placement: PlacementCheck | None
+    #: status.slotIncarnations as last written.
+    recorded: Sequence[int] = ()
+    #: Workers that exited 0 free their slots (the chief ended without the final checkpoint, so the job needs a
+    #: worker to write it).
+    refill_finished: bool = False
+    #: spec.suspend: every worker stops as when the budget is exceeded.
+    suspended: bool = False
+    #: For capacity fallback (:mod:`ttj.planner.groups`): the time, and the groups status.workerGroups marks as
+    #: out of capacity. Without ``now`` no worker falls back in this pass.
+    now: datetime | None = None
+    unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
+    #: status.workers.desired as last written (a scale-down the user asked for is no move back).
+    previous_desired: int | None = None
+    #: The budget allows one worker more than ``replicas`` (to move back).
+    extra_allowed: bool = True
+    #: What one worker of each group costs per hour (none known: the order of preference alone says which
+    #: worker a scale-down releases).
+    group_prices: Mapping[str | None, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class _Occupancy:
     #: The pods in each slot, alive or succeeded; slots in order of first appearance.
     occupants: dict[int, list[Obj]]
@@ -82,60 +115,27 @@ class _Occupancy:
     incarnations: dict[int, int]
 
 
-def fill_worker_slots(
-    job: Obj,
-    spec: TransientTrainingJobSpec,
-    workers: Iterable[Obj],
-    verdicts: Mapping[str, PodVerdict],
-    *,
-    holder: str | None,
-    budget: BudgetDecision | None,
-    placement: PlacementCheck | None,
-    recorded: Sequence[int] = (),
-    refill_finished: bool = False,
-    suspended: bool = False,
-    now: datetime | None = None,
-    unavailable: Mapping[str, Unavailable] | None = None,
-    previous_desired: int | None = None,
-    extra_allowed: bool = True,
-    group_prices: Mapping[str | None, float] | None = None,
-) -> WorkerSlots:
-    """``recorded``: status.slotIncarnations as last written. ``refill_finished``: workers that exited 0
-    free their slots (the chief ended without the final checkpoint, so the job needs a worker to write it).
-    ``suspended``: spec.suspend; every worker stops as when the budget is exceeded. ``now`` and ``unavailable`` (the
-    groups status.workerGroups marks as out of capacity): for capacity fallback (:mod:`ttj.planner.groups`).
-    ``previous_desired``: status.workers.desired as last written (a scale-down the user asked for is no move
-    back). ``extra_allowed``: the budget allows one worker more than ``replicas`` (to move back).
-    ``group_prices``: what one worker of each group costs per hour (none known: the order of preference alone
-    says which worker a scale-down releases)."""
-    workers = list(workers)
+def fill_worker_slots(given: SlotInputs) -> WorkerSlots:
+    """The worker-slot stage, as the module describes it: which pods keep their slots (one per slot, scaled
+    down, none once the job stops) and which fall back to another group, then new workers in the empty slots."""
+    spec, verdicts, holder = given.spec, given.verdicts, given.holder
     groups = groups_of(spec)
-    occupancy = _occupancy(workers, verdicts, refill_finished)
-    stop_reason = Reason.SUSPENDED if suspended else Reason.BUDGET_EXCEEDED if budget and budget.exceeded else None
-    user_scaled = previous_desired != spec.workers.replicas
+    occupancy = _occupancy(given.workers, verdicts, given.refill_finished)
     kept = _kept(
         occupancy,
         spec,
         verdicts,
         holder,
         groups,
-        user_scaled=user_scaled,
-        stop_reason=stop_reason,
-        prices=group_prices or {},
+        user_scaled=given.previous_desired != spec.workers.replicas,
+        stop_reason=_stop_reason(given.budget, suspended=given.suspended),
+        prices=given.group_prices,
     )
-    marks = dict(unavailable or {})
-    fallen = (
-        _fallen_back(kept.filled, verdicts, groups, marks=marks, spec=spec, now=now, extra=kept.extra)
-        if now is not None
-        else _Fallbacks()
+    fallen = _fallen_back(
+        kept.filled, verdicts, groups, marks=given.unavailable, spec=spec, now=given.now, extra=kept.extra
     )
     filled = fallen.remaining(kept.filled)
-    empty = _empty_slots(spec.workers.slots, filled, _missing(kept.desired, filled, budget, len(fallen.slots)))
-    created = _created(job, groups, occupancy, filled, marks, slots=empty, recorded=recorded)
-    if extra_allowed and _may_move_back(workers, verdicts, kept, fallen, filled=filled, created=created):
-        created = _created_to_move_back(
-            job, groups, filled, created, marks=marks, holder=holder, slots=spec.workers.slots
-        )
+    created = _new_workers(given, groups, occupancy, kept, fallen, filled=filled)
     return _worker_slots(
         spec,
         verdicts,
@@ -144,8 +144,38 @@ def fill_worker_slots(
         filled=filled,
         created=created,
         holder=holder,
-        marks=marks,
-        unschedulable=_why_unschedulable(spec, filled, verdicts, created, placement=placement, suspended=suspended),
+        unschedulable=_why_unschedulable(
+            spec, filled, verdicts, created, placement=given.placement, suspended=given.suspended
+        ),
+    )
+
+
+def _stop_reason(budget: BudgetDecision | None, *, suspended: bool) -> Reason | None:
+    """Why every worker stops in this pass: the job is suspended, or the budget is spent; None when they go on."""
+    return Reason.SUSPENDED if suspended else Reason.BUDGET_EXCEEDED if budget and budget.exceeded else None
+
+
+def _new_workers(
+    given: SlotInputs,
+    groups: tuple[Group, ...],
+    occupancy: _Occupancy,
+    kept: _Kept,
+    fallen: _Fallbacks,
+    *,
+    filled: Mapping[int, Obj],
+) -> _Created:
+    """A new worker in each empty slot, as far as the budget allows; and, in a pass where nothing else changes,
+    one more to move back (:func:`_may_move_back`)."""
+    spec = given.spec
+    empty = _empty_slots(spec.workers.slots, filled, _missing(kept.desired, filled, given.budget, len(fallen.slots)))
+    created = _created(given.job, groups, occupancy, filled, fallen.marks, slots=empty, recorded=given.recorded)
+    moves_back = given.extra_allowed and _may_move_back(
+        given.workers, given.verdicts, kept, fallen, filled=filled, created=created
+    )
+    if not moves_back:
+        return created
+    return _created_to_move_back(
+        given.job, groups, filled, created, marks=fallen.marks, holder=given.holder, slots=spec.workers.slots
     )
 
 
@@ -328,7 +358,6 @@ def _worker_slots(
     filled: Mapping[int, Obj],
     created: _Created,
     holder: str | None,
-    marks: Mapping[str, Unavailable],
     unschedulable: str,
 ) -> WorkerSlots:
     """The stage's answer: the writes in order, the counts, and the events."""
@@ -346,7 +375,7 @@ def _worker_slots(
         tuple(incarnations.get(slot, 0) for slot in range(max(incarnations, default=-1) + 1)),
         held=dict(created.held),
         running=dict(running),
-        unavailable=marks,
+        unavailable=fallen.marks,
         events=(*_fallback_events(fallen, created.chosen), *kept.moved_back),
         wake=fallen.wake,
         fallback_workers=_fallback_workers(
@@ -382,6 +411,9 @@ def _fallback_events(fallen: _Fallbacks, chosen: Mapping[int, str | None]) -> tu
 
 @dataclass(frozen=True)
 class _Fallbacks:
+    #: The groups new workers skip for want of capacity: the marks recorded, less those of groups with capacity
+    #: again (:func:`_marks_still_out`), with the groups marked in this pass.
+    marks: Mapping[str, Unavailable]
     #: Slot → the group its pod left and why.
     slots: Mapping[int, tuple[str, str]] = field(default_factory=dict)
     deletes: tuple[Write, ...] = ()
@@ -395,31 +427,42 @@ class _Fallbacks:
         return {slot: pod for slot, pod in filled.items() if slot not in self.slots and slot != self.abandoned}
 
 
+def _marks_still_out(
+    filled: Mapping[int, Obj], verdicts: Mapping[str, PodVerdict], marks: Mapping[str, Unavailable]
+) -> dict[str, Unavailable]:
+    """``marks`` less the groups with capacity again: a group with a worker that was scheduled since the mark and
+    runs (one that ran before shows nothing: a pool can hold some workers and not one more)."""
+    still_out = dict(marks)
+    for pod in filled.values():
+        group = group_of(pod)
+        mark = still_out.get(group) if group is not None else None
+        if mark is None or verdicts[name_of(pod)].state != PodState.RUNNING:
+            continue
+        placed = scheduled_at(pod)
+        if placed is None or placed >= mark.since:
+            still_out.pop(str(group), None)
+    return still_out
+
+
 def _fallen_back(
     filled: Mapping[int, Obj],
     verdicts: Mapping[str, PodVerdict],
     groups: tuple[Group, ...],
     *,
-    marks: dict[str, Unavailable],
+    marks: Mapping[str, Unavailable],
     spec: TransientTrainingJobSpec,
-    now: datetime,
+    now: datetime | None,
     extra: int | None = None,
 ) -> _Fallbacks:
     """Slots whose worker has been unschedulable for fallbackAfterSeconds and that another group can take: the
-    worker is deleted and its group marked out of capacity (``marks`` is updated). A group with a worker
-    that was scheduled since the mark and runs has capacity again: its mark goes (one that ran before shows
-    nothing: a pool can hold some workers and not one more). The worker in slot ``extra``, created to move
-    back, needs no other group: it is deleted and its group marked, and its slot stays empty."""
-    for pod in filled.values():
-        group = group_of(pod)
-        mark = marks.get(group) if group is not None else None
-        if mark is None or verdicts[name_of(pod)].state != PodState.RUNNING:
-            continue
-        placed = scheduled_at(pod)
-        if placed is None or placed >= mark.since:
-            marks.pop(str(group), None)
+    worker is deleted and its group marked out of capacity. The worker in slot ``extra``, created to move back,
+    needs no other group: it is deleted and its group marked, and its slot stays empty. Without ``now`` nothing
+    falls back and ``marks`` stay as they are."""
+    if now is None:
+        return _Fallbacks(dict(marks))
+    marked = _marks_still_out(filled, verdicts, marks)
     if groups[0].name is None:
-        return _Fallbacks()
+        return _Fallbacks(marked)
     wait = fallback_after(spec)
     held = Counter(group_of(pod) for pod in filled.values())
     left: dict[int, tuple[str, str]] = {}
@@ -436,22 +479,22 @@ def _fallen_back(
             continue
         seconds = int((now - since).total_seconds())
         if slot == extra:
-            marks[group] = marks.get(group) or Unavailable(now, verdict.pending_reason)
+            marked[group] = marked.get(group) or Unavailable(now, verdict.pending_reason)
             abandoned = (slot, (group, f"unschedulable for {seconds}s: {verdict.pending_reason}"))
             deletes.append(_delete(pod, "CapacityFallback"))
             continue
         held[group] -= 1
-        mark = marks.get(group) or Unavailable(now, verdict.pending_reason)
-        target = choose_group(groups, held, {**marks, group: mark})
+        mark = marked.get(group) or Unavailable(now, verdict.pending_reason)
+        target = choose_group(groups, held, {**marked, group: mark})
         if target is None or target.name == group:
             held[group] += 1  # nowhere better to go: keep waiting
             continue
-        marks[group] = mark
+        marked[group] = mark
         left[slot] = (group, f"unschedulable for {seconds}s: {verdict.pending_reason}")
         deletes.append(_delete(pod, "CapacityFallback"))
     if abandoned is None:
-        return _Fallbacks(left, tuple(deletes), wake)
-    return _Fallbacks(left, tuple(deletes), wake, abandoned[0], abandoned[1])
+        return _Fallbacks(marked, left, tuple(deletes), wake)
+    return _Fallbacks(marked, left, tuple(deletes), wake, abandoned[0], abandoned[1])
 
 
 def _rank(groups: tuple[Group, ...], pod: Obj) -> int:

@@ -18,7 +18,7 @@ from ttj.planner.costing import cost_and_budget
 from ttj.planner.ending import clean_up, ending
 from ttj.planner.lease import lease_holder, lease_write, reported_progress
 from ttj.planner.parameter_servers import parameter_servers
-from ttj.planner.slots import fill_worker_slots
+from ttj.planner.slots import SlotInputs, fill_worker_slots
 from ttj.planner.world import World
 from ttj_contract import FINALIZER, LeaseProgress, format_micro_time, format_time
 
@@ -198,7 +198,9 @@ def test_a_new_parameter_server_pod_is_a_preemption_unless_the_template_changed(
 # -- worker slots ----------------------------------------------------------------------------------
 def test_two_pods_in_one_slot_keep_the_chief_and_empty_slots_are_filled_lowest_first() -> None:
     pods = [worker(0, 1), worker(0, 2), worker(3, 1)]
-    slots = fill_worker_slots(JOB, SPEC, pods, verdicts(*pods), holder="mnist-worker-0-1", budget=None, placement=None)
+    slots = fill_worker_slots(
+        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder="mnist-worker-0-1", budget=None, placement=None)
+    )
     assert [(type(w).__name__, getattr(w, "name", "")) for w in slots.writes] == [
         ("DeleteChild", "mnist-worker-0-2"),
         ("CreateChild", "mnist-worker-1-1"),
@@ -208,7 +210,9 @@ def test_two_pods_in_one_slot_keep_the_chief_and_empty_slots_are_filled_lowest_f
 
 def test_scale_down_spares_the_chief_and_running_pods() -> None:
     pods = [worker(0), worker(1), worker(2, phase="Pending"), worker(3)]
-    slots = fill_worker_slots(JOB, SPEC, pods, verdicts(*pods), holder="mnist-worker-3-1", budget=None, placement=None)
+    slots = fill_worker_slots(
+        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder="mnist-worker-3-1", budget=None, placement=None)
+    )
     assert slots.writes == (DeleteChild("Pod", "mnist-worker-2-1", mark_deliberate=True, reason="ScaledDown"),)
 
 
@@ -216,14 +220,18 @@ def test_scale_down_spares_the_chief_and_running_pods() -> None:
 def test_the_budget_caps_new_workers(allow: int | None, created: int) -> None:
     budget = BudgetDecision(allow, False, "", 0, None, 0)
     pods = [worker(0)]
-    slots = fill_worker_slots(JOB, SPEC, pods, verdicts(*pods), holder=None, budget=budget, placement=None)
+    slots = fill_worker_slots(
+        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None)
+    )
     assert len([w for w in slots.writes if isinstance(w, CreateChild)]) == created
 
 
 def test_an_exceeded_budget_stops_every_worker() -> None:
     budget = BudgetDecision(0, True, "over", 10, 10, 10)
     pods = [worker(0), worker(1, phase="Pending")]
-    slots = fill_worker_slots(JOB, SPEC, pods, verdicts(*pods), holder=None, budget=budget, placement=None)
+    slots = fill_worker_slots(
+        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None)
+    )
     assert [w.name for w in slots.writes if isinstance(w, DeleteChild) and w.reason == "BudgetExceeded"] == [
         "mnist-worker-0-1",
         "mnist-worker-1-1",
