@@ -211,10 +211,10 @@ class Applier:
             if exc.status != 404:
                 raise
 
-    def post_event(self, job: dict[str, Any], event: EmitEvent) -> None:
-        """A core/v1 Event about the job; best effort."""
+    def post_event(self, job: dict[str, Any], event: EmitEvent, at: datetime | None = None) -> None:
+        """A core/v1 Event about the job, stamped ``at`` (default: now); best effort."""
         metadata = job["metadata"]
-        now = format_time(datetime.now(UTC))
+        now = format_time(at or datetime.now(UTC))
         body = {
             "apiVersion": "v1",
             "kind": "Event",

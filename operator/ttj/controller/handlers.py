@@ -29,6 +29,7 @@ from prometheus_client import start_http_server
 
 from ttj.controller import audit
 from ttj.controller.apply import MAX_RETRY_SECONDS, Applied, Applier, Conflict, KubeApi, retry_delay
+from ttj.controller.events import EventPoster
 from ttj.controller.metrics import Metrics
 from ttj.controller.placement import PlacementSource
 from ttj.cost.prices import PriceSource
@@ -51,6 +52,8 @@ _NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
 _AUDIT_SETTLE_SECONDS = 2.0
 #: Job metadata that every write changes: not a reason to plan again.
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
+#: When the operator stops, how long the Events its passes planned may take to be posted.
+_EVENTS_DRAIN_SECONDS = 5.0
 #: After a status write lost to a concurrent change (409), the next pass plans on the newer job this soon.
 CONFLICT_RETRY_SECONDS = 0.05
 
@@ -140,9 +143,11 @@ class OperatorContext:
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     state: OperatorState = field(default_factory=OperatorState)
     applier: Applier = field(init=False)
+    events: EventPoster = field(init=False)
 
     def __post_init__(self) -> None:
         self.applier = Applier(self.kube if self.kube is not None else KubeClient(self.api))
+        self.events = EventPoster(self.applier.post_event)
 
     def request_audit(self) -> None:
         """From any thread: audit the indexes soon."""
@@ -276,6 +281,10 @@ class Handlers:
         ctx.state.background.add(auditing)
         auditing.add_done_callback(ctx.state.background.discard)
 
+    async def cleanup(self, **_: Any) -> None:
+        """The operator stops: the Events its last passes planned are posted first, for a while."""
+        await self.ctx.events.drain(timeout=_EVENTS_DRAIN_SECONDS)
+
     async def child_changed(self, namespace: str | None, labels: Mapping[str, str], **kwargs: Any) -> None:
         """A child changed: plan its job again. Poked from here, not from the index function: kopf stores
         what an index function returns only after it returns, so a pass woken from inside it could read the
@@ -360,6 +369,7 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     handlers = Handlers(ctx)
     job_labels = {LABEL_JOB: kopf.PRESENT}
     kopf.on.startup(registry=registry)(handlers.startup)
+    kopf.on.cleanup(registry=registry)(handlers.cleanup)
     children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
     for kind, resource in children.items():
         kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(child_index(kind))
@@ -521,8 +531,7 @@ class JobReconciler:
         finally:
             self.ctx.metrics.reconcile.labels(namespace, name).observe(time.perf_counter() - started)
         self._observe_durations(applied, result)
-        for event in result.events:
-            await asyncio.to_thread(self.applier.post_event, job, event)
+        self.ctx.events.hand_over(job, result.events, now)
         if result.delete_job:
             await asyncio.to_thread(self.applier.delete_job, namespace, name)
             return None

@@ -163,4 +163,10 @@ def run_pass(
     ]
     by_name = {name: [n] for name, n in nodes.items()}
     indexes = JobIndexes(pods, leases, children, by_name)  # type: ignore[arg-type]
-    return asyncio.run(reconciler.run_pass(cluster.job(job), indexes))  # type: ignore[arg-type]
+
+    async def one_pass() -> float | None:
+        delay = await reconciler.run_pass(cluster.job(job), indexes)  # type: ignore[arg-type]
+        await reconciler.ctx.events.drain()  # the Events it handed over, before the test reads them
+        return delay
+
+    return asyncio.run(one_pass())
