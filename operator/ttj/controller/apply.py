@@ -94,6 +94,8 @@ class Applied:
     refused: list[Refusal] = field(default_factory=list)
     #: the longest Retry-After a refusal asked for (429, 503)
     retry_after_seconds: float | None = None
+    #: the chief's Lease as the pass's last write of it left it (the API's answer)
+    lease: dict[str, Any] | None = None
 
 
 def _refusal(write: Write, exc: KubeError) -> Refusal:
@@ -130,7 +132,17 @@ class Applier:
         done = Applied()
         for write in writes:
             try:
+                log.info(
+                    time.time(),
+                    type(write).__name__,
+                    getattr(write, "name", getattr(write, "pod", "")),
+                )
                 self._apply_one(namespace, write, done)
+                log.info(
+                    time.time(),
+                    type(write).__name__,
+                    getattr(write, "name", getattr(write, "pod", "")),
+                )
             except KubeError as exc:
                 if exc.status in (404, 409) or _names_a_successor(write, exc):
                     if conditional(write):
@@ -163,7 +175,7 @@ class Applier:
         elif isinstance(write, LabelPod):
             self._patch(kubeapi.path("Pod", namespace, write.pod), labels_patch(write))
         else:
-            self._patch(kubeapi.path("Lease", namespace, write.name), lease_patch(write))
+            done.lease = self._patch(kubeapi.path("Lease", namespace, write.name), lease_patch(write))
 
     def release_finalizer(self, namespace: str, pod: str) -> None:
         """Remove our finalizer from a pod whose job is gone; a pod already gone is fine."""

@@ -2,9 +2,10 @@
 
 Level-based: every pass observes everything from kopf's indexes (fed by watches), asks the planner,
 applies its actions, writes the status once (when the planner says it is due, with a resourceVersion
-precondition), then posts the events. A pass runs on create/resume (the daemon starts), on every
-change of the job (but not of its status alone: that is our own write) or of one of its children (an event
-handler per kind of child pokes the job's daemon once kopf has indexed the change), and on the planner's timer.
+precondition), then hands the events to the background poster. A pass runs on create/resume (the daemon
+starts), on every change of the job (but not of its status alone: that is our own write) or of one of its
+children (an event handler per kind of child pokes the job's daemon once kopf has indexed the change), and on
+the planner's timer.
 Nothing the next pass needs is kept only in memory.
 """
 
@@ -92,6 +93,11 @@ class JobMemory:
     #: (resourceVersion the last status write was based on, the job as that write left it): used only while
     #: the watch has not yet delivered our own write.
     written: tuple[str, dict[str, Any]] | None = None
+    #: (resourceVersions the Lease had before our latest writes of it, the Lease as they left it): used only
+    #: while the Lease watch still shows one of those versions. A pass that elects a chief right after a pass
+    #: that published the worker counts would otherwise send a stale precondition, and lose a round trip to
+    #: the 409 and the pass planned again.
+    lease_written: tuple[frozenset[str], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -291,6 +297,13 @@ class Handlers:
         old child and then sleep until its timer."""
         key = _job_key(namespace, labels)
         if key is not None:
+            body = kwargs.get("body") or {}
+            log.info(
+                time.time(),
+                key[1],
+                kwargs.get("name"),
+                (body.get("status") or {}).get("phase"),
+            )
             self.ctx.poke(key)
         if _listed(kwargs):
             self.ctx.request_audit()
@@ -357,6 +370,10 @@ class Handlers:
         pod deleted later is caught by :meth:`orphan_pod`)."""
         for pod_name in pod_names:
             self.ctx.applier.release_finalizer(namespace, pod_name)
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _finalized_pods(indexed: Iterable[tuple[str, str, Any]]) -> list[str]:
@@ -498,7 +515,7 @@ def observe(key: JobKey, indexes: JobIndexes, *, gone: frozenset[str] = frozense
 
 
 class JobReconciler:
-    """One job's passes: observe, plan, apply, write the status, post the events."""
+    """One job's passes: observe, plan, apply, write the status, hand over the events."""
 
     def __init__(self, ctx: OperatorContext, key: JobKey) -> None:
         self.ctx = ctx
@@ -516,9 +533,15 @@ class JobReconciler:
         config = self._planner_config()
         now = self.ctx.clock()
         result = plan(job, observed, now, config)
+        log.info(
+            time.time(),
+            name,
+            [type(w).__name__ + ":" + str(getattr(w, "name", getattr(w, "pod", ""))) for w in result.writes],
+        )
         self._log_plan(job, observed, result)
         try:
             applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
+            self._remember_lease(observed.lease, applied.lease)
             if applied.refused:
                 # The same pass planned again, knowing what was refused: its status and Events say so.
                 result = plan(job, observed, now, config, refused=applied.refused)
@@ -547,9 +570,28 @@ class JobReconciler:
 
     async def _observe(self, job: dict[str, Any], indexes: JobIndexes) -> Observed:
         observed = observe(self.key, indexes, gone=self.ctx.state.gone)
+        observed.lease = self._latest_lease(observed.lease)
         if self.ctx.placement is not None:
             observed.placement = await self.ctx.placement.check(job.get("spec") or {}, indexes.all_nodes)
         return observed
+
+    def _latest_lease(self, seen: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The Lease as our own latest writes left it while the watch still shows it from before them."""
+        memory = self.ctx.state.jobs.get(self.key)
+        if seen is None or memory is None or memory.lease_written is None:
+            return seen
+        stale, lease = memory.lease_written
+        if _resource_version(seen) in stale:
+            return copy.deepcopy(lease)
+        memory.lease_written = None  # the watch delivered them, or a newer change
+        return seen
+
+    def _remember_lease(self, observed: dict[str, Any] | None, answer: dict[str, Any] | None) -> None:
+        if observed is None or answer is None:
+            return
+        memory = self.ctx.state.job(self.key)
+        before = memory.lease_written[0] if memory.lease_written is not None else frozenset()
+        memory.lease_written = (before | {_resource_version(observed)}, answer)
 
     def _planner_config(self) -> PlannerConfig:
         if self.ctx.prices is None:

@@ -147,16 +147,23 @@ class InProcessApi:
 
 
 def run_pass(
-    reconciler: JobReconciler, cluster: InProcessApi, job: str, nodes: dict[str, Obj], *, lease_seen: bool = True
+    reconciler: JobReconciler,
+    cluster: InProcessApi,
+    job: str,
+    nodes: dict[str, Obj],
+    *,
+    lease_seen: bool = True,
+    lease: Obj | None = None,
 ) -> float | None:
     """One pass of ``reconciler`` over what its watches would show of ``cluster`` (without the Lease when
-    ``lease_seen`` is false: a lagging Lease watch)."""
+    ``lease_seen`` is false, or with ``lease`` instead of the Lease there: a lagging Lease watch)."""
     observed = cluster.observe(job, nodes)
     key = (NAMESPACE, job)
     pods = {key: [("Pod", name_of(p), p) for p in observed.pods]}
     leases: dict[Any, Any] = {}
-    if lease_seen and observed.lease is not None:
-        leases = {key: [("Lease", lease_name(job), observed.lease)]}
+    shown = lease if lease is not None else observed.lease
+    if lease_seen and shown is not None:
+        leases = {key: [("Lease", lease_name(job), shown)]}
     children = [
         {key: [(kind, name, child) for (kind, name), child in observed.children.items() if kind == wanted]}
         for wanted in CHILD_RESOURCES

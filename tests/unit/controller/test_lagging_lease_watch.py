@@ -1,4 +1,5 @@
-"""A pass whose Lease watch lags must not record an election the Lease does not hold.
+"""A pass whose Lease watch lags must not record an election the Lease does not hold, nor lose a round trip
+to a precondition its own pass made stale.
 
 The first pass creates the chief Lease without a holder (no worker runs yet). If the operator's
 Lease watch has not delivered it when the workers start running, the next pass sees no Lease, elects
@@ -16,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from tests.unit.controller import in_process_api
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
-from ttj.controller.handlers import JobReconciler, OperatorContext
+from ttj.controller.handlers import CONFLICT_RETRY_SECONDS, JobReconciler, OperatorContext
 from ttj.controller.metrics import Metrics
 from ttj_contract import KIND, LABEL_ROLE, Role
 
@@ -25,9 +26,11 @@ KEY = (NAMESPACE, NAME)
 NODES = {n["metadata"]["name"]: n for n in [node(f"gpu-{i}") for i in range(3)] + [node("cpu-0", "on-demand")]}
 
 
-def run_pass(reconciler: JobReconciler, cluster: InProcessApi, *, lease_seen: bool) -> float | None:
-    """One pass over what the watches show: the cluster, with or without the Lease."""
-    return in_process_api.run_pass(reconciler, cluster, NAME, NODES, lease_seen=lease_seen)
+def run_pass(
+    reconciler: JobReconciler, cluster: InProcessApi, *, lease_seen: bool = True, lease: dict[str, Any] | None = None
+) -> float | None:
+    """One pass over what the watches show: the cluster, with or without the Lease, or with an older Lease."""
+    return in_process_api.run_pass(reconciler, cluster, NAME, NODES, lease_seen=lease_seen, lease=lease)
 
 
 def status_writes(cluster: InProcessApi) -> list[dict[str, Any]]:
@@ -69,3 +72,45 @@ def test_an_election_refused_by_an_existing_lease_is_not_recorded() -> None:
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == status["chief"]["pod"]
     assert lease["spec"]["leaseTransitions"] == 1
+
+
+def started(cluster: InProcessApi, reconciler: JobReconciler) -> list[str]:
+    """The job's children made, its workers running, its chief elected; the workers' names."""
+    run_pass(reconciler, cluster, lease_seen=True)
+    cluster.run_parameter_server(NAME, "cpu-0")
+    workers = [p for p in cluster.observe(NAME, NODES).pods if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
+    for i, pod in enumerate(workers):
+        cluster.run(pod["metadata"]["name"], f"gpu-{i}")
+    run_pass(reconciler, cluster, lease_seen=True)
+    return [p["metadata"]["name"] for p in workers]
+
+
+def test_an_election_right_after_a_lease_write_the_watch_has_not_shown_goes_through_in_one_pass() -> None:
+    cluster = InProcessApi(T0)
+    cluster.create(job(NAME, workers={"replicas": 3}))
+    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
+    reconciler = JobReconciler(ctx, KEY)
+    workers = started(cluster, reconciler)
+    chief = status_writes(cluster)[-1]["chief"]["pod"]
+    other = next(w for w in workers if w != chief)
+    before = cluster.observe(NAME, NODES).lease
+
+    # A worker is preempted: its pass replaces it and publishes the counts on the Lease.
+    cluster.end(other, 143, "Terminated")
+    run_pass(reconciler, cluster, lease_seen=True)
+    counts = cluster.writes("PATCH", "Lease")[-1]
+    assert "resourceVersion" not in counts.body.get("metadata", {})
+    after_counts = cluster.observe(NAME, NODES).lease
+    assert after_counts is not None
+    # Then the chief stops, while the Lease watch still shows the Lease from before that write.
+    cluster.end(chief, 143, "Terminated")
+    delay = run_pass(reconciler, cluster, lease=before)
+
+    election = cluster.writes("PATCH", "Lease")[-1]
+    assert election.body["metadata"]["resourceVersion"] == after_counts["metadata"]["resourceVersion"]
+    assert delay != CONFLICT_RETRY_SECONDS  # not planned again after a 409
+    lease = cluster.observe(NAME, NODES).lease
+    assert lease is not None
+    assert status_writes(cluster)[-1]["chief"]["epoch"] == 2
+    assert lease["spec"]["holderIdentity"] == status_writes(cluster)[-1]["chief"]["pod"] != chief
+
