@@ -113,4 +113,3 @@ def test_an_election_right_after_a_lease_write_the_watch_has_not_shown_goes_thro
     assert lease is not None
     assert status_writes(cluster)[-1]["chief"]["epoch"] == 2
     assert lease["spec"]["holderIdentity"] == status_writes(cluster)[-1]["chief"]["pod"] != chief
-
