@@ -132,17 +132,7 @@ class Applier:
         done = Applied()
         for write in writes:
             try:
-                log.info(
-                    time.time(),
-                    type(write).__name__,
-                    getattr(write, "name", getattr(write, "pod", "")),
-                )
                 self._apply_one(namespace, write, done)
-                log.info(
-                    time.time(),
-                    type(write).__name__,
-                    getattr(write, "name", getattr(write, "pod", "")),
-                )
             except KubeError as exc:
                 if exc.status in (404, 409) or _names_a_successor(write, exc):
                     if conditional(write):

@@ -297,13 +297,6 @@ class Handlers:
         old child and then sleep until its timer."""
         key = _job_key(namespace, labels)
         if key is not None:
-            body = kwargs.get("body") or {}
-            log.info(
-                time.time(),
-                key[1],
-                kwargs.get("name"),
-                (body.get("status") or {}).get("phase"),
-            )
             self.ctx.poke(key)
         if _listed(kwargs):
             self.ctx.request_audit()
@@ -533,11 +526,6 @@ class JobReconciler:
         config = self._planner_config()
         now = self.ctx.clock()
         result = plan(job, observed, now, config)
-        log.info(
-            time.time(),
-            name,
-            [type(w).__name__ + ":" + str(getattr(w, "name", getattr(w, "pod", ""))) for w in result.writes],
-        )
         self._log_plan(job, observed, result)
         try:
             applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
