@@ -19,7 +19,7 @@ from ttj.api.models import (
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, LabelPod, UpdateLease, Write
 from ttj.planner.config import PlannerConfig
-from ttj.planner.observed import Obj, annotations_of, is_terminal, labels_of, lease_spec, meta, name_of
+from ttj.planner.observed import Obj, annotations_of, has_stopped, labels_of, lease_spec, meta, name_of
 from ttj_contract import (
     ANNOTATION_ACTIVE_WORKERS,
     ANNOTATION_DESIRED_WORKERS,
@@ -177,8 +177,8 @@ def chief_labels(workers: Iterable[Obj], holder: str | None) -> tuple[list[Label
     others = [
         (name, pod) for name, pod in sorted(by_name.items()) if labels_of(pod).get(LABEL_CHIEF) and name != holder
     ]
-    naming = [LabelPod(name, {LABEL_CHIEF: None}) for name, pod in others if not is_terminal(pod)]
+    naming = [LabelPod(name, {LABEL_CHIEF: None}) for name, pod in others if not has_stopped(pod)]
     if holder in by_name and labels_of(by_name[holder]).get(LABEL_CHIEF) != "true":
         naming.append(LabelPod(holder, {LABEL_CHIEF: "true"}))
-    tidying = [LabelPod(name, {LABEL_CHIEF: None}) for name, pod in others if is_terminal(pod)]
+    tidying = [LabelPod(name, {LABEL_CHIEF: None}) for name, pod in others if has_stopped(pod)]
     return naming, tidying

@@ -118,8 +118,15 @@ def phase_of(pod: Obj) -> str | None:
 
 
 def is_terminal(pod: Obj) -> bool:
-    """The pod has stopped for good: its phase is Succeeded or Failed (a kubelet never runs it again)."""
+    """The pod's phase is Succeeded or Failed: a kubelet never runs it again."""
     return phase_of(pod) in ("Succeeded", "Failed")
+
+
+def has_stopped(pod: Obj) -> bool:
+    """A worker that never runs again: its phase is terminal, or every container of it has terminated (its
+    restartPolicy is Never) while the kubelet has yet to write the phase."""
+    statuses = container_statuses(pod)
+    return is_terminal(pod) or (bool(statuses) and all("terminated" in s.get("state", {}) for s in statuses))
 
 
 def node_name_of(pod: Obj) -> str | None:

@@ -14,6 +14,7 @@ from tests.unit.planner.builders import T0, job, node, renew, start, terminate
 from ttj.cost.prices import load_price_table
 from ttj.planner import CreateChild, DeleteChild, LabelPod, PlannerConfig, RemoveFinalizer, UpdateLease
 from ttj.planner.core import COST_WRITE_SECONDS, status_due
+from ttj.planner.lease import chief_labels
 from ttj.planner.world import World
 from ttj_contract import LABEL_CHIEF, format_micro_time, lease_name
 
@@ -148,3 +149,53 @@ def test_at_a_chief_loss_the_new_chief_is_named_first_and_the_stopped_chief_unla
         ("DeleteChild", chief, None),
         ("release", chief, None),
     ]
+
+
+def _worker(name: str, *, chief: bool, phase: str = "Running", containers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A worker pod as the index holds it; ``containers`` gives each container's state ("running", "terminated")."""
+    statuses = [{"name": f"c{i}", "state": {state: {}}} for i, state in enumerate(containers)]
+    labels = {LABEL_CHIEF: "true"} if chief else {}
+    return {"metadata": {"name": name, "labels": labels}, "status": {"phase": phase, "containerStatuses": statuses}}
+
+
+ON = {LABEL_CHIEF: "true"}
+OFF = {LABEL_CHIEF: None}
+
+# (name, the workers, the holder, want: (the writes that name the holder, the label off stopped pods))
+CHIEF_LABEL_CASES = [
+    ("the holder has it already", [_worker("a", chief=True)], "a", ([], [])),
+    (
+        "a running chief loses it before the holder gets it",
+        [_worker("a", chief=True), _worker("b", chief=False)],
+        "b",
+        ([LabelPod("a", OFF), LabelPod("b", ON)], []),
+    ),
+    (
+        "a failed chief loses it after",
+        [_worker("a", chief=True, phase="Failed"), _worker("b", chief=False)],
+        "b",
+        ([LabelPod("b", ON)], [LabelPod("a", OFF)]),
+    ),
+    (
+        "every container terminated, the phase not yet written: stopped",
+        [_worker("a", chief=True, containers=("terminated", "terminated")), _worker("b", chief=False)],
+        "b",
+        ([LabelPod("b", ON)], [LabelPod("a", OFF)]),
+    ),
+    (
+        "one container of two still running: not stopped",
+        [_worker("a", chief=True, containers=("terminated", "running")), _worker("b", chief=False)],
+        "b",
+        ([LabelPod("a", OFF), LabelPod("b", ON)], []),
+    ),
+    ("no holder: every label comes off", [_worker("a", chief=True)], None, ([LabelPod("a", OFF)], [])),
+]
+
+
+@pytest.mark.parametrize(
+    ("workers", "holder", "want"), [c[1:] for c in CHIEF_LABEL_CASES], ids=[c[0] for c in CHIEF_LABEL_CASES]
+)
+def test_one_pod_that_can_run_carries_the_chief_label(
+    workers: list[dict[str, Any]], holder: str | None, want: tuple[list[LabelPod], list[LabelPod]]
+) -> None:
+    assert chief_labels(workers, holder) == want
