@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: how long one wait for an event lasts, so that timeouts, bookmarks and dropped watches are noticed
 _POLL_SECONDS = 0.5
+#: At most this many queued events go out in one write.
+_BATCH = 64
 
 
 def _event_line(
@@ -189,28 +191,42 @@ async def _send_events(stream: _Stream, last_rv: str) -> str:
                 await stream.response.write(_bookmark(stream.rtype, last_rv))
                 next_bookmark = time.monotonic() + stream.server.bookmark_interval_seconds
             continue
-        item = got[0]
-        if item is None:
-            return last_rv
-        seen, event = item
-        await stream.response.write(_event_line(seen, event.obj, stream.rtype, stream.as_table, event.object_json()))
-        last_rv = str(event.rv)
-        if faults.should_drop_watch():
+        lines: list[bytes] = []
+        ended = False
+        for item in got:
+            if item is None:
+                ended = True
+                break
+            seen, event = item
+            lines.append(_event_line(seen, event.obj, stream.rtype, stream.as_table, event.object_json()))
+            last_rv = str(event.rv)
+            if faults.should_drop_watch():
+                ended = True
+                break
+        await stream.response.write(b"".join(lines))
+        if ended:
             return last_rv
 
 
 async def _take(
     queue: asyncio.Queue[tuple[str, WatchEvent] | None], wait: float
 ) -> list[tuple[str, WatchEvent] | None]:
-    """The next item of ``queue`` waited for at most ``wait`` seconds; empty when none came."""
+    """The items of ``queue`` (at most :data:`_BATCH`), waiting at most ``wait`` seconds for the first; empty
+    when none came. What a burst of writes queued goes out in one write to the socket."""
     # Queued events first: wait_for with no time left cancels the get before it runs, so it
     # would never take an event however many were queued (the watch spun, silent, for good).
-    if not queue.empty():
-        return [queue.get_nowait()]
-    if wait > 0:
+    if queue.empty() and wait > 0:
         with contextlib.suppress(TimeoutError):
-            return [await asyncio.wait_for(queue.get(), timeout=wait)]
-    return []
+            first = await asyncio.wait_for(queue.get(), timeout=wait)
+            return [first, *_queued(queue, _BATCH - 1)]
+    return _queued(queue, _BATCH)
+
+
+def _queued(queue: asyncio.Queue[tuple[str, WatchEvent] | None], most: int) -> list[tuple[str, WatchEvent] | None]:
+    taken: list[tuple[str, WatchEvent] | None] = []
+    while len(taken) < most and not queue.empty():
+        taken.append(queue.get_nowait())
+    return taken
 
 
 async def _send_final_bookmark(stream: _Stream, last_rv: str) -> None:
