@@ -203,7 +203,8 @@ async def _send_events(stream: _Stream, last_rv: str) -> str:
             if faults.should_drop_watch():
                 ended = True
                 break
-        await stream.response.write(b"".join(lines))
+        if lines:  # an empty write of a chunked body could read as its end
+            await stream.response.write(b"".join(lines))
         if ended:
             return last_rv
 
