@@ -82,6 +82,19 @@ class RestartBackoff:
         return self.rng.uniform(ceiling / 2, ceiling)
 
 
+@dataclass(frozen=True)
+class OwnWrite:
+    """An object as our own writes left it, and the resourceVersions it had before them: while a watch still
+    shows one of those, a pass plans on this instead, as the watch has not delivered our writes yet."""
+
+    before: frozenset[str]
+    obj: dict[str, Any]
+
+    def over(self, seen: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A copy of ours when ``seen`` is from before our writes; None once the watch shows them (or newer)."""
+        return copy.deepcopy(self.obj) if _resource_version(seen) in self.before else None
+
+
 @dataclass
 class JobMemory:
     """What the operator keeps of one job between its passes, while its daemon runs (never across restarts)."""
@@ -90,14 +103,12 @@ class JobMemory:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: The job's metadata and spec as the jobs index last saw them: a pass is due only when they change.
     seen: str = ""
-    #: (resourceVersion the last status write was based on, the job as that write left it): used only while
-    #: the watch has not yet delivered our own write.
-    written: tuple[str, dict[str, Any]] | None = None
-    #: (resourceVersions the Lease had before our latest writes of it, the Lease as they left it): used only
-    #: while the Lease watch still shows one of those versions. A pass that elects a chief right after a pass
-    #: that published the worker counts would otherwise send a stale precondition, and lose a round trip to
-    #: the 409 and the pass planned again.
-    lease_written: tuple[frozenset[str], dict[str, Any]] | None = None
+    #: The job as the last status write left it, over the resourceVersion that write was based on.
+    written: OwnWrite | None = None
+    #: The chief's Lease as our latest writes of it left it, over the versions it had before each. A pass that
+    #: elects a chief right after a pass that published the worker counts would otherwise send a stale
+    #: precondition, and lose a round trip to the 409 and the pass planned again.
+    lease_written: OwnWrite | None = None
 
 
 @dataclass
@@ -551,10 +562,8 @@ class JobReconciler:
     def _current_job(self, body: kopf.Body) -> dict[str, Any]:
         job = copy.deepcopy(dict(body))
         memory = self.ctx.state.jobs.get(self.key)
-        written = memory.written if memory is not None else None
-        if written is not None and job.get("metadata", {}).get("resourceVersion") == written[0]:
-            return copy.deepcopy(written[1])  # the watch has not caught up with our own status write yet
-        return job
+        ours = memory.written.over(job) if memory is not None and memory.written is not None else None
+        return ours if ours is not None else job
 
     async def _observe(self, job: dict[str, Any], indexes: JobIndexes) -> Observed:
         observed = observe(self.key, indexes, gone=self.ctx.state.gone)
@@ -568,18 +577,18 @@ class JobReconciler:
         memory = self.ctx.state.jobs.get(self.key)
         if seen is None or memory is None or memory.lease_written is None:
             return seen
-        stale, lease = memory.lease_written
-        if _resource_version(seen) in stale:
-            return copy.deepcopy(lease)
-        memory.lease_written = None  # the watch delivered them, or a newer change
-        return seen
+        ours = memory.lease_written.over(seen)
+        if ours is None:
+            memory.lease_written = None  # the watch delivered our writes, or a newer change
+            return seen
+        return ours
 
     def _remember_lease(self, observed: dict[str, Any] | None, answer: dict[str, Any] | None) -> None:
         if observed is None or answer is None:
             return
         memory = self.ctx.state.job(self.key)
-        before = memory.lease_written[0] if memory.lease_written is not None else frozenset()
-        memory.lease_written = (before | {_resource_version(observed)}, answer)
+        before = memory.lease_written.before if memory.lease_written is not None else frozenset()
+        memory.lease_written = OwnWrite(before | {_resource_version(observed)}, answer)
 
     def _planner_config(self) -> PlannerConfig:
         if self.ctx.prices is None:
@@ -608,7 +617,7 @@ class JobReconciler:
         after = copy.deepcopy(job)
         after["status"] = answer.get("status", result.status)
         after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
-        self.ctx.state.job(self.key).written = (pre, after)
+        self.ctx.state.job(self.key).written = OwnWrite(frozenset({_resource_version(job)}), after)
         self.ctx.metrics.status_written(namespace, name, old_status, result.status, job.get("spec"))
 
     def _after_refused_write(self, exc: KubeError) -> float | None:
