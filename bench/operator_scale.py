@@ -123,10 +123,11 @@ class PodLog:
                     label_selector=worker_selector_all(),
                     resource_version=version,
                     timeout_seconds=30,
+                    deserialize=False,  # plain JSON: model objects cost this process CPU the cluster shares
                 ):
                     now = time.monotonic()
                     pod = event["object"]
-                    version = pod.metadata.resource_version
+                    version = pod["metadata"]["resourceVersion"]
                     self._record(event["type"], pod, now)
                     if self.stop.is_set():
                         stream.stop()
@@ -135,16 +136,19 @@ class PodLog:
                 print(f"pod watch: {exc}", file=sys.stderr)
                 version = core.list_namespaced_pod(self.namespace, limit=1).metadata.resource_version
 
-    def _record(self, kind: str, pod: Any, now: float) -> None:
-        name = pod.metadata.name
-        labels = pod.metadata.labels or {}
+    def _record(self, kind: str, pod: dict[str, Any], now: float) -> None:
+        name = pod["metadata"]["name"]
+        labels = pod["metadata"].get("labels") or {}
+        status = pod.get("status") or {}
         self.slot.setdefault(name, (labels.get(LABEL_JOB, ""), labels.get(LABEL_SLOT, "")))
         if kind == "ADDED":
             self.added.setdefault(name, now)
-        disrupted = any(c.type == "DisruptionTarget" and c.status == "True" for c in pod.status.conditions or [])
-        if (pod.status.phase == "Failed" or disrupted) and name not in self.lost:
+        conditions = status.get("conditions") or []
+        disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions)
+        failed = status.get("phase") == "Failed"
+        if (failed or disrupted) and name not in self.lost:
             self.lost[name] = now
-        if (pod.status.phase == "Failed" or kind == "DELETED") and name not in self.stopped:
+        if (failed or kind == "DELETED") and name not in self.stopped:
             self.stopped[name] = now
         if labels.get(LABEL_CHIEF) == "true" and name not in self.chief_at:
             self.chief_at[name] = now
