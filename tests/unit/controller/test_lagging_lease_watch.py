@@ -19,6 +19,7 @@ from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
 from ttj.controller.handlers import CONFLICT_RETRY_SECONDS, JobReconciler, OperatorContext
 from ttj.controller.metrics import Metrics
+from ttj.kubeapi import KubeError
 from ttj_contract import KIND, LABEL_ROLE, Role
 
 NAME = "mnist"
@@ -113,3 +114,46 @@ def test_an_election_right_after_a_lease_write_the_watch_has_not_shown_goes_thro
     assert lease is not None
     assert status_writes(cluster)[-1]["chief"]["epoch"] == 2
     assert lease["spec"]["holderIdentity"] == status_writes(cluster)[-1]["chief"]["pod"] != chief
+
+
+class RefusingStatus:
+    """The cluster, but the next status write is refused: the job changed since the pass read it."""
+
+    def __init__(self, cluster: InProcessApi) -> None:
+        self.cluster = cluster
+        self.refuse = True
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if self.refuse and method == "PATCH" and path.endswith("/status"):
+            self.refuse = False
+            raise KubeError(409, '{"message": "the object has been modified"}')
+        return self.cluster.request(method, path, **kwargs)
+
+
+def test_a_pass_whose_status_write_is_refused_still_remembers_the_lease_its_writes_left() -> None:
+    cluster = InProcessApi(T0)
+    cluster.create(job(NAME, workers={"replicas": 3}))
+    refusing = RefusingStatus(cluster)
+    refusing.refuse = False
+    ctx = OperatorContext(api=None, kube=refusing, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
+    reconciler = JobReconciler(ctx, KEY)
+    workers = started(cluster, reconciler)
+    chief = status_writes(cluster)[-1]["chief"]["pod"]
+    other = next(w for w in workers if w != chief)
+    before = cluster.observe(NAME, NODES).lease
+
+    # A worker is preempted: its pass publishes the counts on the Lease, then its status write is refused.
+    cluster.end(other, 143, "Terminated")
+    refusing.refuse = True
+    assert run_pass(reconciler, cluster) == CONFLICT_RETRY_SECONDS
+    after_counts = cluster.observe(NAME, NODES).lease
+    assert after_counts is not None
+    assert after_counts["metadata"]["resourceVersion"] != (before or {})["metadata"]["resourceVersion"]
+
+    # The chief stops while the Lease watch still shows the Lease from before the counts: the election
+    # carries the version the counts left, as the refused pass remembered it.
+    cluster.end(chief, 143, "Terminated")
+    delay = run_pass(reconciler, cluster, lease=before)
+    election = cluster.writes("PATCH", "Lease")[-1]
+    assert election.body["metadata"]["resourceVersion"] == after_counts["metadata"]["resourceVersion"]
+    assert delay != CONFLICT_RETRY_SECONDS
