@@ -7,7 +7,6 @@ import asyncio
 import functools
 import logging
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from ttj_contract import CHIEF_STARTUP_SECONDS
@@ -254,9 +253,6 @@ def _run(ctx: OperatorContext, elector: LeaderElector | None, namespaces: list[s
 
     from ttj.controller.handlers import register
 
-    # The event loop shares the GIL with the threads that plan and write the passes: handed over every 1 ms
-    # rather than 5, a burst's watch events wait less behind a pass.
-    sys.setswitchinterval(0.001)
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(kopf.login_via_client)
     register(registry, ctx)
