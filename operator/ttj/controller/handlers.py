@@ -518,17 +518,6 @@ def observe(key: JobKey, indexes: JobIndexes, *, gone: frozenset[str] = frozense
     return observed
 
 
-@dataclass(frozen=True)
-class PassWrites:
-    """What the blocking part of a pass did: its plan, what the API answered to its writes, and the job as its
-    status write left it (None when no status was due, or when the API refused it: ``status_refused``)."""
-
-    result: Plan
-    applied: Applied
-    written: dict[str, Any] | None = None
-    status_refused: Conflict | KubeError | None = None
-
-
 class JobReconciler:
     """One job's passes: observe, plan, apply, write the status, hand over the events."""
 
@@ -545,11 +534,17 @@ class JobReconciler:
         started = time.perf_counter()
         job = self._current_job(body)
         observed = await self._observe(job, indexes)
+        config = self._planner_config()
         now = self.ctx.clock()
+        result = plan(job, observed, now, config)
+        self._log_plan(job, observed, result)
         try:
-            # One hop to a thread and one back: in a burst, every return to the loop waits behind the other
-            # jobs' watch events, so the planning and all the writes of a pass go in one.
-            done = await asyncio.to_thread(self._plan_and_write, job, observed, now, self._planner_config())
+            applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
+            self._remember_lease(observed.lease, applied.lease)
+            if applied.refused:
+                # The same pass planned again, knowing what was refused: its status and Events say so.
+                result = plan(job, observed, now, config, refused=applied.refused)
+            await self._write_status(job, result)
         except Conflict as exc:
             log.info("%s/%s: %s; planning again", namespace, name, exc)
             return CONFLICT_RETRY_SECONDS
@@ -557,37 +552,12 @@ class JobReconciler:
             return self._after_refused_write(exc)
         finally:
             self.ctx.metrics.reconcile.labels(namespace, name).observe(time.perf_counter() - started)
-        self._remember_lease(observed.lease, done.applied.lease)
-        if isinstance(done.status_refused, Conflict):
-            log.info("%s/%s: %s; planning again", namespace, name, done.status_refused)
-            return CONFLICT_RETRY_SECONDS
-        if done.status_refused is not None:
-            return self._after_refused_write(done.status_refused)
-        if done.written is not None:
-            self._remember_status(job, done.written, done.result)
-        self._observe_durations(done.applied, done.result)
-        self.ctx.events.hand_over(job, done.result.events, now)
-        if done.result.delete_job:
+        self._observe_durations(applied, result)
+        self.ctx.events.hand_over(job, result.events, now)
+        if result.delete_job:
             await asyncio.to_thread(self.applier.delete_job, namespace, name)
             return None
-        return self._next_pass(done.applied, done.result)
-
-    def _plan_and_write(
-        self, job: dict[str, Any], observed: Observed, now: datetime, config: PlannerConfig
-    ) -> PassWrites:
-        """(Blocking.) Plan, apply the writes, plan again knowing what the API refused (the status and Events
-        say so), and write the status. A refused conditional write raises; a refused status write is returned,
-        after what the writes before it did."""
-        result = plan(job, observed, now, config)
-        self._log_plan(job, observed, result)
-        applied = self.applier.apply(self.key[0], result.writes)
-        if applied.refused:
-            result = plan(job, observed, now, config, refused=applied.refused)
-        try:
-            written = self._write_status(job, result)
-        except (Conflict, KubeError) as exc:
-            return PassWrites(result, applied, status_refused=exc)
-        return PassWrites(result, applied, written=written)
+        return self._next_pass(applied, result)
 
     def _current_job(self, body: kopf.Body) -> dict[str, Any]:
         job = copy.deepcopy(dict(body))
@@ -635,22 +605,20 @@ class JobReconciler:
                 [repr(a)[:300] for a in result.writes] or "nothing to do",
             )
 
-    def _write_status(self, job: dict[str, Any], result: Plan) -> dict[str, Any] | None:
-        """(Blocking.) The planned status, as a merge patch on the status seen, when the planner says it is due;
-        the job as the write left it."""
+    async def _write_status(self, job: dict[str, Any], result: Plan) -> None:
+        """The planned status, as a merge patch on the status seen, when the planner says it is due."""
+        namespace, name = self.key
+        old_status = job.get("status") or {}
         if not result.status_due:
-            return None
-        patch = merge_patch_between(job.get("status") or {}, result.status)
+            return
+        patch = merge_patch_between(old_status, result.status)
         pre = job["metadata"].get("resourceVersion")
-        answer = self.applier.write_status(*self.key, pre, patch)
+        answer = await asyncio.to_thread(self.applier.write_status, namespace, name, pre, patch)
         after = copy.deepcopy(job)
         after["status"] = answer.get("status", result.status)
         after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
-        return after
-
-    def _remember_status(self, job: dict[str, Any], written: dict[str, Any], result: Plan) -> None:
-        self.ctx.state.job(self.key).written = OwnWrite(frozenset({_resource_version(job)}), written)
-        self.ctx.metrics.status_written(*self.key, job.get("status") or {}, result.status, job.get("spec"))
+        self.ctx.state.job(self.key).written = OwnWrite(frozenset({_resource_version(job)}), after)
+        self.ctx.metrics.status_written(namespace, name, old_status, result.status, job.get("spec"))
 
     def _after_refused_write(self, exc: KubeError) -> float | None:
         """Seconds until the next pass after the API refused the status write (None: the job is gone)."""
