@@ -86,15 +86,21 @@ def started(cluster: InProcessApi, reconciler: JobReconciler) -> list[str]:
     return [p["metadata"]["name"] for p in workers]
 
 
-def test_an_election_right_after_a_lease_write_the_watch_has_not_shown_goes_through_in_one_pass() -> None:
-    cluster = InProcessApi(T0)
+def three_workers_running(cluster: InProcessApi, kube: Any) -> tuple[JobReconciler, str, str, dict[str, Any] | None]:
+    """A job of three workers started on ``cluster`` by an operator writing through ``kube``: its reconciler, its
+    chief, another worker, and its Lease."""
     cluster.create(job(NAME, workers={"replicas": 3}))
-    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
+    ctx = OperatorContext(api=None, kube=kube, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
     reconciler = JobReconciler(ctx, KEY)
     workers = started(cluster, reconciler)
     chief = status_writes(cluster)[-1]["chief"]["pod"]
     other = next(w for w in workers if w != chief)
-    before = cluster.observe(NAME, NODES).lease
+    return reconciler, chief, other, cluster.observe(NAME, NODES).lease
+
+
+def test_an_election_right_after_a_lease_write_the_watch_has_not_shown_goes_through_in_one_pass() -> None:
+    cluster = InProcessApi(T0)
+    reconciler, chief, other, before = three_workers_running(cluster, cluster)
 
     # A worker is preempted: its pass replaces it and publishes the counts on the Lease.
     cluster.end(other, 143, "Terminated")
@@ -117,11 +123,12 @@ def test_an_election_right_after_a_lease_write_the_watch_has_not_shown_goes_thro
 
 
 class RefusingStatus:
-    """The cluster, but the next status write is refused: the job changed since the pass read it."""
+    """The cluster, but once ``refuse`` is set the next status write is refused: the job changed since the pass
+    read it."""
 
     def __init__(self, cluster: InProcessApi) -> None:
         self.cluster = cluster
-        self.refuse = True
+        self.refuse = False
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         if self.refuse and method == "PATCH" and path.endswith("/status"):
@@ -132,15 +139,8 @@ class RefusingStatus:
 
 def test_a_pass_whose_status_write_is_refused_still_remembers_the_lease_its_writes_left() -> None:
     cluster = InProcessApi(T0)
-    cluster.create(job(NAME, workers={"replicas": 3}))
     refusing = RefusingStatus(cluster)
-    refusing.refuse = False
-    ctx = OperatorContext(api=None, kube=refusing, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    reconciler = JobReconciler(ctx, KEY)
-    workers = started(cluster, reconciler)
-    chief = status_writes(cluster)[-1]["chief"]["pod"]
-    other = next(w for w in workers if w != chief)
-    before = cluster.observe(NAME, NODES).lease
+    reconciler, chief, other, before = three_workers_running(cluster, refusing)
 
     # A worker is preempted: its pass publishes the counts on the Lease, then its status write is refused.
     cluster.end(other, 143, "Terminated")
