@@ -26,7 +26,9 @@ def _to_json_schema(node: Any) -> Any:
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key.startswith("x-kubernetes-") or key in ("nullable", "description", "example", "externalDocs"):
+        # `default` validates nothing in draft 4, and compiled code would write it into the object: defaulting is
+        # _default's, over the OpenAPI schema, as kube's
+        if key.startswith("x-kubernetes-") or key in ("nullable", "description", "example", "externalDocs", "default"):
             continue
         if key in ("properties", "patternProperties", "definitions"):
             out[key] = {k: _to_json_schema(v) for k, v in value.items()}
@@ -236,32 +238,12 @@ def _compiled(json_schema: dict[str, Any]) -> Callable[[Any], Any]:
 
         if len(_COMPILED) >= _COMPILED_LIMIT:
             del _COMPILED[next(iter(_COMPILED))]
-        # draft 4, as the interpreting validator; formats unchecked by both; no defaults, which the compiled code
-        # would write into the object (defaulting is _default's, as kube's)
-        checks = {**_without_defaults(json_schema), "$schema": _DRAFT4}
-        _COMPILED[key] = fastjsonschema.compile(checks, use_formats=False)
+        # draft 4, as the interpreting validator; formats unchecked by both
+        _COMPILED[key] = fastjsonschema.compile({**json_schema, "$schema": _DRAFT4}, use_formats=False)
     return _COMPILED[key]
 
 
 _DRAFT4 = "http://json-schema.org/draft-04/schema#"
-
-
-def _without_defaults(node: Any) -> Any:
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "default":
-            continue
-        if key in ("properties", "patternProperties", "definitions"):
-            out[key] = {name: _without_defaults(sub) for name, sub in value.items()}
-        elif key in ("allOf", "anyOf", "oneOf") and isinstance(value, list):
-            out[key] = [_without_defaults(sub) for sub in value]
-        elif key in ("items", "additionalProperties", "not"):
-            out[key] = _without_defaults(value)
-        else:
-            out[key] = value
-    return out
 
 
 @dataclass(frozen=True)
