@@ -77,3 +77,17 @@ def test_compiled_checks_admit_and_say_what_interpreting_says(body: dict[str, An
 def test_the_cases_cover_both_outcomes() -> None:
     outcomes = {bool(Interpreted(SCHEMA).admit(body, None)[1]) for _, body in CASES}
     assert outcomes == {True, False}
+
+
+def test_a_schema_that_does_not_compile_is_interpreted_for_every_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastjsonschema
+
+    from ttj_localcluster.apiserver import schema as schema_module
+
+    def cannot_compile(*args: Any, **kwargs: Any) -> Any:
+        raise fastjsonschema.JsonSchemaDefinitionException("unsupported")
+
+    monkeypatch.setattr(fastjsonschema, "compile", cannot_compile)
+    monkeypatch.setattr(schema_module, "_COMPILED", {})
+    compiled, interpreted = CrdSchema(SCHEMA), Interpreted(SCHEMA)
+    assert [compiled.admit(body, None) for _, body in CASES] == [interpreted.admit(body, None) for _, body in CASES]

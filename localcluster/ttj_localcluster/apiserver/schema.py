@@ -238,9 +238,17 @@ def _compiled(json_schema: dict[str, Any]) -> Callable[[Any], Any]:
 
         if len(_COMPILED) >= _COMPILED_LIMIT:
             del _COMPILED[next(iter(_COMPILED))]
-        # draft 4, as the interpreting validator; formats unchecked by both
-        _COMPILED[key] = fastjsonschema.compile({**json_schema, "$schema": _DRAFT4}, use_formats=False)
+        try:
+            # draft 4, as the interpreting validator; formats unchecked by both
+            _COMPILED[key] = fastjsonschema.compile({**json_schema, "$schema": _DRAFT4}, use_formats=False)
+        except Exception:  # a schema it cannot compile is interpreted for every write, never refused for that
+            _COMPILED[key] = _refuse_all
     return _COMPILED[key]
+
+
+def _refuse_all(obj: Any) -> Any:
+    """The check of a schema that did not compile: it passes nothing, so jsonschema decides every write."""
+    raise ValueError("not compiled")
 
 
 _DRAFT4 = "http://json-schema.org/draft-04/schema#"
