@@ -4,8 +4,8 @@ Level-based: every pass observes everything from kopf's indexes (fed by watches)
 applies its actions, writes the status once (when the planner says it is due, with a resourceVersion
 precondition), then hands the events to the background poster. A pass runs on create/resume (the daemon
 starts), on every change of the job (but not of its status alone: that is our own write) or of one of its
-children (an event handler per kind of child pokes the job's daemon once kopf has indexed the change), and on
-the planner's timer.
+children (an event handler per kind of child pokes the job's daemon once kopf has indexed the change), within
+a second of a change of a node its pods run on, and on the planner's timer.
 Nothing the next pass needs is kept only in memory.
 """
 
@@ -47,8 +47,14 @@ CHILD_RESOURCES = {
     kind: RESOURCES[kind].kopf_name
     for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
 }
-#: Nodes are big (images, allocatable…): the planner needs only these parts.
+#: Nodes are big (images, allocatable…): the planner needs only these parts of their metadata, their taints,
+#: conditions and capacity.
 _NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
+#: A node's change wakes the jobs with pods on it this much later. GKE marks a node shutting down just before
+#: its kubelet stops the pods, and the pods' own events are what a replacement waits for: passes planned at
+#: once for the node stood in front of them (at 100 jobs, replacement p50 160 ms against 75 ms without). A
+#: pass for a pod cancels the wait, as it sees the node too; and a second is little beside the node grace.
+NODE_CHANGE_DELAY_SECONDS = 1.0
 #: After a listing (kopf's events of type None), wait this long for it to finish before auditing the indexes.
 _AUDIT_SETTLE_SECONDS = 2.0
 #: Job metadata that every write changes: not a reason to plan again.
@@ -95,12 +101,36 @@ class OwnWrite:
         return copy.deepcopy(self.obj) if _resource_version(seen) in self.before else None
 
 
+class Wakeup(asyncio.Event):
+    """What wakes a job's daemon: set now, or after a delay. Clearing it (a pass starts, and sees everything
+    there is) also cancels a pending delayed set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: asyncio.TimerHandle | None = None
+
+    def set_after(self, seconds: float) -> None:
+        """Set in ``seconds``, unless already due sooner; call in the loop that waits on it."""
+        if self.pending is None:
+            self.pending = asyncio.get_running_loop().call_later(seconds, self._due)
+
+    def _due(self) -> None:
+        self.pending = None
+        self.set()
+
+    def clear(self) -> None:
+        super().clear()
+        if self.pending is not None:
+            self.pending.cancel()
+            self.pending = None
+
+
 @dataclass
 class JobMemory:
     """What the operator keeps of one job between its passes, while its daemon runs (never across restarts)."""
 
-    #: Set to run a pass now (a change of the job or of one of its children).
-    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set to run a pass: now (a change of the job or of one of its children), or soon (of a node).
+    wakeup: Wakeup = field(default_factory=Wakeup)
     #: The job's metadata and spec as the jobs index last saw them: a pass is due only when they change.
     seen: str = ""
     #: The job as the last status write left it, over the resourceVersion that write was based on.
@@ -176,6 +206,12 @@ class OperatorContext:
         if memory is not None:
             self.state.call_soon(memory.wakeup.set)
 
+    def poke_later(self, key: JobKey, seconds: float) -> None:
+        """From any thread: run a pass of the job in ``seconds``, or sooner if anything else pokes it."""
+        memory = self.state.jobs.get(key)
+        if memory is not None:
+            self.state.call_soon(lambda: memory.wakeup.set_after(seconds))
+
     def job_changed(self, key: JobKey, body: kopf.Body) -> bool:
         """Whether this event of the job carries more than a status (and resourceVersion) change.
 
@@ -228,6 +264,7 @@ def _slim_node(body: kopf.Body) -> dict[str, Any]:
     status = body.get("status") or {}
     return {
         "metadata": metadata,
+        "spec": {"taints": copy.deepcopy(body.spec.get("taints") or [])},
         "status": {"conditions": status.get("conditions") or [], "capacity": status.get("capacity") or {}},
     }
 
@@ -317,7 +354,7 @@ class Handlers:
             self.ctx.request_audit()
         for key, store in list(pods_by_job.items()):
             if any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
-                self.ctx.poke(key)
+                self.ctx.poke_later(key, NODE_CHANGE_DELAY_SECONDS)
 
     async def index_job(self, namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
         if self.ctx.job_changed((namespace, name), body):  # not for the status our own passes write
