@@ -210,7 +210,7 @@ def _kept(
     filled, duplicates = _one_per_slot(occupancy, verdicts, holder, spec.workers.slots)
     extra = _moving_back(filled, desired, verdicts, holder, groups)
     scaled, scaled_down = _scaled_down(filled, desired + (extra is not None), verdicts, holder, groups, prices=prices)
-    moved_back = _moved_back(filled, scaled, verdicts, groups, user_scaled=user_scaled)
+    moved_back = _moved_back(filled, scaled, verdicts, groups, holder, user_scaled=user_scaled)
     if stop_reason is None:
         return _Kept(scaled, desired, extra, (*duplicates, *scaled_down), moved_back)
     stops = [_delete(pod, stop_reason) for pod in scaled.values() if verdicts[name_of(pod)].alive]
@@ -533,18 +533,24 @@ def _moved_back(
     after: Mapping[int, Obj],
     verdicts: Mapping[str, PodVerdict],
     groups: tuple[Group, ...],
+    holder: str | None,
     *,
     user_scaled: bool,
 ) -> tuple[EmitEvent, ...]:
     """The MovedBack Event when scaling down released one running worker for a newer one of a more preferred
-    group: the worker created to move back runs. Not when the user changed replicas."""
+    group: the worker created to move back runs. Not when the user changed replicas. The chief is never the
+    worker created to move back; leaving it out matters, as start times have whole seconds and often tie."""
     released = [slot for slot in before if slot not in after]
     if user_scaled or groups[0].name is None or len(released) != 1:
         return ()
     old = before[released[0]]
     if verdicts[name_of(old)].state != PodState.RUNNING:
         return ()
-    running = [(slot, pod) for slot, pod in after.items() if verdicts[name_of(pod)].state == PodState.RUNNING]
+    running = [
+        (slot, pod)
+        for slot, pod in after.items()
+        if verdicts[name_of(pod)].state == PodState.RUNNING and name_of(pod) != holder
+    ]
     if not running:
         return ()
     slot, new = max(running, key=lambda item: (_started(item[1]), worker_incarnation(name_of(item[1]))))

@@ -428,6 +428,21 @@ def test_a_worker_moves_back_make_before_break_when_the_preferred_group_is_tried
     assert pod_writes(passes(world, RETRY + timedelta(seconds=60))) == []
 
 
+def test_the_worker_that_moved_back_is_named_even_when_it_started_in_the_chiefs_second() -> None:
+    """Start times have whole seconds, so the worker moving back may tie with the chief as the newest; the chief
+    is never the worker created to move back."""
+    world = fallen_back_world(replicas=2, max_replicas=3)
+    assert pod_writes(passes(world, RETRY)) == [("CreateChild", "mnist-worker-2-1", "l4")]
+    world.observed.nodes["l4-0"] = gpu_node("l4-0", "nvidia-l4")
+    run_pod(world, "mnist-worker-2-1", "l4-0", T0)  # the chief's own startTime
+    moved = passes(world, RETRY + timedelta(seconds=1))
+    assert pod_writes(moved) == [("DeleteChild", "mnist-worker-1-1", "ScaledDown")]
+    assert [e.message for e in moved.events if e.reason == "MovedBack"] == [
+        "worker slot 1 moved from group t4 back to group l4 (as slot 2: mnist-worker-2-1 runs, mnist-worker-1-1 "
+        "released)"
+    ]
+
+
 def test_the_on_demand_fallback_is_released_first_and_moving_back_stops_when_the_group_is_full() -> None:
     world = fallen_back_world(replicas=3, max_replicas=5)
     # a fourth worker finds no t4 capacity either: its slot falls back to on-demand
