@@ -1,6 +1,7 @@
 """A node's change reaches the jobs with pods on it: through the node index (keeping what the planner reads of
-a node), and by waking those jobs a little later, so that the node's change does not stand in front of the
-events of its own pods; any pass before then sees the node as well, and cancels the wait."""
+a node), and by waking those jobs a little later, so that the node's notice does not stand in front of the
+events of its own pods; any pass before then sees the node as well, and cancels the wait. Its deletion, which
+follows its pods' events, wakes them at once."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def context() -> OperatorContext:
     return OperatorContext(api=None, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
 
 
-def test_a_node_change_wakes_the_jobs_on_it_later_and_any_pass_before_cancels_the_wait() -> None:
+def test_a_node_change_wakes_the_jobs_on_it_later_any_pass_before_cancels_the_wait_and_its_deletion_at_once() -> None:
     ctx = context()
     handlers = Handlers(ctx)
     pods_by_job = {
@@ -89,6 +90,11 @@ def test_a_node_change_wakes_the_jobs_on_it_later_and_any_pass_before_cancels_th
         assert ours.pending is None
         await asyncio.sleep(0)
         assert not ours.is_set()
+
+        await handlers.node_changed(name="n1", pods_by_job=pods_by_job, type="DELETED")  # type: ignore[arg-type]
+        assert ours.is_set()
+        assert other.pending is None
+        assert not other.is_set()
 
     asyncio.run(scenario())
 
