@@ -52,11 +52,11 @@ CHILD_RESOURCES = {
 #: conditions and capacity.
 _NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
 #: A change of a node that is still there wakes the jobs with pods on it this much later. GKE marks a node
-#: shutting down (its taint, NotReady) just before its kubelet stops the pods, and the pods' own events are
-#: what a replacement waits for: passes planned at once for the node stood in front of them (at 100 jobs,
-#: replacement p50 160 ms against 90 ms). A pass for a pod cancels the wait, as it sees the node too; and a
-#: second is little beside the node grace. A node's deletion comes after its pods' events, and wakes them at
-#: once: deferred, it was one more pass per job, which at 500 jobs tipped the operator into seconds of lag.
+#: shutting down (its taint, NotReady) just before its kubelet stops the pods, whose own events are what a
+#: replacement waits for: passes planned at once for the node would stand in front of them. A pass for a pod
+#: cancels the wait, as it sees the node too, and a second is little beside the node grace. A node's deletion
+#: follows its pods' events and wakes them at once: deferred, nothing would cancel it, and each job would run
+#: one more pass for it.
 NODE_CHANGE_DELAY_SECONDS = 1.0
 #: After a listing (kopf's events of type None), wait this long for it to finish before auditing the indexes.
 _AUDIT_SETTLE_SECONDS = 2.0
