@@ -11,7 +11,9 @@ Measures, from the pod watch of this process (both ends of each interval seen th
   (its SIGTERM checkpoint), so the first pair includes the node's graceful shutdown and the second is the
   operator's own reaction;
 and the operator process's memory (RSS now, and its peak). Nodes of the spot pool (8 T4s each) are
-preempted one by one, as GKE does, while every job runs. The chief's Lease is not renewed (no trainer
+preempted one by one, as GKE does, while every job runs; a preempted worker's container exits at its SIGTERM,
+or ``--stop-seconds`` later (a trainer writing its checkpoint: then the chief's stop comes after the pass that
+replaced it, as on GKE). The chief's Lease is not renewed (no trainer
 runs), so the operator runs with a long ``--chief-startup``.
 
 Run: .venv/bin/python bench/operator_scale.py --jobs 100 [--preemptions 10] [--deadline 900]
@@ -242,15 +244,21 @@ def progress(core: Any, namespace: str, phases: dict[str, str]) -> str:
     return f"jobs {dict(sorted(jobs.items()))} pods {dict(sorted(pods.items()))}"
 
 
-def bench_pools(jobs: int, workers: int) -> list[Any]:
+def bench_pools(jobs: int, workers: int, stop_seconds: float = 0.0) -> list[Any]:
     """The node pools, sized from the requests the operator gives pods whose spec names none (one PS per job,
-    one GPU per worker)."""
+    one GPU per worker); a preempted worker's container exits ``stop_seconds`` after its SIGTERM."""
     from ttj.planner.children import DEFAULT_PS_REQUESTS, DEFAULT_WORKER_REQUESTS
     from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
 
     cpu_pool = NodePool(name="cpu-pool", cpu="16", memory="60Gi")
     gpu_pool = spot_t4_pool(
-        name="gpu-pool", gpus=8, cpu="96", memory="360Gi", machine_type="n1-standard-96", grace=0.0, restore_after=None
+        name="gpu-pool",
+        gpus=8,
+        cpu="96",
+        memory="360Gi",
+        machine_type="n1-standard-96",
+        stop_seconds=stop_seconds,
+        restore_after=None,
     )
     worker_requests = {**DEFAULT_WORKER_REQUESTS, GPU_RESOURCE: "1"}
     return [
@@ -299,10 +307,11 @@ class SeparateCluster:
     so that neither the operator's round trips nor its CPU share a GIL with the kubelets of a hundred nodes.
     Preemptions go through the fleet's control server."""
 
-    def __init__(self, jobs: int, workers: int, directory: Path) -> None:
+    def __init__(self, jobs: int, workers: int, stop_seconds: float, directory: Path) -> None:
         self.kubeconfig_path = str(directory / "kubeconfig")
         self.processes: list[subprocess.Popen[str]] = []
-        sizing = ["--jobs", str(jobs), "--workers", str(workers), "--kubeconfig", self.kubeconfig_path]
+        sizing = ["--jobs", str(jobs), "--workers", str(workers), "--stop-seconds", str(stop_seconds)]
+        sizing += ["--kubeconfig", self.kubeconfig_path]
         try:
             for part in ("api", "control", "nodes"):
                 with open(directory / f"{part}.log", "w") as log:
@@ -506,6 +515,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--preemptions", type=int, default=10, help="spot nodes preempted one after another")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between preemptions")
+    parser.add_argument(
+        "--stop-seconds",
+        type=float,
+        default=0.0,
+        help="seconds a preempted worker's container takes to exit after SIGTERM, as a trainer writing its "
+        "checkpoint does (within GKE's 15 s) [%(default)s: at once]",
+    )
     parser.add_argument("--progress", type=float, default=10.0, help="seconds between start-up progress lines")
     parser.add_argument("--operator-verbose", action="store_true", help="the operator logs at debug level")
     parser.add_argument("--deadline", type=float, default=900.0, help="stop after this many seconds, whatever state")
@@ -532,17 +548,20 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     if args.serve:
-        return serve_part(args.serve, args.kubeconfig, bench_pools(args.jobs, args.workers))
+        return serve_part(args.serve, args.kubeconfig, bench_pools(args.jobs, args.workers, args.stop_seconds))
     deadline = time.monotonic() + args.deadline
 
     from kubernetes import client, config
     from tests.e2e.operator_support import install_crd
 
-    pools = bench_pools(args.jobs, args.workers)
+    pools = bench_pools(args.jobs, args.workers, args.stop_seconds)
     print(f"pools: {', '.join(f'{p.name} x{p.nodes}' for p in pools)}; cluster: {args.cluster}", flush=True)
     namespace = "bench"
     logs = Path(tempfile.mkdtemp(prefix="ttj-operator-scale-"))
-    cluster = SeparateCluster(args.jobs, args.workers, logs) if args.cluster == "processes" else InlineCluster(pools)
+    if args.cluster == "processes":
+        cluster: SeparateCluster | InlineCluster = SeparateCluster(args.jobs, args.workers, args.stop_seconds, logs)
+    else:
+        cluster = InlineCluster(pools)
     operator: subprocess.Popen[bytes] | None = None
     try:
         api = config.new_client_from_config(config_file=cluster.kubeconfig_path)

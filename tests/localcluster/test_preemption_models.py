@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -49,6 +51,8 @@ POOLS = [
         restore_after=0.2,
     ),
     NodePool(name="spare", nodes=1, restore_after=None),
+    NodePool(name="slow-stop", nodes=1, grace=15.0, stop_seconds=1.5, restore_after=None),
+    NodePool(name="stop-capped", nodes=1, grace=0.2, stop_seconds=600.0, restore_after=None),
 ]
 
 
@@ -143,6 +147,29 @@ def test_simulated_pods_run_at_once_and_fail_on_preemption(simulated: NodesClust
         timeout=60,
         what="replacements running",
     )
+
+
+def _bare_pod(name: str, pool: str) -> dict[str, Any]:
+    spec = {"nodeSelector": {NODE_POOL_LABEL: pool}, "containers": [{"name": "c", "image": "anything"}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def test_simulated_containers_take_their_pools_stop_seconds_within_the_grace(simulated: NodesCluster) -> None:
+    """A trainer writes its checkpoint after SIGTERM: the pool's stop_seconds, capped by the grace period."""
+    c = simulated
+    for name, pool in (("slow", "slow-stop"), ("capped", "stop-capped")):
+        c.kube.request("POST", "/api/v1/namespaces/default/pods", body=_bare_pod(name, pool))
+        wait_for(lambda n=name: (c.pod(n) or {}).get("status", {}).get("phase") == "Running", what=f"{name} running")
+    started = time.monotonic()
+    slow = c.fleet.preempt_node(c.fleet.nodes_of("slow-stop")[0], wait=True)
+    assert slow.done.is_set()
+    assert time.monotonic() - started >= 1.5
+    capped = c.fleet.preempt_node(c.fleet.nodes_of("stop-capped")[0], wait=True)
+    assert capped.done.is_set()  # not 600 s: SIGKILL at the end of the grace period
+    for name in ("slow", "capped"):
+        status = (c.pod(name) or {}).get("status", {})
+        disruption = [cond for cond in status["conditions"] if cond["type"] == "DisruptionTarget"]
+        assert (status["phase"], status["message"], len(disruption)) == ("Failed", SHUTDOWN_MESSAGE, 1)
 
 
 def test_a_lost_node_goes_silent_until_the_pool_is_restored(simulated: NodesCluster) -> None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 POOL_HELP = (
     "add a node pool: name=NAME,nodes=N,provisioning=on-demand|spot|preemptible,accelerator=TYPE,gpus=N,"
     "cpu=Q,memory=Q,machine-type=T,zone=Z,preemption=none|scripted|lifetime,preempt-at=S[:S...],seed=N,"
-    "time-scale=X,grace=S,restore-after=S|never,speed=X,step-seconds=S,stocked-out=true|false,"
+    "time-scale=X,grace=S,stop-seconds=S,restore-after=S|never,speed=X,step-seconds=S,stocked-out=true|false,"
     "stock-out-window=FROM:UNTIL,compute-class=NAME (repeatable; replaces the default pools)"
 )
 

@@ -179,9 +179,19 @@ class Kubelet:
                     container.container_id = f"ttj-local://simulated-{local.uid[:8]}-{container.name}"
         self.report(local)
 
+    def _stop_containers(self, local: LocalPod, grace: float) -> None:
+        """SIGTERM, SIGKILL after ``grace`` seconds; simulated containers take their pool's ``stop_seconds``."""
+        self.containers.stop(local, grace)
+        if not self.run_pods and grace > 0:
+            try:
+                seconds = self.registry.pool(self.registry.pool_of(local.node)).stop_seconds
+            except KeyError:  # a node of another fleet's
+                seconds = 0.0
+            self.stop_event.wait(min(seconds, grace))
+
     def _delete_gracefully(self, local: LocalPod, grace: float) -> None:
         """A deleted pod: SIGTERM, SIGKILL after the grace period, then remove the object for good."""
-        self.containers.stop(local, grace)
+        self._stop_containers(local, grace)
         self.networking.forget(local)
         client = self.client
         options = {
@@ -237,7 +247,7 @@ class Kubelet:
             local.extra_conditions = replace_condition(local.extra_conditions, disruption_condition())
             local.terminating = True
         self.report(local)
-        self.containers.stop(local, min(grace, local.grace_seconds))
+        self._stop_containers(local, min(grace, local.grace_seconds))
         with local.lock:
             local.phase = "Failed"
             local.reason = "Terminated"

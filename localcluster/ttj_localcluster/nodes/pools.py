@@ -67,6 +67,9 @@ class NodePool:
     time_scale: float = 1.0
     #: GKE gives non-system pods 15 s of the node's shutdown to terminate
     grace: float = 15.0
+    #: simulated pods only: seconds their containers take to exit after SIGTERM (a trainer writing its
+    #: checkpoint), within the grace period; containers run as processes exit when they do
+    stop_seconds: float = 0.0
     #: seconds until the pool replaces a preempted node (new name); None: never
     restore_after: float | None = 10.0
     lifetimes_file: str | None = None
@@ -96,8 +99,8 @@ class NodePool:
             raise ValueError(f"pool {self.name}: preemption=scripted needs preempt-at=SECONDS[:SECONDS...]")
         if self.gpus < 0 or (self.gpus > 0 and not self.accelerator):
             raise ValueError(f"pool {self.name}: gpus needs an accelerator (e.g. accelerator=nvidia-tesla-t4)")
-        if self.time_scale <= 0 or self.grace < 0:
-            raise ValueError(f"pool {self.name}: time-scale must be > 0 and grace >= 0")
+        if self.time_scale <= 0 or self.grace < 0 or self.stop_seconds < 0:
+            raise ValueError(f"pool {self.name}: time-scale must be > 0, grace and stop-seconds >= 0")
         if self.speed <= 0 or self.step_seconds < 0:
             raise ValueError(f"pool {self.name}: speed must be > 0 and step-seconds >= 0")
         if self.compute_class is not None and not COMPUTE_CLASS_NAME.fullmatch(self.compute_class):
