@@ -25,8 +25,6 @@ from ttj_contract import GROUP, KIND, PLURAL, VERSION
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-#: Built-in kinds only (custom resources answer 415).
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 #: Accept of a LIST answered as a Table whose rows carry each object's metadata only (with the query parameter
 #: ``includeObject=Metadata``): for a caller that needs names and uids, not a thousand pods' specs to decode.
 METADATA_TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"

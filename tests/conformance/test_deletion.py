@@ -8,11 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from ttj.kubeapi import STRATEGIC_MERGE_PATCH
-from ttj.planner.interpreter import RELEASE_PATCH
-from ttj_contract import FINALIZER
-
-from .conftest import pod_spec, raw_request, wait_for
+from .conftest import pod_spec, wait_for
 
 
 def _gone(read: Any, *args: Any) -> bool:
@@ -42,26 +38,6 @@ def test_finalizers_hold_deletion(core: client.CoreV1Api, namespace: str) -> Non
     assert held.metadata.deletion_timestamp is not None
     core.patch_namespaced_config_map("fin", namespace, {"metadata": {"finalizers": None}})
     wait_for(lambda: _gone(core.read_namespaced_config_map, "fin", namespace), what="the configmap to go")
-
-
-def test_the_operators_release_takes_out_its_finalizer_only_and_needs_no_read(
-    k8s_api: client.ApiClient, core: client.CoreV1Api, namespace: str
-) -> None:
-    """The strategic patch the operator releases a worker with: its finalizer leaves the list, another writer's
-    stays; a pod without it is left as it was (no new resourceVersion); without finalizers the pod goes."""
-    spec = pod_spec(nodeName=f"fake-node-{namespace}")
-    held = ["example.com/keep", FINALIZER]
-    core.create_namespaced_pod(namespace, {"metadata": {"name": "f", "finalizers": held}, "spec": spec})
-    core.delete_namespaced_pod("f", namespace, grace_period_seconds=0)
-    path = f"/api/v1/namespaces/{namespace}/pods/f"
-    headers = {"Accept": "application/json", "Content-Type": STRATEGIC_MERGE_PATCH}
-    released = raw_request(k8s_api, "PATCH", path, RELEASE_PATCH, headers)
-    assert released["metadata"]["finalizers"] == ["example.com/keep"]
-    again = raw_request(k8s_api, "PATCH", path, RELEASE_PATCH, headers)
-    assert again["metadata"]["resourceVersion"] == released["metadata"]["resourceVersion"]
-    last = {"metadata": {"$deleteFromPrimitiveList/finalizers": held[:1]}}
-    raw_request(k8s_api, "PATCH", path, last, headers)
-    wait_for(lambda: _gone(core.read_namespaced_pod, "f", namespace), what="the pod to go")
 
 
 def test_pod_on_a_node_is_deleted_gracefully(core: client.CoreV1Api, namespace: str) -> None:

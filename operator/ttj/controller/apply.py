@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
+
 from ttj import kubeapi
-from ttj.kubeapi import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeError
+from ttj.kubeapi import MERGE_PATCH, KubeError
 from ttj.planner import (
     CreateChild,
     DeleteChild,
@@ -42,11 +44,11 @@ from ttj.planner import (
 )
 from ttj.planner.actions import EVENT_MESSAGE_LIMIT
 from ttj.planner.interpreter import (
-    RELEASE_PATCH,
     Conflict,
     conditional,
     delete_options,
     deliberate_patch,
+    finalizer_patch,
     labels_patch,
     lease_patch,
 )
@@ -56,6 +58,8 @@ __all__ = ["MAX_RETRY_SECONDS", "Applied", "Applier", "Conflict", "KubeApi", "re
 
 log = logging.getLogger("ttj.controller")
 
+#: Attempts at removing a finalizer from a pod that keeps changing under us.
+FINALIZER_ATTEMPTS = 5
 #: The first and the longest wait before a pass retries writes the API refused.
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 60.0
@@ -110,6 +114,10 @@ def _names_a_successor(write: Write, exc: KubeError) -> bool:
     (``metadata.uid`` is immutable), as a delete's uid precondition answers 409. The object the write meant
     is gone either way; its successor is observed and planned like any other child."""
     return isinstance(write, DeleteChild) and write.uid is not None and "metadata.uid" in exc.invalid_fields
+
+
+def _changed_meanwhile(exc: BaseException) -> bool:
+    return isinstance(exc, KubeError) and exc.status == 409
 
 
 class Applier:
@@ -168,8 +176,21 @@ class Applier:
                 log.warning("could not release pod %s/%s: %s", namespace, pod, exc.message)
 
     def _remove_finalizer(self, namespace: str, pod: str) -> None:
+        """Read the pod, then patch its finalizer list under the resourceVersion read; again if it changed."""
         path = kubeapi.path("Pod", namespace, pod)
-        self.api.request("PATCH", path, body=RELEASE_PATCH, content_type=STRATEGIC_MERGE_PATCH)
+        retrying = Retrying(
+            stop=stop_after_attempt(FINALIZER_ATTEMPTS), retry=retry_if_exception(_changed_meanwhile), reraise=True
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    patch = finalizer_patch(self.api.request("GET", path))
+                    if patch is not None:
+                        self._patch(path, patch)
+        except KubeError as exc:
+            if _changed_meanwhile(exc):
+                raise Conflict(f"pod {pod} kept changing while removing the finalizer") from exc
+            raise
 
     def write_status(
         self, namespace: str, name: str, resource_version: str | None, patch: dict[str, Any]

@@ -2,7 +2,7 @@
 
 One reading of every :data:`Write`, shared by the unit tests' :class:`~ttj.planner.world.World` and the
 what-if simulator. The request bodies a write sends (:func:`lease_patch`, :func:`labels_patch`, ...) are
-built here and sent as they are by the controller's Applier, so both apply the same patches.
+built here and sent as they are by the controller's Applier, so both apply the same JSON merge patches.
 
 The rules: a create of an existing name is refused (409) and a write to a missing object finds nothing
 (404), both harmless, except for a :func:`conditional` write, whose refusal is a :class:`Conflict`; a
@@ -93,10 +93,18 @@ def delete_options(action: DeleteChild) -> Obj:
     return options
 
 
-#: The strategic merge patch of a :class:`RemoveFinalizer`: the API server takes ttj's :data:`FINALIZER` out of
-#: the pod's list and keeps the others, so it needs no read and no resourceVersion precondition; a pod without it
-#: is left unchanged. (A JSON merge patch would replace the whole list, under the version of a read.)
-RELEASE_PATCH: Obj = {"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}}
+def finalizer_patch(pod: Obj) -> Obj | None:
+    """The merge patch removing ttj's :data:`FINALIZER` from ``pod`` as read, guarded by its resourceVersion
+    (the finalizer list is replaced whole); None when the finalizer is not there."""
+    finalizers = meta(pod).get("finalizers") or []
+    if FINALIZER not in finalizers:
+        return None
+    return {
+        "metadata": {
+            "resourceVersion": meta(pod).get("resourceVersion"),
+            "finalizers": [f for f in finalizers if f != FINALIZER] or None,
+        }
+    }
 
 
 # -- the cluster in memory -------------------------------------------------------------------------
@@ -129,7 +137,9 @@ class Interpreter:
         elif isinstance(write, DeleteChild):
             changed = self._delete(write, now)
         elif isinstance(write, RemoveFinalizer):
-            changed = self._release(write.pod)
+            pod = self.pod(write.pod)
+            patch = finalizer_patch(pod) if pod is not None else None
+            changed = patch is not None and self._patch("Pod", write.pod, patch) is not None
         elif isinstance(write, LabelPod):
             changed = self._patch("Pod", write.pod, labels_patch(write)) is not None
         else:
@@ -165,14 +175,6 @@ class Interpreter:
         else:
             self.observed.children[(write.kind, write.name)] = obj
         return True
-
-    def _release(self, name: str) -> bool:
-        """:data:`RELEASE_PATCH` as the API server applies it."""
-        finalizers = meta(self.pod(name) or {}).get("finalizers") or []
-        if FINALIZER not in finalizers:
-            return False
-        kept = [f for f in finalizers if f != FINALIZER] or None
-        return self._patch("Pod", name, {"metadata": {"finalizers": kept}}) is not None
 
     def _patch(self, kind: str, name: str, patch: Obj) -> Obj | None:
         """A merge patch with an optional resourceVersion precondition; the changed object, None if unchanged."""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ttj.controller.apply import MAX_RETRY_SECONDS, Applier, Conflict, retry_delay
-from ttj.kubeapi import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeError, path
+from ttj.kubeapi import MERGE_PATCH, KubeError, path
 from ttj.planner import CreateChild, DeleteChild, EmitEvent, LabelPod, RemoveFinalizer, UpdateLease, Write
 from ttj_contract import ANNOTATION_DELETED, FINALIZER, KIND
 
@@ -230,22 +230,56 @@ def test_a_replacement_records_its_recovery_time() -> None:
     assert applied.recoveries[0] >= 0
 
 
-def test_a_finalizer_is_released_by_one_strategic_patch_without_a_read() -> None:
-    api = ScriptedApi({("PATCH", path("Pod", NS, "gone")): [refusal(404)]})
-    Applier(api).apply(NS, [RemoveFinalizer("w"), RemoveFinalizer("gone")])
-    release = {"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}}
-    assert api.requests == [
-        ("PATCH", path("Pod", NS, "w"), release, STRATEGIC_MERGE_PATCH),
-        ("PATCH", path("Pod", NS, "gone"), release, STRATEGIC_MERGE_PATCH),
-    ]
+class Versions:
+    """A pod that another writer changes between each read and our patch."""
+
+    def __init__(self, finalizers: list[str]) -> None:
+        self.version = 0
+        self.finalizers = finalizers
+
+    def __call__(self) -> dict[str, Any]:
+        self.version += 1
+        return {"metadata": {"name": "w", "resourceVersion": str(self.version), "finalizers": self.finalizers}}
+
+
+def test_the_finalizer_is_removed_under_the_version_read_and_retried_on_conflicts() -> None:
+    pod_path = path("Pod", NS, "w")
+    api = ScriptedApi(
+        {
+            ("GET", pod_path): [Versions([FINALIZER, "example.com/keep"])],
+            ("PATCH", pod_path): [refusal(409), refusal(409), {}],
+        }
+    )
+    Applier(api).apply(NS, [RemoveFinalizer("w")])
+    patches = [body for method, _, body, _ in api.requests if method == "PATCH"]
+    assert [p["metadata"]["resourceVersion"] for p in patches] == ["1", "2", "3"]
+    assert patches[-1]["metadata"]["finalizers"] == ["example.com/keep"]
+
+
+def test_the_last_finalizer_goes_with_its_key_and_an_absent_one_is_left_alone() -> None:
+    pod_path = path("Pod", NS, "w")
+    api = ScriptedApi({("GET", pod_path): [Versions([FINALIZER])]})
+    Applier(api).apply(NS, [RemoveFinalizer("w")])
+    assert api.requests[-1][2] == {"metadata": {"resourceVersion": "1", "finalizers": None}}
+    api = ScriptedApi({("GET", pod_path): [Versions(["example.com/keep"])]})
+    Applier(api).apply(NS, [RemoveFinalizer("w")])
+    assert [m for m, *_ in api.requests] == ["GET"]
+
+
+def test_a_pod_that_keeps_changing_is_a_conflict() -> None:
+    pod_path = path("Pod", NS, "w")
+    api = ScriptedApi({("GET", pod_path): [Versions([FINALIZER])], ("PATCH", pod_path): [refusal(409)]})
+    with pytest.raises(Conflict):
+        Applier(api).apply(NS, [RemoveFinalizer("w")])
+    assert [m for m, *_ in api.requests] == ["GET", "PATCH"] * 5
 
 
 def test_releasing_an_orphan_pod_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     pod_path = path("Pod", NS, "w")
-    Applier(ScriptedApi({("PATCH", pod_path): [refusal(404)]})).release_finalizer(NS, "w")
+    Applier(ScriptedApi({("GET", pod_path): [refusal(404)]})).release_finalizer(NS, "w")
     assert not caplog.records
     with caplog.at_level(logging.WARNING):
-        Applier(ScriptedApi({("PATCH", pod_path): [refusal(500, "etcd")]})).release_finalizer(NS, "w")
+        Applier(ScriptedApi({("GET", pod_path): [refusal(500, "etcd")]})).release_finalizer(NS, "w")
     assert "could not release pod ns/w: etcd" in caplog.text
 
 
