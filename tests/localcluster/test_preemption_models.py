@@ -175,13 +175,7 @@ def test_simulated_containers_take_their_pools_stop_seconds_within_the_grace(sim
 def test_a_lost_node_goes_silent_until_the_pool_is_restored(simulated: NodesCluster) -> None:
     c = simulated
     node = c.fleet.nodes_of("spare")[0]
-    stranded = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "stranded"},
-        "spec": {"nodeSelector": {NODE_POOL_LABEL: "spare"}, "containers": [{"name": "c", "image": "anything"}]},
-    }
-    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=stranded)
+    c.kube.request("POST", "/api/v1/namespaces/default/pods", body=_bare_pod("stranded", "spare"))
     wait_for(lambda: (c.pod("stranded") or {}).get("status", {}).get("phase") == "Running", what="stranded running")
     control = ControlClient.from_kubeconfig(c.kubeconfig)
     assert control.lose_node(node) == {"node": node}
