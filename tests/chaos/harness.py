@@ -366,6 +366,8 @@ class Operators:
             "--leader-election-lease-duration",
             str(self.lease_duration),
         ]
+        if os.environ.get("TTJ_CHAOS_VERBOSE"):
+            command.append("-v")
         with open(self.logs / f"{self.identities[i]}.log", "wb") as out:
             self.processes[i] = subprocess.Popen(
                 command, env={**os.environ, "KUBECONFIG": self.kubeconfig}, stdout=out, stderr=subprocess.STDOUT
@@ -781,7 +783,35 @@ class Chaos:
             elif time.monotonic() - stable_since > 3.0:  # settled, and staying so
                 return []
             time.sleep(0.5)
+        self._dump_state(checker, when)
         return [f"not settled {when}: {p}" for p in problems]
+
+    def _dump_state(self, checker: Checker, when: str) -> None:
+        """What the API holds when the jobs did not settle (jobs, pods, Deployments, ReplicaSets, Events,
+        ServiceAccounts), for the report: ``state-<when>.json`` beside the operators' logs."""
+        state: dict[str, Any] = {}
+        core, apps = client.CoreV1Api(self.api), client.AppsV1Api(self.api)
+        custom = client.CustomObjectsApi(self.api)
+        listings = {
+            "jobs": lambda: custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL),
+            "pods": lambda: self.api.sanitize_for_serialization(core.list_namespaced_pod(self.namespace)),
+            "deployments": lambda: self.api.sanitize_for_serialization(apps.list_namespaced_deployment(self.namespace)),
+            "replicasets": lambda: self.api.sanitize_for_serialization(
+                apps.list_namespaced_replica_set(self.namespace)
+            ),
+            "serviceaccounts": lambda: self.api.sanitize_for_serialization(
+                core.list_namespaced_service_account(self.namespace)
+            ),
+            "events": lambda: self.api.sanitize_for_serialization(core.list_namespaced_event(self.namespace)),
+            "nodes": lambda: self.api.sanitize_for_serialization(core.list_node()),
+        }
+        for kind, listing in listings.items():
+            try:
+                state[kind] = listing()
+            except ApiException as exc:
+                state[kind] = f"HTTP {exc.status}"
+        path = self.logs / f"state-{when.replace(' ', '-')}.json"
+        path.write_text(json.dumps(state, indent=1, default=str))
 
     def _delete_and_wait_empty(self, api: client.ApiClient, checker: Checker, timeout: float) -> list[str]:
         custom = client.CustomObjectsApi(api)

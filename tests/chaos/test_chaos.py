@@ -20,7 +20,10 @@ def test_no_invariant_breaks_under_api_faults_watch_gaps_operator_kills_and_pree
         outcome = Chaos(plan, tmp_path).run()
     summary = outcome.summary()
     print("chaos:", summary)
+    for problem in outcome.problems:
+        print("problem:", problem)
     if outcome.violations or outcome.problems:
+        print(f"the API's state at the end and every operator's log: {tmp_path}")
         for log in sorted(tmp_path.glob("operator-*.log")):
             print(f"--- {log.name} (tail)\n{log.read_text(errors='replace')[-4000:]}")
     assert outcome.violations == []

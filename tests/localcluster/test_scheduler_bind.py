@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from ttj.kubeapi import KubeError
 from ttj_localcluster.nodes.kube import obj_key
 from ttj_localcluster.nodes.pools import default_pools, node_object
 from ttj_localcluster.nodes.scheduler import Scheduler, feasible_nodes_to_find
@@ -59,6 +60,39 @@ def test_a_bind_lost_on_the_wire_is_retried_and_the_pod_bound() -> None:
         scheduler._schedule(obj_key(pod))  # the work queue retries it after a back-off
     scheduler._schedule(obj_key(pod))
     assert [b["target"]["name"] for b in api.bindings] == [node["metadata"]["name"]]
+
+
+class ConflictingApi(FlakyApi):
+    """Its first binding is refused with 409 (a write conflict, as the API answers under load or in the chaos
+    suite's injected faults), though the pod is bound to no node."""
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if path.endswith("/binding") and self.failures:
+            self.failures -= 1
+            raise KubeError(409, "Operation cannot be fulfilled: the object has been modified")
+        return super().request(method, path, **kwargs)
+
+
+def test_a_bind_refused_with_a_conflict_is_retried_until_the_watch_shows_the_pod_bound() -> None:
+    pod = _gpu_pod("train-worker-1-1")
+    node = node_object(default_pools()[0], "gke-ttj-local-default-pool-00000000-abcd", "10.0.0.2")
+    scheduler = Scheduler(seed=1)
+    api = ConflictingApi()
+    pods = Cache(pod)
+    scheduler.client, scheduler.pods, scheduler.nodes = api, pods, Cache(node)  # type: ignore[assignment]
+    pod["spec"]["tolerations"] = []
+    pod["spec"]["containers"][0]["resources"] = {}
+
+    with pytest.raises(KubeError):
+        scheduler._schedule(obj_key(pod))  # the work queue retries it after a back-off
+    assert scheduler._assumed == {}
+    scheduler._schedule(obj_key(pod))
+    assert [b["target"]["name"] for b in api.bindings] == [node["metadata"]["name"]]
+
+    pods.objects[obj_key(pod)] = {**pod, "spec": {**pod["spec"], "nodeName": node["metadata"]["name"]}}
+    scheduler._assumed.clear()
+    scheduler._schedule(obj_key(pod))  # a retry after the watch showed the binding binds nothing
+    assert len(api.bindings) == 1
 
 
 class RecordingApi(FlakyApi):

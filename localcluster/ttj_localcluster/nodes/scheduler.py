@@ -20,7 +20,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from ttj import kubeapi
-from ttj.kubeapi import JSON, KubeClient, KubeError
+from ttj.kubeapi import JSON, KubeClient
 
 from .kube import Informer, WorkQueue, obj_key, pod_event, wait_synced
 from .pools import now_rfc3339
@@ -363,18 +363,17 @@ class Scheduler:
         }
         try:
             self.client.request("POST", kubeapi.path("Pod", meta["namespace"], meta["name"], "binding"), body=binding)
-        except Exception as exc:
+        except Exception:
             # Forget the assumption on every failure, a broken connection or a timeout included: an
-            # assumed pod is never scheduled again, so it would stay Pending for good. A retry of a bind
-            # that did land answers 409.
+            # assumed pod is never scheduled again, so it would stay Pending for good. Every failure is
+            # retried, a 404 or a 409 too, as kube-scheduler requeues a pod whose binding failed: the retry
+            # reads the pod from the informer, and stops there once the watch shows it bound or gone.
             with self._lock:
                 still_assumed = self._assumed.get(key) == node
                 if still_assumed:
                     del self._assumed[key]
             if still_assumed:  # else the watch has shown where the pod really is, and it is counted there
                 self._unplace(key, only_from=node)
-            if isinstance(exc, KubeError) and exc.status in (404, 409):
-                return  # gone, or someone bound it first
             raise
         self._event(pod, "Normal", "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}")
 

@@ -109,11 +109,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class KopfFailure(logging.Handler):
-    """Whether kopf's runner has logged a failure of one of its root tasks (a watcher that gave up...).
+    """Whether kopf has logged the failure of one of its lasting tasks: a root task (a watcher that gave up
+    stops the operator) or the watcher of one resource kind, which kopf never starts again: a watch stream
+    that ends with an ERROR event other than 410 (kube-apiserver sends 504 "Too large resource version"
+    after an etcd restore, for one) leaves that kind unwatched, the indexes frozen and every job's passes
+    planning on them, while the operator looks alive.
 
-    kopf then stops, but returns from ``kopf.operator`` only once every task of the event loop has ended,
-    which can take indefinitely; it offers no public flag for it. A leader whose operator failed must
-    stop renewing at once, or the standby would wait forever: this log record is the signal."""
+    kopf returns from ``kopf.operator`` only once every task of the event loop has ended, which can take
+    indefinitely, and offers no public flag for either failure. A leader whose operator failed must stop
+    renewing at once, or the standby would wait forever: these log records are the signal."""
+
+    #: kopf's loggers of its lasting tasks; at ERROR they log only their failures (request retries are
+    #: logged by the clients' loggers).
+    LOGGERS = ("kopf._core.reactor.running", "kopf._core.reactor.orchestration")
 
     def __init__(self) -> None:
         super().__init__(level=logging.ERROR)
@@ -121,6 +129,15 @@ class KopfFailure(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.failed = True
+
+    def attach(self) -> KopfFailure:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addHandler(self)
+        return self
+
+    def detach(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
 
     def none(self) -> bool:
         return not self.failed
@@ -262,8 +279,7 @@ def _run(ctx: OperatorContext, elector: LeaderElector | None, namespaces: list[s
         return
     from ttj.controller.leader import run_as_leader
 
-    failed = KopfFailure()
-    logging.getLogger("kopf._core.reactor.running").addHandler(failed)
+    failed = KopfFailure().attach()
     asyncio.run(run_as_leader(elector, operate, _exit_lost_leadership, standby_health=liveness, healthy=failed.none))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -166,3 +167,31 @@ def test_a_leader_whose_operator_failed_stops_renewing_at_once() -> None:
         )
     )
     assert lost == ["lost"]
+
+
+def test_kopf_failure_sees_a_dead_watcher_through_kopfs_own_guard_and_ignores_request_retries() -> None:
+    """kopf never restarts the watcher of a resource kind once it failed (an ERROR event other than 410 ends
+    it), and logs that on its orchestration logger, not on the runner's: a leader that missed it would renew
+    for an operator blind to that kind. Driven through kopf's own guard and logger names, so that a kopf
+    that moves them fails here."""
+    from kopf._cogs.aiokits import aiotasks
+    from kopf._cogs.clients.watching import WatchingError
+
+    from ttj.controller.cli import KopfFailure
+
+    failure = KopfFailure().attach()
+    try:
+        # A request kopf retries is logged at ERROR too, by the client's logger: no failure.
+        logging.getLogger("kopf._cogs.clients.watching").error("Request attempt #1/9 failed; will retry")
+        assert failure.none()
+
+        async def watch_that_ends_in_an_error_event() -> None:
+            raise WatchingError("Error in the watch-stream: {'code': 504, 'message': 'Too large resource version'}")
+
+        orchestration = logging.getLogger("kopf._core.reactor.orchestration")
+        guarded = aiotasks.guard(watch_that_ends_in_an_error_event(), "watcher for pods@ns", logger=orchestration)
+        with pytest.raises(WatchingError):
+            asyncio.run(guarded)
+        assert not failure.none()
+    finally:
+        failure.detach()
