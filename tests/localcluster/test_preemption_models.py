@@ -202,8 +202,9 @@ def test_a_lost_node_goes_silent_until_the_pool_is_restored(simulated: NodesClus
 
 
 def test_controllers_converge_through_api_faults(simulated: NodesCluster) -> None:
-    """Failed writes (500/503) of bindings and status, and watches that drop: the controllers retry and
-    relist, as client-go based controllers do, and still bring a Deployment up."""
+    """Failed writes (409/500/503) of bindings and status, and watches that drop: the controllers retry and
+    relist, as client-go based controllers do, and still bring a Deployment up. A binding refused with 409
+    is retried too, as kube-scheduler does, until the watch shows the pod bound."""
     from ttj_localcluster.apiserver.faults import FaultRule
 
     c = simulated
@@ -211,12 +212,14 @@ def test_controllers_converge_through_api_faults(simulated: NodesCluster) -> Non
     faults.configure(
         seed=5,
         rules=[
+            # the first bindings are refused as a conflict, though no pod is bound yet
+            FaultRule(probability=1.0, codes=[409], verbs=["create"], resources=["pods/binding"], count=3),
             FaultRule(
                 probability=0.3,
                 codes=[500, 503],
                 verbs=["create", "patch"],
                 resources=["pods/status", "pods/binding", "replicasets/status", "deployments/status"],
-            )
+            ),
         ],
         watch_drop_probability=0.1,
     )
@@ -249,6 +252,7 @@ def test_controllers_converge_through_api_faults(simulated: NodesCluster) -> Non
             timeout=90,
             what="all replicas available despite faults",
         )
-        assert faults.rules[0].injected > 0
+        assert faults.rules[0].injected == 3
+        assert faults.rules[1].injected > 0
     finally:
         faults.clear()
