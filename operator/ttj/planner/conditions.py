@@ -88,6 +88,10 @@ class InProgress:
     #: With worker groups: the running workers, the chief aside, in a less preferred group than one with room, in
     #: words ("" when none).
     fallback_workers: str = ""
+    #: The workers alive but not running yet, and the parameter servers without a running pod, in words (see
+    #: :mod:`ttj.planner.waiting`); "" when none.
+    waiting_workers: str = ""
+    waiting_servers: str = ""
 
     @property
     def training(self) -> bool:
@@ -183,12 +187,14 @@ def _recovering(s: Situation) -> Holds | None:
     if not s.lost:
         return False, Reason.STARTING, _starting(s)
     if not s.parameter_servers_ready:
-        return True, Reason.PARAMETER_SERVER_LOST, "waiting for the parameter servers to run again"
+        servers = f": {s.waiting_servers}" if s.waiting_servers else ""
+        return True, Reason.PARAMETER_SERVER_LOST, f"waiting for the parameter servers to run again{servers}"
     if not s.chief_healthy:
         return True, Reason.CHIEF_LOST, "waiting for a running worker to become chief"
     if s.unschedulable:
         return True, Reason.WORKERS_UNSCHEDULABLE, s.unschedulable
-    return True, Reason.WORKERS_LOST, f"{s.active}/{s.desired} workers active"
+    workers = f"; waiting for {s.waiting_workers}" if s.waiting_workers else ""
+    return True, Reason.WORKERS_LOST, f"{s.active}/{s.desired} workers active{workers}"
 
 
 def _starting(s: InProgress) -> str:

@@ -57,6 +57,7 @@ from ttj.planner.slots import SlotInputs, WorkerSlots, fill_worker_slots
 from ttj.planner.stall import Stall, stall_of, track_progress
 from ttj.planner.static_children import StaticChildren, static_children
 from ttj.planner.suspension import Suspension, suspension_of
+from ttj.planner.waiting import waiting_parameter_servers, waiting_workers
 from ttj_contract import format_time, parse_time, worker_selector
 
 __all__ = ["CostFunction", "Plan", "PlannerConfig", "plan"]
@@ -583,6 +584,8 @@ def _situation(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, de
         ever_suspended=reading.suspension.ever,
         capacity_fallback=_capacity_fallback(spec, slots),
         fallback_workers=slots.fallback_workers,
+        waiting_workers=waiting_workers(reading.assessed.workers, reading.assessed.verdicts),
+        waiting_servers=waiting_parameter_servers(run.observed.pods, spec.parameter_servers.replicas, servers.pods),
     )
 
 
