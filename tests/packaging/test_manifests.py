@@ -115,3 +115,13 @@ def test_everything_lands_in_ttj_system_but_the_job_namespaces_rolebindings() ->
     placed = {(d["kind"], d["metadata"].get("namespace")) for d in _composed() if d["kind"] not in cluster_scoped}
     assert {ns for _, ns in placed} == {"ttj-system", "team-a"}
     assert {kind for kind, ns in placed if ns == "team-a"} == {"RoleBinding"}
+
+
+def test_the_registry_overlay_names_both_images_from_one_registry_and_release() -> None:
+    documents = _build(MANIFESTS / "overlays" / "my-registry")
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    operator = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    (crd,) = [d for d in documents if d["kind"] == "CustomResourceDefinition"]
+    trainer = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["image"]
+    assert trainer["default"] == operator.replace("/ttj-operator:", "/ttj-trainer:")
+    assert not operator.startswith("ghcr.io/transient-training/")
