@@ -70,3 +70,14 @@ def test_what_the_install_and_monitoring_pages_tell_users_to_type_is_the_contrac
     assert f"`{FINALIZER}`" in install
     assert f"{LABEL_CHIEF}=true" in (ROOT / "docs" / "troubleshooting.md").read_text()
     assert f"{LABEL_METRICS_SCRAPER}=true" in (ROOT / "docs" / "monitoring.md").read_text()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_make_target_a_page_names_exists(page: Path) -> None:
+    targets = set(re.findall(r"^([a-zA-Z0-9_-]+):", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    named = {
+        word
+        for command in re.findall(r"(?:`|^[ \t]*)make ((?:[a-z][a-z0-9-]*[ \t]?)+)", page.read_text(), re.MULTILINE)
+        for word in command.split()
+    }
+    assert named - targets == set()
