@@ -93,7 +93,7 @@ image-test: ## Build both images on the local bases and check them in chroot (ro
 image-push: ## Push both images built by `make image` (log in to the registry first)
 	images/push.sh
 
-install-yaml: ## Render manifests/base into dist/install.yaml, operator image IMAGE_REPO/ttj-operator:VERSION
+install-yaml: ## Render manifests/base into dist/install.yaml with IMAGE_REPO/ttj-{operator,trainer}:VERSION
 	$(IMAGE_TOOLS_PYTHON) images/render_install.py --image-repo $(IMAGE_REPO) --version $(VERSION) -o dist/install.yaml
 
 bench: $(STAMP) ## Run the benchmarks under bench/ (not tests; results go to docs/benchmarks.md)

@@ -1,8 +1,9 @@
-"""Render manifests/base into one install.yaml with the operator image set to a release (``make install-yaml``).
+"""Render manifests/base into one install.yaml with both images set to a release (``make install-yaml``).
 
 The rendering is kustomize's (``kubectl kustomize``, else ``kustomize build``): a throwaway overlay on
-manifests/base sets the operator's image to ``IMAGE_REPO/ttj-operator:VERSION``, the way an overlay of
-manifests/overlays does. The base's own image name is read from its kustomization, never repeated here.
+manifests/base sets the operator's image to ``IMAGE_REPO/ttj-operator:VERSION`` and the trainer image of jobs
+that name none to ``IMAGE_REPO/ttj-trainer:VERSION``, the way manifests/overlays/my-registry does. The base's
+own image name is read from its kustomization, never repeated here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "manifests" / "base"
 OPERATOR = "ttj-operator"
+TRAINER = "ttj-trainer"
+CRD = "transienttrainingjobs.transient.training"
+TRAINER_DEFAULT_PATH = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/image/default"
 
 
 def kustomize_command() -> list[str]:
@@ -39,6 +43,16 @@ def base_operator_image() -> str:
     return OPERATOR
 
 
+def trainer_default_patch(image: str) -> dict[str, object]:
+    """The kustomize patch that makes ``image`` the trainer image of jobs that name none: the CRD's default of
+    spec.image, which the API server writes into each job as it is created (a running job keeps its image when
+    an install changes the default). manifests/overlays/my-registry carries the same patch for kustomize users."""
+    return {
+        "target": {"kind": "CustomResourceDefinition", "name": CRD},
+        "patch": yaml.safe_dump([{"op": "replace", "path": TRAINER_DEFAULT_PATH, "value": image}]),
+    }
+
+
 def render(image_repo: str, version: str, scratch: Path) -> str:
     """The manifests, rendered; ``scratch`` holds the overlay while kustomize runs (inside the repository,
     as kustomize takes a base only by a relative path)."""
@@ -49,14 +63,15 @@ def render(image_repo: str, version: str, scratch: Path) -> str:
             "kind": "Kustomization",
             "resources": [os.path.relpath(BASE, directory)],
             "images": [{"name": base_operator_image(), "newName": f"{image_repo}/{OPERATOR}", "newTag": version}],
+            "patches": [trainer_default_patch(f"{image_repo}/{TRAINER}:{version}")],
         }
         (Path(directory) / "kustomization.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
         done = subprocess.run([*kustomize_command(), directory], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"kustomize failed:\n{done.stderr}")
-    expected = f"image: {image_repo}/{OPERATOR}:{version}"
-    if expected not in done.stdout:
-        raise SystemExit(f"the rendered manifests do not name {expected!r}")
+    for expected in (f"image: {image_repo}/{OPERATOR}:{version}", f"default: {image_repo}/{TRAINER}:{version}"):
+        if expected not in done.stdout:
+            raise SystemExit(f"the rendered manifests do not name {expected!r}")
     return done.stdout
 
 

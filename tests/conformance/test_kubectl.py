@@ -72,7 +72,7 @@ def test_kubectl_with_transient_training_jobs(
     manifest.write_text(yaml.safe_dump(job))
     assert "created" in kubectl(kubeconfig, "-n", namespace, "apply", "-f", str(manifest)).stdout
     header = kubectl(kubeconfig, "-n", namespace, "get", "ttj").stdout.split("\n")[0].split()
-    assert header == ["NAME", "PHASE", "WORKERS", "CHIEF", "STEP", "COST", "AGE"]
+    assert header == ["NAME", "PHASE", "WORKERS", "CHIEF", "STEP", "OF", "COST", "AGE"]
     usd = 0.0023326063027777778
     status = {"status": {"phase": "Running", "cost": {"usd": usd, "summary": format_usd(usd)}}}
     kubectl(kubeconfig, "-n", namespace, "patch", "ttj", "kjob", "--subresource=status", "--type=merge",
@@ -105,13 +105,13 @@ def test_kubectl_apply_the_examples_directory(kubeconfig: str, ttj_crd: dict[str
     """`kubectl apply -f examples/` as the README says; examples/full.yaml names namespace default."""
     examples = str(REPO / "examples")
     dry = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", examples).stdout
-    assert dry.count("(server dry run)") == 3, dry
+    assert dry.count("(server dry run)") == 4, dry
     try:
         out = kubectl(kubeconfig, "apply", "-f", examples).stdout
-        for name in ("demo", "resnet32-full", "resnet32-cifar10"):
+        for name in ("demo", "resnet32-full", "my-model-mixed", "resnet32-cifar10"):
             assert f"transienttrainingjob.transient.training/{name} created" in out
         table = kubectl(kubeconfig, "get", "ttj", "resnet32-full", "demo").stdout.splitlines()
-        assert table[0].split() == ["NAME", "PHASE", "WORKERS", "CHIEF", "STEP", "COST", "AGE"]
+        assert table[0].split() == ["NAME", "PHASE", "WORKERS", "CHIEF", "STEP", "OF", "COST", "AGE"]
         assert [row.split()[0] for row in table[1:]] == ["resnet32-full", "demo"]
         refused = kubectl(kubeconfig, "scale", "ttj/resnet32-full", "--replicas=9", check=False)
         assert refused.returncode != 0

@@ -138,6 +138,14 @@ class OperatorProcess:
         log = open(self.log_dir / f"operator-{next(self.runs)}.log", "wb")  # noqa: SIM115
         self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
 
+    def stop(self) -> None:
+        """A clean stop (SIGTERM), as a rollout of the Deployment stops a replica."""
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(30)
+            self.process = None
+        self.image_root.close()
+
     def kill(self) -> None:
         if self.process is not None:
             self.process.kill()

@@ -44,8 +44,9 @@ def final_stage(parsed: list[Instruction]) -> list[Instruction]:
     return parsed[last_from:]
 
 
-def release() -> str:
-    match = re.search(r"^VERSION \?= (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+def make_default(variable: str) -> str:
+    """A variable's default in the Makefile (IMAGE_REPO, VERSION): what `make image` builds by default."""
+    match = re.search(rf"^{variable} \?= (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
     assert match is not None
     return match.group(1)
 
@@ -71,8 +72,11 @@ def env_value(stage: list[Instruction], name: str) -> str:
 def test_an_example_builds_on_the_trainer_image_as_its_user_and_checks_its_program(example: str) -> None:
     directory = EXAMPLES / example
     parsed = instructions(directory / "Dockerfile")
-    assert parsed[0] == Instruction("ARG", f"VERSION={release()}")
-    assert [i.arguments for i in parsed if i.keyword == "FROM"] == ["ghcr.io/transient-training/ttj-trainer:${VERSION}"]
+    assert parsed[:2] == [
+        Instruction("ARG", f"IMAGE_REPO={make_default('IMAGE_REPO')}"),
+        Instruction("ARG", f"VERSION={make_default('VERSION')}"),
+    ]
+    assert [i.arguments for i in parsed if i.keyword == "FROM"] == ["${IMAGE_REPO}/ttj-trainer:${VERSION}"]
     [copy] = [i for i in parsed if i.keyword == "COPY"]
     sources, target = copied_sources(copy)
     assert all((directory / source).is_file() for source in sources), sources
@@ -109,3 +113,41 @@ def test_the_own_tensorflow_image_installs_the_trainer_as_the_trainer_image_does
     assert env_value(stage, "PYTHONPATH") == "/home/trainer/app"
     assert Instruction("ENTRYPOINT", '["python", "-m", "ttj_trainer"]') in stage
     assert any("--self-check --program custom_step:program" in i.arguments for i in stage if i.keyword == "RUN")
+
+
+def _sent(ignore_file: Path, path: str) -> bool:
+    """Whether a build context sends ``path`` under a .dockerignore: the last pattern matching the path or one of
+    its parent directories decides, a ``!`` pattern sending it again (Docker's rules, for the patterns used here)."""
+    patterns = [
+        line.strip() for line in ignore_file.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    sent = True
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        glob = pattern.removeprefix("!")
+        regex = re.escape(glob).replace(r"\*\*/", "(.*/)?").replace(r"\*", "[^/]*")
+        if any(re.fullmatch(regex, candidate) for candidate in candidates):
+            sent = negated
+    return sent
+
+
+@pytest.mark.parametrize(
+    "dockerfile",
+    ["Dockerfile", "trainer-image/Dockerfile", "examples/programs/custom_step/Dockerfile.tensorflow"],
+)
+def test_what_a_dockerfile_built_from_the_root_copies_is_in_its_build_context(dockerfile: str) -> None:
+    """BuildKit reads DOCKERFILE.dockerignore beside a Dockerfile when there is one, else the root's."""
+    own = ROOT / f"{dockerfile}.dockerignore"
+    ignore = own if own.is_file() else ROOT / ".dockerignore"
+    for copy in (i for i in instructions(ROOT / dockerfile) if i.keyword == "COPY" and "--from" not in i.arguments):
+        sources, _ = copied_sources(copy)
+        for source in sources:
+            files = (
+                [source]
+                if (ROOT / source).is_file()
+                else [str(p.relative_to(ROOT)) for p in (ROOT / source).rglob("*.py")]
+            )
+            assert files, source
+            assert all(_sent(ignore, f) for f in files), (dockerfile, source)

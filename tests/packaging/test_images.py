@@ -110,6 +110,9 @@ def test_install_yaml_names_the_release_image_and_holds_the_crd(tmp_path: Path) 
     assert {"CustomResourceDefinition", "Deployment", "Namespace", "ClusterRole"} <= kinds
     deployment = next(document for document in documents if document["kind"] == "Deployment")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "ghcr.io/example/ttj-operator:9.8.7"
+    crd = next(document for document in documents if document["kind"] == "CustomResourceDefinition")
+    image = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["image"]
+    assert image["default"] == "ghcr.io/example/ttj-trainer:9.8.7"  # jobs that name no image
 
 
 def test_a_read_only_root_keeps_only_the_named_directories_writable(rootfs: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ttj_contract import LeaseProgress, format_epoch_time
-from ttj_trainer import checkpoints, metrics, program
+from ttj_trainer import checkpoints, metrics, program, tensorboard
 from ttj_trainer.config import TrainerConfig
 from ttj_trainer.evaluation import Evaluation
 from ttj_trainer.lease import LeaseLink, LeaseUnavailableError, LeaseView
@@ -58,6 +58,7 @@ class ChiefDuties:
         self.export_path: str | None = None
         self.finished_step: int | None = None  # the final checkpoint whose evaluation and export are done
         self.parameter_bytes: tuple[int, ...] | None = None  # what a step moves per PS, once the program is ready
+        self.summaries = tensorboard.Summaries(cfg.checkpoint_uri, cfg.pod_name)
 
     @property
     def acting(self) -> bool:
@@ -187,6 +188,7 @@ class ChiefDuties:
         self.last_checkpoint_time = time.time() if self.last_checkpoint else None
         metrics.set_role("chief")
         event(log, "elected chief", epoch=view.epoch, latest_checkpoint=self.last_checkpoint)
+        self.summaries.elected(view.epoch)
         if earlier is not None and earlier.scope != token.scope:
             event(
                 log,
@@ -243,6 +245,7 @@ class ChiefDuties:
 
     def observe_checkpoint_age(self) -> None:
         metrics.checkpoint_age.set(time.monotonic() - self.last_checkpoint_monotonic)
+        self.summaries.sample()  # once a step of the acting chief, as this: TensorBoard's training scalars
 
     def checkpoint(self, store: Any, reason: str) -> bool:
         """Writes and commits a checkpoint of the PS's state, fenced by the Lease; True when committed."""
@@ -332,6 +335,7 @@ class ChiefDuties:
         )
         self.evaluation = Evaluation(step, results)
         metrics.show_evaluation(self.evaluation)
+        self.summaries.evaluation(step, results)
         event(log, "evaluated", step=step, metrics=results, seconds=round(time.monotonic() - started, 3))
         return self.evaluation
 

@@ -117,11 +117,13 @@ class Admission:
         #: validating admission plugins run after validation (RBAC escalation, Pod Security): raise ApiError
         self.plugins: list[Callable[[ResourceType, dict[str, Any], dict[str, Any] | None], None]] = []
 
-    def admit(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    def admit(
+        self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, *, defaults_first: bool = True
+    ) -> dict[str, Any]:
         """The object as it will be stored, or ApiError (422 Invalid) for every rule it breaks."""
         name = obj["metadata"].get("name", "")
         if rtype.admit is not None:
-            obj = rtype.admit(obj, old)
+            obj = rtype.admit(obj, old, defaults_first)
         for plugin in self.mutating:
             plugin(rtype, obj, old)
         errors = _validate(rtype, obj, old)

@@ -302,7 +302,7 @@ class ApiCore:
             old = rtype.from_storage(stored_old)
         old_meta = old["metadata"]
         new = _with_server_owned_parts(rtype, old, new, subresource)
-        new = self.admission.admit(rtype, new, old)
+        new = self.admission.admit(rtype, new, old, defaults_first=subresource != "scale")
         if "generation" in old_meta and subresource != "status" and _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old_meta["generation"] + 1
         if new == old:

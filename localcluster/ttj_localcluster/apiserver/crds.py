@@ -46,7 +46,7 @@ class CrdManager:
         self._terminating: dict[StorageKey, str] = {}
         self._schemas: dict[tuple[str, str], CrdSchema] = {}
 
-    def _admit_crd(self, crd: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    def _admit_crd(self, crd: dict[str, Any], old: dict[str, Any] | None, _defaults_first: bool) -> dict[str, Any]:
         name = crd["metadata"]["name"]
         spec = crd.get("spec") or {}
         errors = _definition_errors(crd)
@@ -116,8 +116,8 @@ class CrdManager:
             compiled = CrdSchema(version["schema"]["openAPIV3Schema"])
         kind, group = names["kind"], spec["group"]
 
-        def admit(obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-            admitted, errors = compiled.admit(obj, old)
+        def admit(obj: dict[str, Any], old: dict[str, Any] | None, defaults_first: bool) -> dict[str, Any]:
+            admitted, errors = compiled.admit(obj, old, defaults_first)
             if errors:
                 raise invalid(kind, group, obj["metadata"].get("name", ""), errors)
             return admitted

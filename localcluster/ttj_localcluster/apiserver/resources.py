@@ -41,8 +41,9 @@ class ResourceType:
     has_generation: bool = False
     #: served from a CustomResourceDefinition (JSON/merge patches only, status only via /status)
     is_custom: bool = False
-    #: set for custom resources: validates, defaults and prunes a whole object; raises ApiError
-    admit: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]] | None = None
+    #: set for custom resources: validates, defaults and prunes a whole object (new, old, defaults before
+    #: validating: False on the scale subresource, as kube); raises ApiError
+    admit: Callable[[dict[str, Any], dict[str, Any] | None, bool], dict[str, Any]] | None = None
     printer_columns: list[dict[str, Any]] = field(default_factory=list)
     #: a custom resource's openAPIV3Schema, for the OpenAPI documents (kubectl explain)
     schema: dict[str, Any] | None = None

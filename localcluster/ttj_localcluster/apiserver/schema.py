@@ -174,16 +174,25 @@ class CrdSchema:
 
     # -- admission --------------------------------------------------------------------------------
 
-    def admit(self, obj: dict[str, Any], old: dict[str, Any] | None) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-        """Prune, default and validate; returns the admitted object and field errors (empty when valid)."""
+    def admit(
+        self, obj: dict[str, Any], old: dict[str, Any] | None, defaults_first: bool = True
+    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """Prune, default and validate; returns the admitted object and field errors (empty when valid).
+
+        ``defaults_first`` False validates the object as written and defaults it only for storage: kube-apiserver
+        defaults a request's body as it decodes it, but the scale subresource sets the replicas path in the stored
+        object and validates that, so a parent object the write creates reaches the CEL rules without defaults."""
         obj = copy.deepcopy(obj)
         kept = {k: obj[k] for k in _ROOT_KEPT if k in obj}
         obj = _prune(self.schema, obj)
-        obj = _default(self.schema, obj)
+        if defaults_first:
+            obj = _default(self.schema, obj)
         obj.update(kept)
         errors = [] if self._passes(obj) else self._field_errors(obj)
         if not errors:
             self._run_rules(self.schema, obj, old, [], errors)
+        if not defaults_first:
+            obj = _default(self.schema, obj)  # what kube's readers see: it defaults what it reads from etcd
         return obj, errors
 
     def _passes(self, obj: dict[str, Any]) -> bool:

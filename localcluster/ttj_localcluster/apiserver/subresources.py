@@ -171,5 +171,5 @@ class Subresources:
             )
         updated = copy.deepcopy(obj)
         _set_path(updated, rtype.scale.spec_replicas, replicas)
-        stored = self.core.write_update(rtype, obj, updated, subresource=None)
+        stored = self.core.write_update(rtype, obj, updated, subresource="scale")
         return self.scale_of(rtype, stored)

@@ -124,6 +124,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "Chief", "type": "string", "jsonPath": ".status.chief.pod", "description": "Current chief pod."},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.globalStep", "description": "Global step."},
+    # beside Step, so progress reads at a glance: step 12000 of 64000
+    {"name": "Of", "type": "integer", "jsonPath": ".spec.trainSteps", "description": "Global steps to reach."},
     {"name": "Cost", "type": "string", "jsonPath": ".status.cost.summary", "description": "Cost so far."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -272,6 +272,19 @@ DEFAULT_FALLBACK_AFTER_SECONDS = 600
 DEFAULT_CAPACITY_RETRY_SECONDS = 1800
 
 
+def _or_default(path: str, default: object) -> str:
+    """CEL: the field at ``path`` (under self and oldSelf alike), or its schema default when unset."""
+    parts = path.split(".")
+    present = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
+    literal = f"'{default}'" if isinstance(default, str) else str(default)
+    return f"({present} ? self.{path} : {literal})"
+
+
+#: The schema defaults of workers.replicas and workers.minReplicas, which the CEL rules also fall back on.
+_DEFAULT_REPLICAS = 4
+_DEFAULT_MIN_REPLICAS = 1
+
+
 class WorkerGroupSpec(_Model):
     """One kind of worker node; a field left unset takes the value of spec.workers' field (batchSize: spec's)."""
 
@@ -373,11 +386,16 @@ class WorkerGroupSpec(_Model):
 class WorkerSpec(_Model):
     """The workers: bare pods, one per active slot, on GPU nodes bought as `provisioning` says."""
 
+    # Every field a rule reads through _or_default: `kubectl scale` of a job written without `workers` makes
+    # `workers: {replicas: N}`, and kube-apiserver validates that before any default fills it in.
     model_config = ConfigDict(
         json_schema_extra=_cel(
-            ("self.minReplicas <= self.replicas", "workers.minReplicas must not exceed workers.replicas"),
             (
-                "!has(self.maxReplicas) || self.replicas <= self.maxReplicas",
+                f"{_or_default('minReplicas', _DEFAULT_MIN_REPLICAS)} <= {_or_default('replicas', _DEFAULT_REPLICAS)}",
+                "workers.minReplicas must not exceed workers.replicas",
+            ),
+            (
+                f"!has(self.maxReplicas) || {_or_default('replicas', _DEFAULT_REPLICAS)} <= self.maxReplicas",
                 "workers.replicas must not exceed workers.maxReplicas",
             ),
             (
@@ -388,14 +406,14 @@ class WorkerSpec(_Model):
     )
 
     replicas: int = Field(
-        default=4,
+        default=_DEFAULT_REPLICAS,
         ge=1,
         le=256,
         description="Desired number of workers. `kubectl scale ttj/NAME --replicas=N` changes it "
         "within [minReplicas, maxReplicas].",
     )
     min_replicas: int = Field(
-        default=1,
+        default=_DEFAULT_MIN_REPLICAS,
         ge=1,
         le=256,
         description="Fewest active workers that keep training going; below it the job waits in Recovering.",
@@ -576,14 +594,6 @@ class BudgetSpec(_Model):
         description="Stop adding workers when the projected cost would pass this many US dollars; when "
         "the cost reaches it, checkpoint and stop the job with the BudgetExceeded condition.",
     )
-
-
-def _or_default(path: str, default: object) -> str:
-    """CEL: the field at ``path`` (under self and oldSelf alike), or its schema default when unset."""
-    parts = path.split(".")
-    present = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
-    literal = f"'{default}'" if isinstance(default, str) else str(default)
-    return f"({present} ? self.{path} : {literal})"
 
 
 def _unchanged(path: str, default: object) -> str:
