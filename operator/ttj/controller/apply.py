@@ -20,7 +20,6 @@ raises: the status relies on it.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,24 +53,12 @@ from ttj.planner.interpreter import (
 )
 from ttj_contract import GROUP, KIND, format_time
 
-__all__ = ["MAX_RETRY_SECONDS", "Applied", "Applier", "Conflict", "KubeApi", "retry_delay"]
+__all__ = ["Applied", "Applier", "Conflict", "KubeApi"]
 
 log = logging.getLogger("ttj.controller")
 
 #: Attempts at removing a finalizer from a pod that keeps changing under us.
 FINALIZER_ATTEMPTS = 5
-#: The first and the longest wait before a pass retries writes the API refused.
-FIRST_RETRY_SECONDS = 1.0
-MAX_RETRY_SECONDS = 60.0
-
-
-def retry_delay(attempt: int, retry_after_seconds: float | None = None) -> float:
-    """Seconds before the ``attempt``-th retry of refused writes (1 for the first): exponential up to
-    :data:`MAX_RETRY_SECONDS` with jitter (so jobs refused together do not retry together), never sooner
-    than the server's Retry-After."""
-    ceiling = min(MAX_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** max(0, min(attempt - 1, 16)))
-    delay = random.uniform(ceiling / 2, ceiling)  # jitter, not secrecy
-    return max(delay, retry_after_seconds or 0.0)
 
 
 class KubeApi(Protocol):

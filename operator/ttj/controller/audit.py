@@ -11,13 +11,19 @@ resync period.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import kopf
+
 from ttj import kubeapi
-from ttj.kubeapi import METADATA_TABLE, KubeError
+from ttj.controller.context import OperatorContext
+from ttj.controller.memory import JobKey
+from ttj.kubeapi import METADATA_TABLE, KubeClient, KubeError
 from ttj_contract import LABEL_JOB
 
 log = logging.getLogger("ttj.controller")
@@ -120,3 +126,48 @@ def audit(
     places = {where.place for where in before.values()}
     listed = {place: listed_uids(api, place) for place in sorted(places)}
     return ghosts(before, listed)
+
+
+# -- the audit, run by the operator beside the jobs' passes -------------------------------------------------------
+#: After a listing (kopf's events of type None), wait this long for it to finish before auditing the indexes.
+_AUDIT_SETTLE_SECONDS = 2.0
+
+
+async def audit_forever(
+    ctx: OperatorContext, children: list[kopf.Index[JobKey, Any]], nodes_by_name: kopf.Index[str, Any]
+) -> None:
+    """Audit the indexes soon after each listing, and at least every resync period."""
+    state = ctx.state
+    lister = ctx.kube if isinstance(ctx.kube, Lister) else KubeClient(ctx.api)
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.audit_due.wait(), timeout=ctx.planner.resync_seconds)
+            await asyncio.sleep(_AUDIT_SETTLE_SECONDS)
+        state.audit_due.clear()
+        before = snapshot(children, nodes_by_name)  # in the loop: kopf changes the indexes there
+        places = sorted({where.place for where in before.values()})
+        try:
+            listed = await asyncio.to_thread(_list_places, lister, places)
+        except Exception as exc:  # the audit must outlive any API trouble
+            log.warning("index audit failed: %s", exc)
+            continue
+        found = ghosts(before, listed)
+        new = set(found) - state.gone
+        state.gone = frozenset(found)
+        if new:
+            log.info("index audit: %d object(s) deleted while a watch was away, forgotten", len(new))
+            for key in _jobs_to_wake(found, new, set(state.jobs)):
+                ctx.poke(key)
+
+
+def _list_places(lister: Lister, places: list[Place]) -> dict[Place, Any]:
+    return {place: listed_uids(lister, place) for place in places}
+
+
+def _jobs_to_wake(found: Mapping[str, Indexed], new: set[str], running: set[JobKey]) -> set[JobKey]:
+    """The jobs whose children the audit newly found deleted; all running jobs when a node was (any job may
+    have pods on it)."""
+    jobs = {where.job for uid, where in found.items() if uid in new and where.job is not None}
+    if any(where.job is None for uid, where in found.items() if uid in new):
+        jobs |= running
+    return jobs

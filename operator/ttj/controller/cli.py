@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # imported where used: ``ttj --help`` and the other commands 
     import kopf
     from kubernetes.client import ApiClient
 
-    from ttj.controller.handlers import OperatorContext
+    from ttj.controller.context import OperatorContext
     from ttj.controller.leader import LeaderElector
     from ttj.controller.placement import PlacementSource
     from ttj.cost.prices import PriceSource
@@ -242,7 +242,7 @@ def _operator_context(
 ) -> OperatorContext:
     from prometheus_client import CollectorRegistry
 
-    from ttj.controller.handlers import OperatorContext
+    from ttj.controller.context import OperatorContext
     from ttj.controller.leader import Fenced
     from ttj.controller.metrics import Metrics
     from ttj.kubeapi import KubeClient

@@ -17,7 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from ttj.api.crd import crd
-from ttj.controller.handlers import CHILD_RESOURCES, JobIndexes, JobReconciler
+from ttj.controller.handlers import CHILD_RESOURCES
+from ttj.controller.observe import JobIndexes
+from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import MERGE_PATCH, RESOURCES, KubeError, path
 from ttj.planner import Observed
 from ttj.planner.observed import Obj, labels_of, name_of

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ttj.controller.apply import MAX_RETRY_SECONDS, Applier, Conflict, retry_delay
+from ttj.controller.apply import Applier, Conflict
 from ttj.kubeapi import MERGE_PATCH, KubeError, path
 from ttj.planner import CreateChild, DeleteChild, EmitEvent, LabelPod, RemoveFinalizer, UpdateLease, Write
 from ttj_contract import ANNOTATION_DELETED, FINALIZER, KIND
@@ -163,14 +163,6 @@ def test_a_refused_election_still_stops_the_pass() -> None:
     api = ScriptedApi({("PATCH", LEASE_PATH): [refusal(403, "forbidden")]})
     with pytest.raises(KubeError):
         Applier(api).apply(NS, [UpdateLease("j-chief", resource_version="7", holder="w-1", epoch=2)])
-
-
-def test_retries_back_off_with_jitter_and_honour_retry_after() -> None:
-    delays = [retry_delay(attempt) for attempt in range(1, 12)]
-    assert all(0 < d <= MAX_RETRY_SECONDS for d in delays)
-    assert max(delays[-3:]) > max(delays[:2])  # it grows
-    assert len({retry_delay(3) for _ in range(20)}) > 1  # jitter
-    assert retry_delay(1, retry_after_seconds=40) >= 40
 
 
 def test_a_deliberate_forced_delete_marks_the_pod_first() -> None:

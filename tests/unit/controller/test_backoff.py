@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import random
 
-from ttj.controller.handlers import RestartBackoff, reconcile_loop
+from ttj.controller.backoff import REFUSED_WRITES_BACKOFF, Backoff
+from ttj.controller.loop import reconcile_loop
 
 
 def test_the_wait_doubles_up_to_the_cap_and_is_jittered_within_its_upper_half() -> None:
-    backoff = RestartBackoff(base=0.5, cap=8.0, rng=random.Random(7))
+    backoff = Backoff(base=0.5, cap=8.0, rng=random.Random(7))
     for failures, ceiling in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (5, 8.0), (6, 8.0), (40, 8.0)]:
         waits = [backoff.delay(failures) for _ in range(200)]
         assert all(ceiling / 2 <= w <= ceiling for w in waits), failures
@@ -18,7 +19,7 @@ def test_the_wait_doubles_up_to_the_cap_and_is_jittered_within_its_upper_half() 
 
 
 def test_two_operators_failing_together_do_not_retry_in_lockstep() -> None:
-    first, second = RestartBackoff(rng=random.Random(1)), RestartBackoff(rng=random.Random(2))
+    first, second = Backoff(rng=random.Random(1)), Backoff(rng=random.Random(2))
     assert [first.delay(n) for n in range(1, 6)] != [second.delay(n) for n in range(1, 6)]
 
 
@@ -48,14 +49,14 @@ class Script:
         return None
 
 
-class Recording(RestartBackoff):
+class Recording(Backoff):
     def __init__(self) -> None:
         super().__init__(base=0.001, cap=0.004, rng=random.Random(3))
         self.asked: list[int] = []
 
-    def delay(self, failures: int) -> float:
-        self.asked.append(failures)
-        return super().delay(failures)
+    def delay(self, attempt: int, retry_after_seconds: float | None = None) -> float:
+        self.asked.append(attempt)
+        return super().delay(attempt, retry_after_seconds)
 
 
 def test_failed_passes_are_retried_with_growing_waits_until_one_succeeds() -> None:
@@ -88,3 +89,11 @@ def test_a_success_resets_the_count() -> None:
         return backoff.asked
 
     assert asyncio.run(scenario()) == [1, 2, 1]
+
+
+def test_refused_writes_back_off_longer_and_never_sooner_than_the_servers_retry_after() -> None:
+    delays = [REFUSED_WRITES_BACKOFF.delay(attempt) for attempt in range(1, 12)]
+    assert all(0 < d <= REFUSED_WRITES_BACKOFF.cap for d in delays)
+    assert max(delays[-3:]) > max(delays[:2])  # it grows
+    assert len({REFUSED_WRITES_BACKOFF.delay(3) for _ in range(20)}) > 1  # jitter
+    assert REFUSED_WRITES_BACKOFF.delay(1, retry_after_seconds=40) >= 40

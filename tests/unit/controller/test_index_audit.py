@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ttj.controller import audit
-from ttj.controller.handlers import JobIndexes, observe
+from ttj.controller.observe import JobIndexes, observe
 from ttj.kubeapi import METADATA_TABLE, KubeError
 
 KEY = ("ns", "mnist")

@@ -17,8 +17,9 @@ from prometheus_client import CollectorRegistry
 from tests.unit.controller import in_process_api
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
-from ttj.controller.handlers import CONFLICT_RETRY_SECONDS, JobReconciler, OperatorContext
+from ttj.controller.context import OperatorContext
 from ttj.controller.metrics import Metrics
+from ttj.controller.reconciler import CONFLICT_RETRY_SECONDS, JobReconciler
 from ttj.kubeapi import KubeError
 from ttj_contract import KIND, LABEL_ROLE, Role
 

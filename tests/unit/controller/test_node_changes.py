@@ -14,7 +14,9 @@ import kopf
 from prometheus_client import CollectorRegistry
 
 from tests.unit.planner.builders import T0, node
-from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers, OperatorContext, Wakeup, index_node
+from ttj.controller.context import OperatorContext
+from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers, index_node
+from ttj.controller.memory import Wakeup
 from ttj.controller.metrics import Metrics
 from ttj.planner import PodState, classify_pod
 from ttj_contract import AUTOSCALER_DELETION_TAINT, format_time

@@ -14,7 +14,8 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry
 
-from ttj.controller.handlers import CHILD_RESOURCES, OperatorContext, register
+from ttj.controller.context import OperatorContext
+from ttj.controller.handlers import CHILD_RESOURCES, register
 from ttj.controller.metrics import Metrics
 from ttj_contract import LABEL_JOB
 

@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry
 from tests.unit.controller import in_process_api
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
-from ttj.controller.apply import MAX_RETRY_SECONDS
-from ttj.controller.handlers import JobReconciler, OperatorContext
+from ttj.controller.backoff import REFUSED_WRITES_BACKOFF
+from ttj.controller.context import OperatorContext
 from ttj.controller.metrics import Metrics
+from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import KubeError, path
 from ttj_contract import KIND, LABEL_ROLE, Role
 
@@ -74,7 +75,7 @@ def test_a_quota_refusal_is_reported_the_election_happens_and_the_job_recovers()
     assert warning["type"] == "Warning"
     assert "exceeded quota: team-quota" in warning["message"]
     assert delay is not None
-    assert 0 < delay <= MAX_RETRY_SECONDS
+    assert 0 < delay <= REFUSED_WRITES_BACKOFF.cap
 
     # Two workers run: the chief is elected although the third create is refused again.
     for i, pod in enumerate(workers):

@@ -9,7 +9,8 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry
 
-from ttj.controller.handlers import JobsDiffBase, OperatorContext, register
+from ttj.controller.context import OperatorContext
+from ttj.controller.handlers import JobsDiffBase, register
 from ttj.controller.metrics import Metrics
 from ttj.planner import observed_pod
 from ttj_contract import API_VERSION, FINALIZER, KIND, LABEL_JOB

@@ -16,7 +16,7 @@ import kopf
 from prometheus_client import CollectorRegistry
 
 from tests.unit.planner.builders import job
-from ttj.controller.handlers import OperatorContext
+from ttj.controller.context import OperatorContext
 from ttj.controller.metrics import Metrics
 
 KEY = ("ns", "mnist")

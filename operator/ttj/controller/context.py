@@ -1,0 +1,82 @@
+"""What the handlers share: settings, the API client and the writes, metrics, and the operator's memory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import kopf
+from kubernetes.client import ApiClient
+
+from ttj.controller.apply import Applier, KubeApi
+from ttj.controller.backoff import Backoff
+from ttj.controller.events import EventPoster
+from ttj.controller.memory import JobKey, OperatorState
+from ttj.controller.metrics import Metrics
+from ttj.controller.placement import PlacementSource
+from ttj.cost.prices import PriceSource
+from ttj.kubeapi import KubeClient
+from ttj.planner import PlannerConfig
+
+#: Job metadata that every write changes: not a reason to plan again.
+_VOLATILE_METADATA = ("resourceVersion", "managedFields")
+
+
+@dataclass
+class OperatorContext:
+    """What the handlers share: settings, the API client, metrics, and the operator's state."""
+
+    api: ApiClient
+    metrics: Metrics
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    metrics_port: int | None = None
+    #: Extra pause before a pass to coalesce bursts of watch events (seconds).
+    debounce_seconds: float = 0.0
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    #: Price table re-read when its file changes (a mounted ConfigMap), replacing ``planner.prices``.
+    prices: PriceSource | None = None
+    #: Node pools for the placement check; None: no check.
+    placement: PlacementSource | None = None
+    #: Where the writes go; None: the API server behind ``api``.
+    kube: KubeApi | None = None
+    #: How long a job's daemon waits after a failed pass before the next.
+    backoff: Backoff = field(default_factory=Backoff)
+    state: OperatorState = field(default_factory=OperatorState)
+    applier: Applier = field(init=False)
+    events: EventPoster = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.applier = Applier(self.kube if self.kube is not None else KubeClient(self.api))
+        self.events = EventPoster(self.applier.post_event)
+
+    def request_audit(self) -> None:
+        """From any thread: audit the indexes soon."""
+        self.state.call_soon(self.state.audit_due.set)
+
+    def poke(self, key: JobKey) -> None:
+        """From any thread: run a pass of the job now, if its daemon runs."""
+        memory = self.state.jobs.get(key)
+        if memory is not None:
+            self.state.call_soon(memory.wakeup.set)
+
+    def poke_later(self, key: JobKey, seconds: float) -> None:
+        """From any thread: run a pass of the job in ``seconds``, or sooner if anything else pokes it."""
+        memory = self.state.jobs.get(key)
+        if memory is not None:
+            self.state.call_soon(lambda: memory.wakeup.set_after(seconds))
+
+    def job_changed(self, key: JobKey, body: kopf.Body) -> bool:
+        """Whether this event of the job carries more than a status (and resourceVersion) change.
+
+        Only the operator writes the status, and each pass accrues cost, so passes write often: were the job's
+        daemon woken by such a write, it would write again soon, and so on without end.
+        """
+        metadata = {k: v for k, v in dict(body.get("metadata") or {}).items() if k not in _VOLATILE_METADATA}
+        fingerprint = json.dumps([metadata, body.get("spec")], sort_keys=True, default=str)
+        memory = self.state.job(key)
+        if memory.seen == fingerprint:
+            return False
+        memory.seen = fingerprint
+        return True

@@ -1,0 +1,160 @@
+"""One job's passes: observe, plan, apply, write the status once, hand over the events, and say when the next
+pass is due."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import kopf
+
+from ttj.controller.apply import Applied, Conflict
+from ttj.controller.backoff import REFUSED_WRITES_BACKOFF
+from ttj.controller.context import OperatorContext
+from ttj.controller.memory import JobKey, OwnWrite, resource_version
+from ttj.controller.observe import JobIndexes, observe
+from ttj.kubeapi import KubeError
+from ttj.mergepatch import merge_patch_between
+from ttj.planner import Observed, Plan, PlannerConfig, plan
+
+log = logging.getLogger("ttj.controller")
+
+#: After a status write lost to a concurrent change (409), the next pass plans on the newer job this soon.
+CONFLICT_RETRY_SECONDS = 0.05
+
+
+class JobReconciler:
+    """One job's passes: observe, plan, apply, write the status, hand over the events."""
+
+    def __init__(self, ctx: OperatorContext, key: JobKey) -> None:
+        self.ctx = ctx
+        self.key = key
+        self.applier = ctx.applier
+        #: Passes in a row in which the API refused a write: the retries back off.
+        self.refused_passes = 0
+
+    async def run_pass(self, body: kopf.Body, indexes: JobIndexes) -> float | None:
+        """One reconcile; returns seconds until the next timed pass, None when the job is gone."""
+        namespace, name = self.key
+        started = time.perf_counter()
+        job = self._current_job(body)
+        observed = await self._observe(job, indexes)
+        config = self._planner_config()
+        now = self.ctx.clock()
+        result = plan(job, observed, now, config)
+        self._log_plan(job, observed, result)
+        try:
+            applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
+            self._remember_lease(observed.lease, applied.lease)
+            if applied.refused:
+                # The same pass planned again, knowing what was refused: its status and Events say so.
+                result = plan(job, observed, now, config, refused=applied.refused)
+            await self._write_status(job, result)
+        except Conflict as exc:
+            log.info("%s/%s: %s; planning again", namespace, name, exc)
+            return CONFLICT_RETRY_SECONDS
+        except KubeError as exc:
+            return self._after_refused_write(exc)
+        finally:
+            self.ctx.metrics.reconcile.labels(namespace, name).observe(time.perf_counter() - started)
+        self._observe_durations(applied, result)
+        self.ctx.events.hand_over(job, result.events, now)
+        if result.delete_job:
+            await asyncio.to_thread(self.applier.delete_job, namespace, name)
+            return None
+        return self._next_pass(applied, result)
+
+    def _current_job(self, body: kopf.Body) -> dict[str, Any]:
+        job = copy.deepcopy(dict(body))
+        memory = self.ctx.state.jobs.get(self.key)
+        ours = memory.written.over(job) if memory is not None and memory.written is not None else None
+        return ours if ours is not None else job
+
+    async def _observe(self, job: dict[str, Any], indexes: JobIndexes) -> Observed:
+        observed = observe(self.key, indexes, gone=self.ctx.state.gone)
+        observed.lease = self._latest_lease(observed.lease)
+        if self.ctx.placement is not None:
+            observed.placement = await self.ctx.placement.check(job.get("spec") or {}, indexes.all_nodes)
+        return observed
+
+    def _latest_lease(self, seen: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The Lease as our own latest writes left it while the watch still shows it from before them."""
+        memory = self.ctx.state.jobs.get(self.key)
+        if seen is None or memory is None or memory.lease_written is None:
+            return seen
+        ours = memory.lease_written.over(seen)
+        if ours is None:
+            memory.lease_written = None  # the watch delivered our writes, or a newer change
+            return seen
+        return ours
+
+    def _remember_lease(self, observed: dict[str, Any] | None, answer: dict[str, Any] | None) -> None:
+        if observed is None or answer is None:
+            return
+        memory = self.ctx.state.job(self.key)
+        before = memory.lease_written.before if memory.lease_written is not None else frozenset()
+        memory.lease_written = OwnWrite(before | {resource_version(observed)}, answer)
+
+    def _planner_config(self) -> PlannerConfig:
+        if self.ctx.prices is None:
+            return self.ctx.planner
+        return dataclasses.replace(self.ctx.planner, prices=self.ctx.prices.current())  # a stat() when unchanged
+
+    def _log_plan(self, job: dict[str, Any], observed: Observed, result: Plan) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s/%s: pass on job rv %s, lease rv %s: %s",
+                *self.key,
+                job.get("metadata", {}).get("resourceVersion"),
+                ((observed.lease or {}).get("metadata") or {}).get("resourceVersion"),
+                [repr(a)[:300] for a in result.writes] or "nothing to do",
+            )
+
+    async def _write_status(self, job: dict[str, Any], result: Plan) -> None:
+        """The planned status, as a merge patch on the status seen, when the planner says it is due."""
+        namespace, name = self.key
+        old_status = job.get("status") or {}
+        if not result.status_due:
+            return
+        patch = merge_patch_between(old_status, result.status)
+        pre = job["metadata"].get("resourceVersion")
+        answer = await asyncio.to_thread(self.applier.write_status, namespace, name, pre, patch)
+        after = copy.deepcopy(job)
+        after["status"] = answer.get("status", result.status)
+        after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
+        self.ctx.state.job(self.key).written = OwnWrite(frozenset({resource_version(job)}), after)
+        self.ctx.metrics.status_written(namespace, name, old_status, result.status, job.get("spec"))
+
+    def _after_refused_write(self, exc: KubeError) -> float | None:
+        """Seconds until the next pass after the API refused the status write (None: the job is gone)."""
+        namespace, name = self.key
+        if exc.status == 404:  # the status write found no job: deleted while the watch was away
+            log.info("%s/%s: the job is gone", namespace, name)
+            return None
+        self.refused_passes += 1
+        delay = REFUSED_WRITES_BACKOFF.delay(self.refused_passes, exc.retry_after_seconds)
+        log.warning("%s/%s: %s; retrying in %.1fs", namespace, name, exc, delay)
+        return delay
+
+    def _observe_durations(self, applied: Applied, result: Plan) -> None:
+        namespace, name = self.key
+        for seconds in applied.recoveries:
+            self.ctx.metrics.recovery.labels(namespace, name).observe(seconds)
+        for observation in result.observations:
+            if observation.metric == "chief_handover_seconds":
+                self.ctx.metrics.handover.labels(namespace, name).observe(observation.seconds)
+
+    def _next_pass(self, applied: Applied, result: Plan) -> float | None:
+        """Seconds until the next timed pass: the planner's timer, or a back-off after refused writes."""
+        if not applied.refused:
+            self.refused_passes = 0
+            return result.requeue_after
+        self.refused_passes += 1
+        # Back off, but not past a timer of the planner's (a stale lease), nor before the server's Retry-After.
+        timer = REFUSED_WRITES_BACKOFF.cap if result.requeue_after is None else result.requeue_after
+        retry = min(REFUSED_WRITES_BACKOFF.delay(self.refused_passes), timer)
+        return max(retry, applied.retry_after_seconds or 0.0)
