@@ -154,6 +154,9 @@ class Env(StrEnum):
     #: spec.batchSize, on the workers of a group that sets its own batchSize (whose BATCH_SIZE is the group's):
     #: under ``updateShare`` the trainer scales the learning rate by BATCH_SIZE / JOB_BATCH_SIZE.
     JOB_BATCH_SIZE = "TTJ_JOB_BATCH_SIZE"
+    #: Seconds after SIGTERM by which the trainer has exited, its checkpoint written or not; set from
+    #: workers.preemptionGraceSeconds, less :data:`SIGTERM_EXIT_MARGIN_SECONDS` (only when the spec sets it).
+    TERMINATION_GRACE_SECONDS = "TTJ_TERMINATION_GRACE_SECONDS"
 
 
 class LocalSimulation(StrEnum):
@@ -209,6 +212,14 @@ class LearningRateScaling(StrEnum):
     #: active workers, clamped) × its group's batch size over the job's.
     UPDATE_SHARE = "updateShare"
 
+
+#: What GKE gives a spot or preemptible node's pods between SIGTERM and SIGKILL: 15 of the 30 s after the
+#: preemption notice, unless the node pool's (or compute class's) graceful termination is lengthened, to at most
+#: 120 s, the last 15 for system pods.
+DEFAULT_PREEMPTION_GRACE_SECONDS = 15
+MAX_PREEMPTION_GRACE_SECONDS = 105
+#: The trainer exits this long before its grace ends, so that the exit, not SIGKILL, ends a late checkpoint.
+SIGTERM_EXIT_MARGIN_SECONDS = 3
 
 #: How long a newly elected chief may take before its first renewal (TensorFlow start-up, connecting, tracing
 #: the first step): the operator does not replace it sooner (``--chief-startup``), and the trainer renews

@@ -13,7 +13,9 @@ from ttj_contract import (
     BUILTIN_MODELS,
     DEFAULT_BUILTIN_DATASET,
     DEFAULT_BUILTIN_MODEL,
+    DEFAULT_PREEMPTION_GRACE_SECONDS,
     METRICS_PORT,
+    SIGTERM_EXIT_MARGIN_SECONDS,
     Env,
     LearningRateScaling,
     Role,
@@ -36,7 +38,6 @@ class Knob(StrEnum):
     INTER_OP_THREADS = "TTJ_INTER_OP_THREADS"
     METRICS_PORT = "TTJ_METRICS_PORT"
     LEASE_POLL_SECONDS = "TTJ_LEASE_POLL_SECONDS"
-    TERMINATION_GRACE_SECONDS = "TTJ_TERMINATION_GRACE_SECONDS"
     SEED = "TTJ_SEED"
     TERMINATION_LOG = "TTJ_TERMINATION_LOG"
 
@@ -184,7 +185,12 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         inter_op_threads=_int(env, Knob.INTER_OP_THREADS, 2 if cpu_count <= 4 else 0),
         metrics_port=_int(env, Knob.METRICS_PORT, METRICS_PORT),
         lease_poll_seconds=_float(env, Knob.LEASE_POLL_SECONDS, 1.0, minimum=0.05),
-        termination_grace_seconds=_float(env, Knob.TERMINATION_GRACE_SECONDS, 12.0, minimum=1.0),
+        termination_grace_seconds=_float(
+            env,
+            Env.TERMINATION_GRACE_SECONDS,
+            DEFAULT_PREEMPTION_GRACE_SECONDS - SIGTERM_EXIT_MARGIN_SECONDS,
+            minimum=1.0,
+        ),
         seed=_int(env, Knob.SEED, 0),
         program=program,
         program_args=program_args,

@@ -32,7 +32,10 @@ from ttj_contract import (
     COMPUTE_CLASS_LABEL,
     DEFAULT_BUILTIN_DATASET,
     DEFAULT_BUILTIN_MODEL,
+    DEFAULT_PREEMPTION_GRACE_SECONDS,
     KIND,
+    MAX_PREEMPTION_GRACE_SECONDS,
+    SIGTERM_EXIT_MARGIN_SECONDS,
     LearningRateScaling,
     Provisioning,
 )
@@ -347,6 +350,17 @@ class WorkerGroupSpec(_Model):
     batch_size: int | None = Field(
         default=None, ge=1, le=65536, description="Per-worker batch size of the group's workers; default: batchSize."
     )
+    preemption_grace_seconds: int | None = Field(
+        default=None,
+        ge=SIGTERM_EXIT_MARGIN_SECONDS + 1,
+        le=MAX_PREEMPTION_GRACE_SECONDS,
+        description="Seconds a worker of the group gets between SIGTERM and SIGKILL when its node is preempted: GKE "
+        f"gives {DEFAULT_PREEMPTION_GRACE_SECONDS} (the default); a node pool or compute class whose graceful "
+        f"termination is lengthened (up to 120 s after the notice, the last 15 for system pods) gives up to "
+        f"{MAX_PREEMPTION_GRACE_SECONDS}. The chief finishes its checkpoint and the trainer exits "
+        f"{SIGTERM_EXIT_MARGIN_SECONDS} s before it ends; worker pods get a terminationGracePeriodSeconds of at least "
+        "it. Default: workers.preemptionGraceSeconds.",
+    )
     zone: str | None = Field(
         default=None,
         min_length=1,
@@ -469,6 +483,17 @@ class WorkerSpec(_Model):
         "worker unschedulable for fallbackAfterSeconds moves to the next group. replicas, minReplicas and "
         "maxReplicas count the workers of all groups together. Without groups the job has one group, made of "
         "the fields above.",
+    )
+    preemption_grace_seconds: int | None = Field(
+        default=None,
+        ge=SIGTERM_EXIT_MARGIN_SECONDS + 1,
+        le=MAX_PREEMPTION_GRACE_SECONDS,
+        description="Seconds a worker gets between SIGTERM and SIGKILL when its node is preempted: GKE gives "
+        f"{DEFAULT_PREEMPTION_GRACE_SECONDS} (the default); a node pool or compute class whose graceful termination "
+        f"is lengthened (up to 120 s after the notice, the last 15 for system pods) gives up to "
+        f"{MAX_PREEMPTION_GRACE_SECONDS}. The chief finishes its checkpoint and the trainer exits "
+        f"{SIGTERM_EXIT_MARGIN_SECONDS} s before it ends; worker pods get a terminationGracePeriodSeconds of at least "
+        "it.",
     )
     fallback_after_seconds: int | None = Field(
         default=None,

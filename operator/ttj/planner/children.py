@@ -39,6 +39,7 @@ from ttj_contract import (
     METRICS_PORT,
     PREEMPTIBLE_LABEL,
     PROVISIONING_LABELS,
+    SIGTERM_EXIT_MARGIN_SECONDS,
     SPOT_LABEL,
     TF_PORT,
     Env,
@@ -54,8 +55,8 @@ from ttj_contract import (
     worker_pod_name,
 )
 
-#: terminationGracePeriodSeconds of worker pods: the chief's time to write its checkpoint after SIGTERM
-#: (the budget stops a job this long before the money runs out).
+#: terminationGracePeriodSeconds of worker pods (or workers.preemptionGraceSeconds, when longer): the chief's time
+#: to write its checkpoint after SIGTERM (the budget stops a job this long before the money runs out).
 WORKER_TERMINATION_GRACE_SECONDS = 30
 #: Requests of a worker's and a parameter server's container for what the spec leaves out: a namespace with a
 #: ResourceQuota on cpu or memory refuses pods without them. A resource given only a limit requests the limit.
@@ -136,6 +137,8 @@ def _env(
     }
     if job_batch_size is not None:
         settings[Env.JOB_BATCH_SIZE] = job_batch_size
+    if task_type == Role.WORKER and spec.workers.preemption_grace_seconds is not None:
+        settings[Env.TERMINATION_GRACE_SECONDS] = spec.workers.preemption_grace_seconds - SIGTERM_EXIT_MARGIN_SECONDS
     if spec.data is not None:
         settings[Env.DATA_URI] = spec.data.uri
     elif spec.program is None and spec.built_in_dataset == "cifar10":
@@ -301,7 +304,7 @@ def bare_worker_pod(
         "subdomain": service_name(name),
         "serviceAccountName": trainer_account_name(name),
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": WORKER_TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": max(WORKER_TERMINATION_GRACE_SECONDS, workers.preemption_grace_seconds or 0),
         "securityContext": _pod_security(workers.template),
         "nodeSelector": node_selector,
         "tolerations": tolerations,

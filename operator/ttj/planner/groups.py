@@ -108,6 +108,7 @@ def group_spec(spec: TransientTrainingJobSpec, group: WorkerGroupSpec) -> Transi
             "resources": group.resources if group.resources is not None else workers.resources,
             "node_selector": selector or None,
             "tolerations": tolerations or None,
+            "preemption_grace_seconds": group.preemption_grace_seconds or workers.preemption_grace_seconds,
             "groups": None,
         }
     )

@@ -370,6 +370,16 @@ def batch_sizes(own: int, job_: int) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+def trainer_exits_after(seconds: int) -> Callable[[dict[str, Any]], None]:
+    """An edit for workers.preemptionGraceSeconds: the trainer's own deadline after SIGTERM, after ttj's other
+    settings."""
+
+    def edit(want: dict[str, Any]) -> None:
+        trainer(want["spec"])["env"].append({"name": "TTJ_TERMINATION_GRACE_SECONDS", "value": str(seconds)})
+
+    return edit
+
+
 GROUP_LABELS = {**WORKER["metadata"]["labels"], "transient.training/worker-group": "l4"}
 
 
@@ -403,6 +413,16 @@ TEMPLATE_AFFINITY = {
 
 CASES = [
     Case("a spot worker", {}, WORKER),
+    Case(
+        "a worker whose nodes give 60 s after SIGTERM: the trainer exits 3 s before, the pod's grace is 60 s",
+        {"workers": {"preemptionGraceSeconds": 60}},
+        changed(WORKER, _set("spec.terminationGracePeriodSeconds", 60), trainer_exits_after(57)),
+    ),
+    Case(
+        "a worker whose nodes give 20 s: the trainer exits at 17 s, the pod keeps 30 s for a deliberate stop",
+        {"workers": {"preemptionGraceSeconds": 20}},
+        changed(WORKER, trainer_exits_after(17)),
+    ),
     Case(
         "a preemptible worker: its label selected and tolerated",
         {"workers": {"provisioning": "preemptible"}},

@@ -954,3 +954,20 @@ def test_with_prices_a_move_back_releases_the_on_demand_fallback_listed_before_s
         ],
     ]
     assert live(world) == [("mnist-worker-0-1", "t4"), ("mnist-worker-1-1", "t4"), ("mnist-worker-2-2", "l4")]
+
+
+def test_a_groups_preemption_grace_overrides_the_workers_and_the_others_inherit_it() -> None:
+    """Each group's nodes may give their own window after SIGTERM (a node pool with a lengthened graceful
+    termination beside one without): its pods' trainer deadline and grace follow the group."""
+    groups = [{**GROUPS[0], "preemptionGraceSeconds": 90}, GROUPS[1], GROUPS[2]]
+    result = plan(grouped(3, groups, preemptionGraceSeconds=25), World(job()).observed, T0)
+    pods = sorted(created(result), key=lambda p: p["metadata"]["name"])
+    got = [
+        (
+            p["metadata"]["labels"]["transient.training/worker-group"],
+            p["spec"]["terminationGracePeriodSeconds"],
+            env(p, "TTJ_TERMINATION_GRACE_SECONDS"),
+        )
+        for p in pods
+    ]
+    assert got == [("l4", 90, "87"), ("l4", 90, "87"), ("t4", 30, "22")]
