@@ -15,7 +15,6 @@ from ttj.simulate.cli import load_job
 from ttj.simulate.engine import PreemptionTrace, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel, blended, fit
 from ttj.simulate.fleet import (
-    GROUPS_NOTE,
     Group,
     Mix,
     PlanContext,
@@ -23,11 +22,11 @@ from ttj.simulate.fleet import (
     deadline_of,
     enumerate_mixes,
     evaluate,
-    manifests,
     mix_job,
     mix_of,
     search,
 )
+from ttj.simulate.fleet_manifests import GROUPS_NOTE, manifests
 from ttj.simulate.icac19 import load_training_data
 from ttj.simulate.policies import PaperStaticPolicy
 from ttj.simulate.prices import price_per_hour, ps_price_per_hour

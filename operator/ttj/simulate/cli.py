@@ -1,4 +1,5 @@
-"""``ttj simulate MANIFEST``: predict time, cost, revocations and failure odds of a job before running it.
+"""``ttj simulate MANIFEST``: predict time, cost, revocations and failure odds of a job before running it;
+with ``--plan``, the cheapest fleet that meets a deadline (the search is :mod:`ttj.simulate.fleet`).
 
 The models are fitted at start-up on the ICAC'19 measurements bundled with ttj (see ``fit.py`` and
 docs/simulate.md); each configuration is simulated over ``--runs`` seeded preemption traces, and every
@@ -9,10 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ttj.api.models import TransientTrainingJob
+    from ttj.simulate.engine import SimJob
+    from ttj.simulate.fit import FittedModel
+    from ttj.simulate.fleet import FleetPlan, Mix, PlanContext, Target
+    from ttj.simulate.zones import Zones
 
 
 def _csv(text: str) -> list[str]:
@@ -93,12 +102,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data", type=Path, default=None, help="refit on this copy of the ICAC'19 data (a folder with training/)"
     )
-    from ttj.simulate.fleet import add_plan_arguments
-
-    add_plan_arguments(parser)
+    _add_plan_arguments(parser)
 
 
-def load_job(path: Path) -> Any:
+def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    from ttj.simulate.zones import RESNET32_PARAMETER_BYTES
+
+    plan = parser.add_argument_group("fleet planning (--plan)")
+    plan.add_argument(
+        "--plan",
+        action="store_true",
+        help="search GPU mixes and provisioning for the cheapest fleet that meets --deadline/--budget at "
+        "--confidence (neither: the manifest's own time at that confidence) over --accelerators and --provisioning",
+    )
+    plan.add_argument("--confidence", type=float, default=0.9, help="share of runs that must meet the target [0.9]")
+    plan.add_argument("--max-gpus", type=int, default=8, help="most workers in a mix [8, the most the paper ran]")
+    plan.add_argument("--max-groups", type=int, default=2, help="most (type, provisioning) groups in a mix [2]")
+    plan.add_argument(
+        "--available",
+        default="",
+        help="GPUs to be had, e.g. t4:spot=2,l4=4 (a spot stock-out: t4:spot=0) [no limit]",
+    )
+    plan.add_argument(
+        "--zones",
+        default="",
+        help="zones groups are pinned to, e.g. t4:spot=us-central1-b,l4=us-central1-c (with --ps-zone, their "
+        "cross-zone traffic is priced) [the manifest's groups' zones]",
+    )
+    plan.add_argument("--ps-zone", default=None, help="the parameter servers' zone [unknown: traffic not priced]")
+    plan.add_argument(
+        "--parameter-bytes",
+        type=int,
+        default=RESNET32_PARAMETER_BYTES,
+        help="bytes of the model's variables on all parameter servers (ttj_trainer --self-check's "
+        f"step_bytes_per_ps, summed) [{RESNET32_PARAMETER_BYTES}, ResNet-32, the fitted model]",
+    )
+    plan.add_argument("--max-simulated", type=int, default=30, help="most candidates simulated [30]")
+    plan.add_argument("--plan-runs", type=int, default=200, help="seeded runs per candidate [200]")
+    plan.add_argument("--plan-out", type=Path, default=None, help="also write the proposed manifest(s) here")
+
+
+def load_job(path: Path) -> TransientTrainingJob:
     """The first TransientTrainingJob in a YAML file, validated; ValueError with a readable message."""
     import yaml
     from pydantic import ValidationError
@@ -123,34 +167,60 @@ def load_job(path: Path) -> Any:
 
 
 @dataclass(frozen=True)
-class _Request:
-    """What ``ttj simulate`` was asked, checked: the manifest's job, the grid and the fitted models."""
+class _Job:
+    """The manifest's job, checked, and the GPU types and provisionings asked to try it on."""
 
     name: str
-    manifest: Any
-    template: Any  # SimJob
-    data: Any  # the ICAC'19 measurements
-    fitted: Any  # FittedModel
+    manifest: TransientTrainingJob
+    template: SimJob
     accelerators: list[str]
-    jobs: list[Any]  # SimJob
+    provisionings: list[str]
 
 
-def _fail(message: str) -> int:
-    print(f"ttj simulate: {message}", file=sys.stderr)
-    return 2
-
-
-def _request(args: argparse.Namespace) -> _Request | str:
-    """The checked request, or what is wrong with it."""
+def _job(args: argparse.Namespace) -> _Job | str:
+    """The manifest's job and what to try it on, or what is wrong with them."""
     from ttj.simulate.engine import SimJob
-    from ttj.simulate.fit import fit
-    from ttj.simulate.icac19 import load_training_data
-    from ttj.simulate.study import POLICIES, accelerator_name, grid
+    from ttj.simulate.study import accelerator_name
 
     try:
         manifest = load_job(args.manifest)
     except ValueError as exc:
         return str(exc)
+    name = str(manifest.metadata.get("name") or args.manifest.stem)
+    template = SimJob(name, manifest.spec)
+    accelerators = [accelerator_name(a) for a in (args.accelerators or [template.accelerator])]
+    provisionings = list(dict.fromkeys(args.provisioning or [template.provisioning, "on-demand"]))
+    bad = [p for p in provisionings if p not in ("spot", "preemptible", "on-demand")]
+    if bad:
+        return f"unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)"
+    return _Job(name, manifest, template, accelerators, provisionings)
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    command = "ttj simulate --plan" if args.plan else "ttj simulate"
+    print(f"{command}: {message}", file=sys.stderr)
+    return 2
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What ``ttj simulate`` was asked, checked: the job, the grid and the fitted models."""
+
+    job: _Job
+    data: Any  # the ICAC'19 measurements
+    fitted: FittedModel
+    jobs: list[SimJob]
+
+
+def _request(args: argparse.Namespace) -> _Request | str:
+    """The checked request, or what is wrong with it."""
+    from ttj.simulate.fit import fit
+    from ttj.simulate.icac19 import load_training_data
+    from ttj.simulate.study import POLICIES, grid
+
+    job = _job(args)
+    if isinstance(job, str):
+        return job
     unknown = [p for p in args.policies if p not in POLICIES]
     if unknown:
         return f"unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})"
@@ -161,14 +231,8 @@ def _request(args: argparse.Namespace) -> _Request | str:
         fitted = fit(data)
     except (OSError, ValueError) as exc:
         return f"cannot fit the models: {exc}"
-    name = str(manifest.metadata.get("name") or args.manifest.stem)
-    template = SimJob(name, manifest.spec)
+    template, accelerators, provisionings = job.template, job.accelerators, job.provisionings
     workers = args.workers or sorted({2, 4, 8, template.workers})
-    accelerators = [accelerator_name(a) for a in (args.accelerators or [template.accelerator])]
-    provisionings = args.provisioning or list(dict.fromkeys([template.provisioning, "on-demand"]))
-    bad = [p for p in provisionings if p not in ("spot", "preemptible", "on-demand")]
-    if bad:
-        return f"unknown provisioning {', '.join(bad)} (spot, preemptible, on-demand)"
     try:
         jobs = grid(template, workers, accelerators, provisionings)
         # fail before printing anything on a GPU type the models do not know
@@ -180,8 +244,8 @@ def _request(args: argparse.Namespace) -> _Request | str:
         singles = [
             template.with_cluster(workers=1, accelerator=a, provisioning=p) for a in accelerators for p in provisionings
         ]
-        jobs = [job.single_gpu() for job in singles] + jobs
-    return _Request(name, manifest, template, data, fitted, accelerators, jobs)
+        jobs = [single.single_gpu() for single in singles] + jobs
+    return _Request(job, data, fitted, jobs)
 
 
 def _print_models(args: argparse.Namespace, request: _Request, price_notes: list[str]) -> None:
@@ -189,9 +253,9 @@ def _print_models(args: argparse.Namespace, request: _Request, price_notes: list
     from ttj.simulate.fit import PS_NETWORK_CEILING_STEPS_S
     from ttj.simulate.report import revocation_table
 
-    spec, throughput = request.manifest.spec, request.fitted.throughput
+    spec, throughput = request.job.manifest.spec, request.fitted.throughput
     trained = spec.program.entrypoint if spec.program else spec.built_in_model
-    print(f"job {request.name}: {request.template.train_steps} steps of {trained} on {spec.built_in_dataset}")
+    print(f"job {request.job.name}: {request.job.template.train_steps} steps of {trained} on {spec.built_in_dataset}")
     capacity_low, capacity_high = throughput.ps_capacity_range
     print(
         f"model (fitted on ICAC'19, K80 runs of 1-{throughput.max_fitted_workers} workers): "
@@ -203,7 +267,7 @@ def _print_models(args: argparse.Namespace, request: _Request, price_notes: list
         f"lifetimes; {args.runs} runs per row, seed {args.seed}; prices: {args.price_table}"
     )
     print("\nRevocation rates (Kaplan-Meier, 95 % Greenwood band):")
-    print(revocation_table([request.fitted.revocation_summary(a, args.lifetimes) for a in request.accelerators]))
+    print(revocation_table([request.fitted.revocation_summary(a, args.lifetimes) for a in request.job.accelerators]))
     for note in price_notes:
         print(f"note: {note}")
 
@@ -262,7 +326,7 @@ def _report_json(
 
     throughput = request.fitted.throughput
     return {
-        "job": request.name,
+        "job": request.job.name,
         "model": {
             "perWorkerStepsPerSecondK80": throughput.per_worker_steps_s,
             "psCapacityStepsPerSecond": throughput.ps_capacity_steps_s,
@@ -271,7 +335,7 @@ def _report_json(
             "sharpness": throughput.sharpness,
             "maxFittedWorkers": throughput.max_fitted_workers,
         },
-        "revocations": [asdict(request.fitted.revocation_summary(a, args.lifetimes)) for a in request.accelerators],
+        "revocations": [asdict(request.fitted.revocation_summary(a, args.lifetimes)) for a in request.job.accelerators],
         "priceNotes": price_notes,
         "summaries": [asdict(s) for s in summaries],
         "validation": [{"measured": asdict(m), "simulated": asdict(s)} for m, s in validation],
@@ -279,17 +343,15 @@ def _report_json(
 
 
 def main(args: argparse.Namespace) -> int:
-    if getattr(args, "plan", False):
-        from ttj.simulate.fleet import plan_main
-
-        return plan_main(args)
+    if args.plan:
+        return _plan(args)
     from ttj.simulate.prices import price_note
     from ttj.simulate.report import draw_chart, validation_table
     from ttj.simulate.study import Study
 
     request = _request(args)
     if isinstance(request, str):
-        return _fail(request)
+        return _fail(args, request)
     try:
         study = Study(
             request.fitted,
@@ -304,22 +366,163 @@ def main(args: argparse.Namespace) -> int:
             {note for job in request.jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
         )
         _print_models(args, request, price_notes)
-        validation = study.validate(request.template, request.data) if args.validate else []
+        validation = study.validate(request.job.template, request.data) if args.validate else []
         if validation:
             print("\nReproducing the ICAC'19 measurements (paper's static policy, ResNet-32, 64K steps):")
             print(validation_table(validation))
         summaries = study.compare(request.jobs, args.policies)
     except ValueError as exc:
-        return _fail(str(exc))
+        return _fail(args, str(exc))
     _print_comparison(args, request.jobs, summaries)
     _print_recommendation(args, summaries)
     if not args.no_chart:
-        target = args.chart or Path(f"simulate-{request.name}.png")
+        target = args.chart or Path(f"simulate-{request.job.name}.png")
         drawn = draw_chart(
-            summaries, target, title=f"ttj simulate {request.name}: time vs cost ({args.runs} runs each)"
+            summaries, target, title=f"ttj simulate {request.job.name}: time vs cost ({args.runs} runs each)"
         )
         print(f"\nchart: {drawn}")
     if args.json is not None:
         payload = _report_json(args, request, price_notes, summaries, validation)
         args.json.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+# --- --plan ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PlanRequest:
+    """What ``--plan`` was asked, checked: the job, the groups to search and the fitted model."""
+
+    job: _Job
+    policy: str
+    available: dict[tuple[str, str | None], int]
+    fitted: FittedModel
+    zones: Zones
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from ttj.simulate.fleet import PlanContext, mix_of, search
+    from ttj.simulate.fleet_text import render
+    from ttj.simulate.study import POLICY_LABELS
+
+    request = _plan_request(args)
+    if isinstance(request, str):
+        return _fail(args, request)
+    context = PlanContext(
+        request.job.template,
+        request.fitted,
+        policy=request.policy,
+        runs=args.plan_runs,
+        seed=args.seed,
+        lifetimes=args.lifetimes,
+        price_table=args.price_table,
+        interval_runs=max(1, args.interval_runs),
+        zones=request.zones,
+    )
+    reference = mix_of(request.job.template)
+    asked = _target(args, context, reference)
+    if isinstance(asked, str):
+        return _fail(args, asked)
+    target, derived = asked
+    plan = search(
+        context,
+        target,
+        request.job.accelerators,
+        request.job.provisionings,
+        max_gpus=args.max_gpus,
+        max_groups=args.max_groups,
+        max_simulated=args.max_simulated,
+        reference=reference,
+        available=request.available,
+    )
+    print(render(plan, context, request.job.name, derived, POLICY_LABELS[request.policy]))
+    return _write_plan(args, plan, context, request.job.name)
+
+
+def _plan_request(args: argparse.Namespace) -> _PlanRequest | str:
+    """The checked request, or what is wrong with it."""
+    from ttj.simulate.fit import fit
+    from ttj.simulate.fleet import parse_available
+    from ttj.simulate.icac19 import load_training_data
+    from ttj.simulate.prices import price_per_hour
+    from ttj.simulate.study import POLICIES, accelerator_name
+    from ttj.simulate.zones import Zones, parse_zones
+
+    job = _job(args)
+    if isinstance(job, str):
+        return job
+    if not 0 < args.confidence < 1:
+        return f"--confidence must be between 0 and 1, not {args.confidence}"
+    if args.max_gpus < 1 or args.max_groups < 1 or args.plan_runs < 1 or args.max_simulated < 1:
+        return "--max-gpus, --max-groups, --max-simulated and --plan-runs must be at least 1"
+    policy = args.policies[0] if args.policies else "ttj"
+    if policy not in POLICIES:
+        return f"unknown policy {policy} (known: {', '.join(POLICIES)})"
+    if args.parameter_bytes < 0:
+        return f"--parameter-bytes must not be negative, not {args.parameter_bytes}"
+    try:
+        available = parse_available(args.available, accelerator_name)
+        pinned = {**_manifest_zones(job.template), **parse_zones(args.zones, accelerator_name)}
+        zones = Zones(args.ps_zone, pinned, args.parameter_bytes)
+        fitted = fit(load_training_data(args.data))
+        for accelerator in job.accelerators:
+            fitted.throughput.predict(1, accelerator)
+            for provisioning in job.provisionings:
+                price_per_hour(accelerator, provisioning, args.price_table)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return _PlanRequest(job, policy, available, fitted, zones)
+
+
+def _manifest_zones(template: SimJob) -> dict[tuple[str, str | None], str]:
+    """The zones the manifest's own groups are pinned to, by (type, provisioning) as they resolve."""
+    workers = template.spec.workers
+    return {
+        (
+            group.accelerator_type or workers.accelerator_type,
+            str(group.provisioning or workers.provisioning),
+        ): group.zone
+        for group in workers.groups or []
+        if group.zone is not None
+    }
+
+
+def _target(args: argparse.Namespace, context: PlanContext, reference: Mix) -> tuple[Target, str] | str:
+    """The target asked for, or without a deadline and a budget the manifest's own time at the confidence (and
+    a note saying so); what is wrong when that fleet does not finish often enough."""
+    from ttj.simulate.fleet import Target, deadline_of
+
+    deadline_s = args.deadline * 3600 if args.deadline is not None else None
+    derived = ""
+    if deadline_s is None and args.budget is None:
+        deadline_s = deadline_of(context, reference, args.confidence)
+        if math.isinf(deadline_s):
+            return (
+                f"the manifest's fleet ({reference.label}) does not finish in {args.confidence:.0%} of runs: "
+                "give --deadline or --budget"
+            )
+        derived = f" (the manifest's fleet, {reference.label}, at this confidence)"
+    return Target(deadline_s, args.budget, args.confidence), derived
+
+
+def _write_plan(args: argparse.Namespace, plan: FleetPlan, context: PlanContext, name: str) -> int:
+    """The revocation rates behind the plan, the JSON, and the plan as a manifest; 1 without a plan."""
+    from ttj.simulate.fleet_json import plan_document
+    from ttj.simulate.fleet_manifests import manifests, manifests_yaml
+    from ttj.simulate.fleet_text import plan_as_job, revocations
+
+    rates = revocations(plan, context)
+    if rates is not None:
+        print(rates)
+    grouped, today = manifests(plan.best.mix, context, name) if plan.best is not None else (None, None)
+    if args.json is not None:
+        args.json.write_text(json.dumps(plan_document(plan, grouped, today), indent=2), encoding="utf-8")
+    if plan.best is None or grouped is None:
+        return 1
+    text = manifests_yaml(grouped, today)
+    print(plan_as_job(text))
+    if args.plan_out is not None:
+        args.plan_out.write_text(text, encoding="utf-8")
+        print(f"written to {args.plan_out}")
     return 0
