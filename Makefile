@@ -46,7 +46,7 @@ test: $(STAMP) ## Run the test suite (all but the slow tests), with lint and CRD
 test-all: $(STAMP) ## Run every test, the slow ones included
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff, mypy --strict on the operator and the local cluster, import layering
+lint: $(STAMP) ## ruff, mypy --strict on the operator and the local cluster, import layering and cycles (lint-imports)
 	$(BIN)/ruff check $(PY_SOURCES)
 	$(BIN)/ruff format --check $(PY_SOURCES)
 	$(BIN)/mypy
