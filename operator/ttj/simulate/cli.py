@@ -14,7 +14,7 @@ import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     from ttj.api.models import TransientTrainingJob
@@ -196,6 +196,24 @@ def _job(args: argparse.Namespace) -> _Job | str:
     return _Job(name, manifest, template, accelerators, provisionings)
 
 
+class _RunSettings(TypedDict):
+    """What sets up the seeded runs alike in both modes."""
+
+    seed: int
+    lifetimes: str
+    price_table: str
+    interval_runs: int
+
+
+def _run_settings(args: argparse.Namespace) -> _RunSettings:
+    return _RunSettings(
+        seed=args.seed,
+        lifetimes=args.lifetimes,
+        price_table=args.price_table,
+        interval_runs=max(1, args.interval_runs),
+    )
+
+
 def _fail(args: argparse.Namespace, message: str) -> int:
     command = "ttj simulate --plan" if args.plan else "ttj simulate"
     print(f"{command}: {message}", file=sys.stderr)
@@ -354,13 +372,7 @@ def main(args: argparse.Namespace) -> int:
         return _fail(args, request)
     try:
         study = Study(
-            request.fitted,
-            runs=args.runs,
-            seed=args.seed,
-            lifetimes=args.lifetimes,
-            price_table=args.price_table,
-            checkpoint_write_s=args.checkpoint_write_seconds,
-            interval_runs=max(1, args.interval_runs),
+            request.fitted, runs=args.runs, checkpoint_write_s=args.checkpoint_write_seconds, **_run_settings(args)
         )
         price_notes = sorted(
             {note for job in request.jobs if (note := price_note(job.accelerator, job.provisioning, args.price_table))}
@@ -414,11 +426,8 @@ def _plan(args: argparse.Namespace) -> int:
         request.fitted,
         policy=request.policy,
         runs=args.plan_runs,
-        seed=args.seed,
-        lifetimes=args.lifetimes,
-        price_table=args.price_table,
-        interval_runs=max(1, args.interval_runs),
         zones=request.zones,
+        **_run_settings(args),
     )
     reference = mix_of(request.job.template)
     asked = _target(args, context, reference)
