@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ttj.simulate.engine import SimJob
     from ttj.simulate.fit import FittedModel
     from ttj.simulate.fleet import FleetPlan, Mix, PlanContext, Target
+    from ttj.simulate.icac19 import TrainingData
     from ttj.simulate.zones import Zones
 
 
@@ -225,7 +226,7 @@ class _Request:
     """What ``ttj simulate`` was asked, checked: the job, the grid and the fitted models."""
 
     job: _Job
-    data: Any  # the ICAC'19 measurements
+    data: TrainingData  # the ICAC'19 measurements
     fitted: FittedModel
     jobs: list[SimJob]
 
