@@ -45,7 +45,15 @@ from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import Costing, cost_and_budget
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
 from ttj.planner.evaluation import progress_events
-from ttj.planner.groups import group_problems, groups_of, groups_status, next_capacity_retry, recorded_unavailable
+from ttj.planner.groups import (
+    Group,
+    Unavailable,
+    group_problems,
+    groups_of,
+    groups_status,
+    next_capacity_retry,
+    recorded_unavailable,
+)
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.lost import ServerLoss
@@ -213,6 +221,9 @@ class _Reading:
     has_model: bool
     costing: Costing
     suspension: Suspension
+    #: The job's worker groups, in order of preference, and those new workers skip for want of capacity.
+    groups: tuple[Group, ...]
+    unavailable: Mapping[str, Unavailable]
 
     @property
     def holder_verdict(self) -> PodVerdict | None:
@@ -325,7 +336,7 @@ def _running_status(
             "chief": decided.chief.chief,
             "chief_elections": decided.elections,
             "workers": _counts(run, spec, active=slots.active, pending=slots.pending),
-            "worker_groups": _groups(run, spec, slots, decided.counted),
+            "worker_groups": _groups(run, reading.groups, slots, decided.counted),
             "slot_incarnations": list(slots.incarnations) or None,
             "conditions": derived.conditions,
             "checkpoint_interval": decided.interval.status,
@@ -350,6 +361,8 @@ def _running_wake(spec: TransientTrainingJobSpec, reading: _Reading, decided: _D
 
 def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
     previous, observed, now = run.previous, run.observed, run.now
+    groups = groups_of(spec)
+    unavailable = recorded_unavailable(spec, previous.worker_groups or [], now)
     suspension = suspension_of(spec, previous.conditions, observed.pods)
     assessed = assess_workers(
         observed, previous.accounted_pods or [], now, timedelta(seconds=run.config.node_grace_seconds)
@@ -375,9 +388,12 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
             previous.cost,
             now=now,
             config=run.config,
-            unavailable=recorded_unavailable(spec, previous.worker_groups or [], now),
+            groups=groups,
+            unavailable=unavailable,
         ),
         suspension=suspension,
+        groups=groups,
+        unavailable=unavailable,
     )
 
 
@@ -478,12 +494,13 @@ def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Wor
             holder=reading.holder,
             budget=reading.costing.budget,
             placement=run.observed.placement,
+            groups=reading.groups,
             recorded=run.previous.slot_incarnations or (),
             # a chief that ended without the model leaves its slot to be filled again
             refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
             suspended=reading.suspension.suspended,
             now=run.now,
-            unavailable=recorded_unavailable(spec, run.previous.worker_groups or [], run.now),
+            unavailable=reading.unavailable,
             previous_desired=run.previous.workers.desired if run.previous.workers is not None else None,
             extra_allowed=reading.costing.allows_extra,
             group_prices=reading.costing.group_rates,
@@ -646,11 +663,11 @@ def _losses(
 
 
 def _groups(
-    run: _Pass, spec: TransientTrainingJobSpec, slots: WorkerSlots, counted: TransientTrainingJobStatus
+    run: _Pass, groups: tuple[Group, ...], slots: WorkerSlots, counted: TransientTrainingJobStatus
 ) -> list[WorkerGroupStatus] | None:
     before = run.previous.cost
     entries = groups_status(
-        groups_of(spec),
+        groups,
         held=slots.held,
         running=slots.running,
         unavailable=slots.unavailable,

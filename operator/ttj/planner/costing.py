@@ -17,7 +17,7 @@ from ttj.cost.traffic import ZonedWorker, add_cross_zone, cross_zone_traffic, se
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
-from ttj.planner.groups import Group, Unavailable, choose_group, group_of, groups_of, worker_gpus
+from ttj.planner.groups import Group, Unavailable, choose_group, group_of, worker_gpus
 from ttj.planner.observed import (
     Obj,
     Observed,
@@ -146,15 +146,26 @@ def cost_and_budget(
     *,
     now: datetime,
     config: PlannerConfig,
+    groups: tuple[Group, ...],
     unavailable: Mapping[str, Unavailable] | None = None,
 ) -> Costing:
     """Accrue the cost (from prices, or the configured cost function) and ask the budget.
 
     Without either, status.cost stays as it was and the budget is not checked. ``unavailable``: the groups new
-    workers skip (:func:`ttj.planner.groups.recorded_unavailable`), for the group a new worker is priced at.
+    workers skip (:func:`ttj.planner.groups.recorded_unavailable`), for the group a new worker is priced at;
+    ``groups``: the spec's worker groups (:func:`ttj.planner.groups.groups_of`).
     """
     if config.prices is not None:
-        return _priced(spec, observed, verdicts, previous, now=now, prices=config.prices, unavailable=unavailable or {})
+        return _priced(
+            spec,
+            observed,
+            verdicts,
+            previous,
+            now=now,
+            prices=config.prices,
+            groups=groups,
+            unavailable=unavailable or {},
+        )
     if config.cost is not None:
         cost = config.cost(spec, observed, previous, now)
         return Costing(cost, spending_decision(spec, cost))
@@ -169,9 +180,9 @@ def _priced(
     *,
     now: datetime,
     prices: PriceTable,
+    groups: tuple[Group, ...],
     unavailable: Mapping[str, Unavailable],
 ) -> Costing:
-    groups = groups_of(spec)
     alive = {name: v for name, v in verdicts.items() if v.alive}
     alive_pods = [pod for pod in observed.pods if name_of(pod) in alive]
     nodes = {group.name: _group_worker_node(group, observed, alive_pods, prices) for group in groups}

@@ -41,7 +41,6 @@ from ttj.planner.groups import (
     fallback_after,
     group_of,
     group_worker_pod,
-    groups_of,
     scheduled_at,
     unschedulable_since,
 )
@@ -85,6 +84,8 @@ class SlotInputs:
     holder: str | None
     budget: BudgetDecision | None
     placement: PlacementCheck | None
+    #: The spec's worker groups, in order of preference (:func:`ttj.planner.groups.groups_of`).
+    groups: tuple[Group, ...]
     #: status.slotIncarnations as last written.
     recorded: Sequence[int] = ()
     #: Workers that exited 0 free their slots (the chief ended without the final checkpoint, so the job needs a
@@ -118,8 +119,7 @@ class _Occupancy:
 def fill_worker_slots(given: SlotInputs) -> WorkerSlots:
     """The worker-slot stage, as the module describes it: which pods keep their slots (one per slot, scaled
     down, none once the job stops) and which fall back to another group, then new workers in the empty slots."""
-    spec, verdicts, holder = given.spec, given.verdicts, given.holder
-    groups = groups_of(spec)
+    spec, verdicts, holder, groups = given.spec, given.verdicts, given.holder, given.groups
     occupancy = _occupancy(given.workers, verdicts, given.refill_finished)
     kept = _kept(
         occupancy,
@@ -138,6 +138,7 @@ def fill_worker_slots(given: SlotInputs) -> WorkerSlots:
     created = _new_workers(given, groups, occupancy, kept, fallen, filled=filled)
     return _worker_slots(
         spec,
+        groups,
         verdicts,
         kept,
         fallen,
@@ -351,6 +352,7 @@ def _may_move_back(
 
 def _worker_slots(
     spec: TransientTrainingJobSpec,
+    groups: tuple[Group, ...],
     verdicts: Mapping[str, PodVerdict],
     kept: _Kept,
     fallen: _Fallbacks,
@@ -366,7 +368,6 @@ def _worker_slots(
     incarnations = created.incarnations
     running = Counter(group_of(pod) for pod in filled.values() if verdicts[name_of(pod)].state == PodState.RUNNING)
     waiting = {slot: pod for slot, pod in filled.items() if slot != kept.extra}
-    groups = groups_of(spec)
     return WorkerSlots(
         (*kept.writes, *fallen.deletes, *created.creates),
         sum(v.state == PodState.RUNNING for v in alive),

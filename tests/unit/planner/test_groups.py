@@ -627,6 +627,7 @@ def test_budget_projections_price_each_worker_at_its_group() -> None:
             None,
             now=T0,
             config=PlannerConfig(prices=prices),
+            groups=groups_of(spec),
             unavailable=dict.fromkeys(marked, out),
         )
         assert costing.budget is not None

@@ -16,6 +16,7 @@ from ttj.planner.chief import ChiefInputs, keep_chief
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.costing import cost_and_budget
 from ttj.planner.ending import clean_up, ending
+from ttj.planner.groups import groups_of
 from ttj.planner.lease import lease_holder, lease_write, reported_progress
 from ttj.planner.parameter_servers import parameter_servers
 from ttj.planner.slots import SlotInputs, fill_worker_slots
@@ -105,20 +106,22 @@ def test_a_cost_function_stops_the_job_at_its_budget_without_limiting_new_worker
     def spent(usd: float) -> PlannerConfig:
         return PlannerConfig(cost=lambda *_: CostStatus(usd=usd))
 
-    under = cost_and_budget(spec, Observed(), {}, None, now=T0, config=spent(4.0))
+    under = cost_and_budget(spec, Observed(), {}, None, now=T0, groups=groups_of(spec), config=spent(4.0))
     assert under.cost == CostStatus(usd=4.0)
     assert under.budget is not None
     assert (under.budget.allow_new_workers, under.budget.exceeded, under.budget.cap(5)) == (None, False, 5)
-    over = cost_and_budget(spec, Observed(), {}, None, now=T0, config=spent(10.0))
+    over = cost_and_budget(spec, Observed(), {}, None, now=T0, groups=groups_of(spec), config=spent(10.0))
     assert over.budget is not None
     assert over.budget.exceeded
     assert over.budget.message == "cost $10.00 reached budget.maxCostUSD $10.00"
-    assert cost_and_budget(SPEC, Observed(), {}, None, now=T0, config=spent(10.0)).budget is None
+    assert (
+        cost_and_budget(SPEC, Observed(), {}, None, now=T0, groups=groups_of(SPEC), config=spent(10.0)).budget is None
+    )
 
 
 def test_without_prices_the_cost_stays_as_it_was() -> None:
     previous = CostStatus(usd=1.5)
-    costing = cost_and_budget(SPEC, Observed(), {}, previous, now=T0, config=PlannerConfig())
+    costing = cost_and_budget(SPEC, Observed(), {}, previous, now=T0, groups=groups_of(SPEC), config=PlannerConfig())
     assert (costing.cost, costing.budget) == (previous, None)
 
 
@@ -199,7 +202,16 @@ def test_a_new_parameter_server_pod_is_a_preemption_unless_the_template_changed(
 def test_two_pods_in_one_slot_keep_the_chief_and_empty_slots_are_filled_lowest_first() -> None:
     pods = [worker(0, 1), worker(0, 2), worker(3, 1)]
     slots = fill_worker_slots(
-        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder="mnist-worker-0-1", budget=None, placement=None)
+        SlotInputs(
+            JOB,
+            SPEC,
+            tuple(pods),
+            verdicts(*pods),
+            holder="mnist-worker-0-1",
+            budget=None,
+            placement=None,
+            groups=groups_of(SPEC),
+        )
     )
     assert [(type(w).__name__, getattr(w, "name", "")) for w in slots.writes] == [
         ("DeleteChild", "mnist-worker-0-2"),
@@ -211,7 +223,16 @@ def test_two_pods_in_one_slot_keep_the_chief_and_empty_slots_are_filled_lowest_f
 def test_scale_down_spares_the_chief_and_running_pods() -> None:
     pods = [worker(0), worker(1), worker(2, phase="Pending"), worker(3)]
     slots = fill_worker_slots(
-        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder="mnist-worker-3-1", budget=None, placement=None)
+        SlotInputs(
+            JOB,
+            SPEC,
+            tuple(pods),
+            verdicts(*pods),
+            holder="mnist-worker-3-1",
+            budget=None,
+            placement=None,
+            groups=groups_of(SPEC),
+        )
     )
     assert slots.writes == (DeleteChild("Pod", "mnist-worker-2-1", mark_deliberate=True, reason="ScaledDown"),)
 
@@ -221,7 +242,9 @@ def test_the_budget_caps_new_workers(allow: int | None, created: int) -> None:
     budget = BudgetDecision(allow, False, "", 0, None, 0)
     pods = [worker(0)]
     slots = fill_worker_slots(
-        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None)
+        SlotInputs(
+            JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None, groups=groups_of(SPEC)
+        )
     )
     assert len([w for w in slots.writes if isinstance(w, CreateChild)]) == created
 
@@ -230,7 +253,9 @@ def test_an_exceeded_budget_stops_every_worker() -> None:
     budget = BudgetDecision(0, True, "over", 10, 10, 10)
     pods = [worker(0), worker(1, phase="Pending")]
     slots = fill_worker_slots(
-        SlotInputs(JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None)
+        SlotInputs(
+            JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None, groups=groups_of(SPEC)
+        )
     )
     assert [w.name for w in slots.writes if isinstance(w, DeleteChild) and w.reason == "BudgetExceeded"] == [
         "mnist-worker-0-1",
