@@ -95,6 +95,19 @@ def raw_request(
     return json.loads(response.data)
 
 
+def watch_events(k8s_api: client.ApiClient, path: str) -> list[Any]:
+    """The events of a bounded watch (``path`` with ``watch=true&timeoutSeconds=N``): one JSON object per line,
+    however many the server sent before the timeout."""
+    serialized = k8s_api.param_serialize(
+        "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+    )
+    response = k8s_api.call_api(*serialized)
+    response.read()
+    if response.status >= 400:
+        raise client.ApiException(http_resp=response)
+    return [json.loads(line) for line in response.data.splitlines() if line.strip()]
+
+
 def minimal_job(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "transient.training/v1alpha1",
