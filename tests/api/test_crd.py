@@ -76,6 +76,7 @@ def test_contract_names_subresources_and_columns() -> None:
     assert scale["statusReplicasPath"] == ".status.workers.active"
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Phase",
+        "Reason",
         "Workers",
         "Chief",
         "Step",

@@ -51,14 +51,22 @@ def _meta_age(obj: dict[str, Any]) -> str:
     return _age(obj["metadata"].get("creationTimestamp"))
 
 
+#: A step of a CRD printer column's jsonPath: a field, a list index, or a filter of a list by one field's value
+#: (``[?(@.type=="Ready")]``, as CRDs use for their conditions).
+_PATH_STEP = re.compile(r'\[\?\(@\.([\w.]+)\s*==\s*"([^"]*)"\)\]|\[(\d+)\]|([^.\[\]]+)')
+
+
 def _path(obj: Any, path: str) -> Any:
-    """A CRD jsonPath such as ``.status.phase`` or ``.spec.items[0].name``."""
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
-        if part.startswith("["):
-            index = int(part[1:-1])
-            obj = obj[index] if isinstance(obj, list) and index < len(obj) else None
+    """A CRD jsonPath such as ``.status.phase``, ``.spec.items[0].name`` or
+    ``.status.conditions[?(@.type=="Running")].reason`` (the first match of a filter, as a one-value column shows)."""
+    for key, value, index, name in _PATH_STEP.findall(path):
+        if key:
+            items = obj if isinstance(obj, list) else []
+            obj = next((item for item in items if _path(item, "." + key) == value), None)
+        elif index:
+            obj = obj[int(index)] if isinstance(obj, list) and int(index) < len(obj) else None
         else:
-            obj = obj.get(part) if isinstance(obj, dict) else None
+            obj = obj.get(name) if isinstance(obj, dict) else None
         if obj is None:
             return None
     return obj

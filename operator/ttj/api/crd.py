@@ -116,6 +116,13 @@ def open_api_schema() -> dict[str, Any]:
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Lifecycle phase."},
+    # why the job trains or not (Training, WaitingForWorkers, BelowMinReplicas, ...), beside the phase
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Running")].reason',
+        "description": "The reason of the Running condition: why the job trains, or what it waits for.",
+    },
     {
         "name": "Workers",
         "type": "string",
