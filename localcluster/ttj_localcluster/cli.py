@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
 
 def attach_nodes(args: argparse.Namespace, stop: threading.Event) -> int:
     """``--nodes-only``: the node add-ons, as clients of the API server in the given kubeconfig, until stopped."""
-    from .nodes.ownership import FleetConflict
+    from .nodes.fleet_ownership import FleetConflict
 
     addons = nodes_cli.build_addons(args)
     started = []

@@ -19,7 +19,7 @@ from ttj.kubeapi import KubeClient
 from ttj_localcluster.cluster import LocalCluster
 from ttj_localcluster.nodes import cli as nodes_cli
 from ttj_localcluster.nodes.fleet import NodeFleet
-from ttj_localcluster.nodes.ownership import CONTROL_PATH, FLEET_LABEL, FleetConflict
+from ttj_localcluster.nodes.fleet_ownership import CONTROL_PATH, FLEET_LABEL, FleetConflict
 from ttj_localcluster.nodes.pools import NodePool, default_pools, node_object
 
 from .conftest import local_cluster_options

@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from kubernetes import config
 
 from ttj_localcluster.nodes.control import ControlClient
-from ttj_localcluster.nodes.podnet import PodNetworkNamespaces
+from ttj_localcluster.nodes.netns import PodNetworkNamespaces
 from ttj_localcluster.nodes.podstate import SHUTDOWN_MESSAGE
 from ttj_localcluster.nodes.pools import GPU_TAINT
 from ttj_localcluster.nodes.runtime import namespaces_available

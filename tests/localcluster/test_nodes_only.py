@@ -18,8 +18,8 @@ import yaml
 
 from ttj.kubeapi import KubeClient
 from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes.netns import PodNetworkNamespaces
 from ttj_localcluster.nodes.pod_networking import relayed_kubeconfig
-from ttj_localcluster.nodes.podnet import PodNetworkNamespaces
 
 from .conftest import wait_for
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ttj_localcluster.nodes.podnet import PodNetworkNamespaces
+from ttj_localcluster.nodes.netns import PodNetworkNamespaces
 
 pytestmark = pytest.mark.skipif(
     not PodNetworkNamespaces.available(), reason="needs root, ip and nsenter for pod network namespaces"

@@ -1,4 +1,4 @@
-"""The API relay pods use to reach the API server (nodes/podnet.py): many connections at once, long watches,
+"""The API relay pods use to reach the API server (nodes/netns.py): many connections at once, long watches,
 clients that vanish with a reset. Runs on loopback, so it needs no root."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ttj_localcluster.cluster import LocalCluster
-from ttj_localcluster.nodes.podnet import TcpRelay
+from ttj_localcluster.nodes.netns import TcpRelay
 
 from .conftest import wait_for
 

@@ -13,7 +13,7 @@ import pytest
 from tests.localcluster.conftest import local_cluster_options
 from ttj_localcluster.nodes import cli as nodes_cli
 from ttj_localcluster.nodes.fleet import NodeFleet
-from ttj_localcluster.nodes.network import PodNetwork, PodRecord, ServiceRecord
+from ttj_localcluster.nodes.loopback_network import PodNetwork, PodRecord, ServiceRecord
 from ttj_localcluster.nodes.runtime import (
     ContainerRun,
     PodSandbox,

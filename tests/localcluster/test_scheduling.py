@@ -14,7 +14,7 @@ from ttj_localcluster.nodes.pools import (
     node_object,
     parse_pool_option,
 )
-from ttj_localcluster.nodes.scheduling import (
+from ttj_localcluster.nodes.predicates import (
     filter_node,
     pod_requests,
     unschedulable_message,

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from ttj_localcluster.nodes.podnet import PodNetworkNamespaces
+from ttj_localcluster.nodes.netns import PodNetworkNamespaces
 
 from .conftest import NodesCluster, wait_for
 

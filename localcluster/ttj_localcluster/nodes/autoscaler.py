@@ -35,7 +35,7 @@ from ttj.kubeapi import JSON, KubeClient
 
 from .kube import obj_key, pod_event
 from .pools import CLUSTER_NAME, NODE_INTERNAL_IP, NodePool, instance_group_name, node_object, now_rfc3339
-from .scheduling import (
+from .predicates import (
     NodeUsage,
     node_allocatable,
     placement_fields,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ttj.kubeapi import JSON, KubeClient
 
-from .network import pod_hostname
+from .loopback_network import pod_hostname
 from .pod_credentials import PodCredentials
 from .pod_networking import PodNetworking
 from .podstate import LocalPod, settle_phase, terminated_state

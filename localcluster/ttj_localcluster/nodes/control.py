@@ -43,7 +43,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ttj.kubeapi import JSON, KubeClient
 
-from .ownership import CONTROL_CONFIGMAP, CONTROL_NAMESPACE, CONTROL_PATH
+from .fleet_ownership import CONTROL_CONFIGMAP, CONTROL_NAMESPACE, CONTROL_PATH
 
 if TYPE_CHECKING:
     from .fleet import NodeFleet

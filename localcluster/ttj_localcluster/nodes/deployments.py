@@ -26,8 +26,8 @@ from ttj_contract import LABEL_POD_TEMPLATE_HASH
 
 from .kube import Informer, WorkQueue, obj_key, wait_synced
 from .pools import now_rfc3339
+from .predicates import pod_is_terminal
 from .scheduler import replace_condition
-from .scheduling import pod_is_terminal
 
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

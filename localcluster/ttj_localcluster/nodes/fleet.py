@@ -30,14 +30,14 @@ from ttj.kubeapi import JSON, KubeClient
 
 from .autoscaler import BACKOFF_S, SCAN_S, ClusterAutoscaler, PoolView
 from .control import ControlServer
+from .fleet_ownership import FleetIdentity, PreviousOwner, claim_control, delete_fleet_nodes, release_control
 from .heartbeats import LEASE_RENEW_S, NodeLeases
 from .kubelet import Kubelet
 from .lifecycle import NodeLifecycle
+from .loopback_network import PodNetwork
 from .migration import MigrationRecord, Migrations
-from .network import PodNetwork
-from .ownership import FleetIdentity, PreviousOwner, claim_control, delete_fleet_nodes, release_control
+from .netns import PodNetworkNamespaces
 from .pod_networking import PodNetworking
-from .podnet import PodNetworkNamespaces
 from .pools import NodePool
 from .preemption import PreemptionRecord, Preemptions
 from .preemption_sources import LifetimePreemptions, ScriptedPreemptions

@@ -31,9 +31,9 @@ from .podstate import (
     sigterm_state,
     status_summary,
 )
+from .predicates import pod_is_terminal
 from .registry import NodeRegistry, NodeState
 from .scheduler import replace_condition
-from .scheduling import pod_is_terminal
 from .timers import Timers
 
 log = logging.getLogger(__name__)

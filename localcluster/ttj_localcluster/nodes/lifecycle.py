@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from ttj.kubeapi import JSON, KubeClient
 
+from .fleet_ownership import FLEET_LABEL
 from .heartbeats import NodeLeases
 from .kube import retrying
-from .ownership import FLEET_LABEL
 from .pools import IMPENDING_TERMINATION_TAINT, NODE_INTERNAL_IP, NodePool, node_object, now_rfc3339, ready_condition
 from .registry import NodeRegistry
 from .scheduler import replace_condition

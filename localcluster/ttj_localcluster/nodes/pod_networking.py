@@ -1,7 +1,7 @@
 """The kubelets' pod networking: pod IPs, cluster DNS through hosts files, and a network namespace per pod.
 
-Namespaces (:mod:`.podnet`) when asked for and possible (root, ip, nsenter); otherwise pods share the host's
-network with 127.x addresses (:mod:`.network`). Simulated pods get an IP and nothing else.
+Namespaces (:mod:`.netns`) when asked for and possible (root, ip, nsenter); otherwise pods share the host's
+network with 127.x addresses (:mod:`.loopback_network`). Simulated pods get an IP and nothing else.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 from ttj.kubeapi import JSON
 
-from .network import PodNetwork, PodRecord, ServiceRecord, pod_hostname
-from .podnet import PodNetworkNamespaces
+from .loopback_network import PodNetwork, PodRecord, ServiceRecord, pod_hostname
+from .netns import PodNetworkNamespaces
 from .podstate import LocalPod
 from .runtime import ProcessRuntime
 

@@ -31,7 +31,7 @@ from ttj import kubeapi
 from ttj.kubeapi import JSON, KubeClient, KubeError
 
 from .kube import Informer, obj_key, wait_synced
-from .scheduling import pod_is_terminal
+from .predicates import pod_is_terminal
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
   leads ``PATH``. A container without a command whose image is the trainer image runs its entrypoint,
   ``python -m ttj_trainer``.
 - Each pod's processes run under ``unshare --mount --uts`` with the pod's hostname, its hosts file
-  (see network.py) bind-mounted on ``/etc/hosts``, and a per-container file bind-mounted at the
+  (see loopback_network.py) bind-mounted on ``/etc/hosts``, and a per-container file bind-mounted at the
   container's ``terminationMessagePath`` (``/dev/termination-log``). Without ``unshare`` (not root),
   processes run plainly: pod IPs still work, DNS names do not.
 - stdout and stderr go to ``STATE/pods/<ns>_<name>_<uid>/<container>.log`` (the previous run's log
@@ -165,7 +165,7 @@ class PodSandbox:
     directory: Path
     hosts_file: Path | None
     runs: dict[str, ContainerRun] = field(default_factory=dict)
-    #: the pod's network namespace (podnet.py), entered with nsenter; None: the host's network
+    #: the pod's network namespace (netns.py), entered with nsenter; None: the host's network
     netns: str | None = None
 
 

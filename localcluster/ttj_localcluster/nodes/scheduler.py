@@ -1,6 +1,6 @@
 """A kube-scheduler for the local cluster, as an API client: watches pods and nodes, binds via pods/binding.
 
-Filters with the predicates in scheduling.py, scores least-allocated (ties broken at random, which
+Filters with the predicates in predicates.py, scores least-allocated (ties broken at random, which
 spreads pods like the default scheduler does), and leaves a pod that fits nowhere Pending with
 ``PodScheduled=False``, reason ``Unschedulable`` and kube-scheduler's message, plus a
 ``FailedScheduling`` Event. Unschedulable pods are retried when nodes or pods change, and every 10 s.
@@ -24,7 +24,7 @@ from ttj.kubeapi import JSON, KubeClient
 
 from .kube import Informer, WorkQueue, obj_key, pod_event, wait_synced
 from .pools import now_rfc3339
-from .scheduling import (
+from .predicates import (
     NodeUsage,
     node_allocatable,
     placement_fields,

@@ -16,7 +16,7 @@ from typing import Any
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.api.podtemplate import PodTemplate
 from ttj.planner.observed import Obj, meta
-from ttj.planner.podtemplates import merged_under, worker_template
+from ttj.planner.template_merge import merged_under, worker_template
 from ttj_contract import (
     ACCELERATOR_LABEL,
     ANNOTATION_ACTIVE_WORKERS,

@@ -11,7 +11,7 @@ from ttj.api.models import TransientTrainingJobSpec
 from ttj.api.podtemplate import PodTemplate
 from ttj.planner.children import SCRATCH_VOLUMES, bare_worker_pod, ps_deployment
 from ttj.planner.observed import Obj, meta
-from ttj.planner.podtemplates import worker_template
+from ttj.planner.template_merge import worker_template
 from ttj_contract import ACCELERATOR_LABEL, GROUP, PREEMPTIBLE_LABEL, SPOT_LABEL, ps_name, worker_hostname
 
 #: Node labels that place ttj's pods (spot, preemptible, GPU type): a template may not set them.
