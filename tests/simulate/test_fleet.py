@@ -14,7 +14,8 @@ from ttj.cost.traffic import GIB
 from ttj.simulate.cli import load_job
 from ttj.simulate.engine import PreemptionTrace, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel, blended, fit
-from ttj.simulate.fleet import (
+from ttj.simulate.fleet_manifests import GROUPS_NOTE, manifests
+from ttj.simulate.fleet_search import (
     Group,
     Mix,
     PlanContext,
@@ -26,7 +27,6 @@ from ttj.simulate.fleet import (
     mix_of,
     search,
 )
-from ttj.simulate.fleet_manifests import GROUPS_NOTE, manifests
 from ttj.simulate.icac19 import load_training_data
 from ttj.simulate.policies import PaperStaticPolicy
 from ttj.simulate.prices import price_per_hour, ps_price_per_hour

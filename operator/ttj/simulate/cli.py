@@ -1,5 +1,5 @@
 """``ttj simulate MANIFEST``: predict time, cost, revocations and failure odds of a job before running it;
-with ``--plan``, the cheapest fleet that meets a deadline (the search is :mod:`ttj.simulate.fleet`).
+with ``--plan``, the cheapest fleet that meets a deadline (the search is :mod:`ttj.simulate.fleet_search`).
 
 The models are fitted at start-up on the ICAC'19 measurements bundled with ttj (see ``fit.py`` and
 docs/simulate.md); each configuration is simulated over ``--runs`` seeded preemption traces, and every
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ttj.api.models import TransientTrainingJob
     from ttj.simulate.engine import SimJob
     from ttj.simulate.fit import FittedModel
-    from ttj.simulate.fleet import FleetPlan, Mix, PlanContext, Target
+    from ttj.simulate.fleet_search import FleetPlan, Mix, PlanContext, Target
     from ttj.simulate.icac19 import TrainingData
     from ttj.simulate.zones import Zones
 
@@ -415,7 +415,7 @@ class _PlanRequest:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from ttj.simulate.fleet import PlanContext, mix_of, search
+    from ttj.simulate.fleet_search import PlanContext, mix_of, search
     from ttj.simulate.fleet_text import render
     from ttj.simulate.study import POLICY_LABELS
 
@@ -453,7 +453,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _plan_request(args: argparse.Namespace) -> _PlanRequest | str:
     """The checked request, or what is wrong with it."""
     from ttj.simulate.fit import fit
-    from ttj.simulate.fleet import parse_available
+    from ttj.simulate.fleet_search import parse_available
     from ttj.simulate.icac19 import load_training_data
     from ttj.simulate.prices import price_per_hour
     from ttj.simulate.study import POLICIES, accelerator_name
@@ -501,7 +501,7 @@ def _manifest_zones(template: SimJob) -> dict[tuple[str, str | None], str]:
 def _target(args: argparse.Namespace, context: PlanContext, reference: Mix) -> tuple[Target, str] | str:
     """The target asked for, or without a deadline and a budget the manifest's own time at the confidence (and
     a note saying so); what is wrong when that fleet does not finish often enough."""
-    from ttj.simulate.fleet import Target, deadline_of
+    from ttj.simulate.fleet_search import Target, deadline_of
 
     deadline_s = args.deadline * 3600 if args.deadline is not None else None
     derived = ""

@@ -6,8 +6,8 @@ import dataclasses
 import math
 from typing import Any
 
-from ttj.simulate.fleet import Evaluation, FleetPlan
 from ttj.simulate.fleet_manifests import GROUPS_NOTE
+from ttj.simulate.fleet_search import Evaluation, FleetPlan
 
 
 def plan_document(plan: FleetPlan, grouped: dict[str, Any] | None, today: dict[str, Any] | None) -> dict[str, Any]:

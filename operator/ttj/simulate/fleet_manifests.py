@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from ttj.api.models import TransientTrainingJob
-from ttj.simulate.fleet import Mix, PlanContext, mix_job, preference_order
+from ttj.simulate.fleet_search import Mix, PlanContext, mix_job, preference_order
 from ttj_contract import API_VERSION, KIND
 
 GROUPS_NOTE = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ttj.simulate.fleet import Evaluation, FleetPlan, PlanContext, Target, short_gpu
 from ttj.simulate.fleet_manifests import GROUPS_NOTE
+from ttj.simulate.fleet_search import Evaluation, FleetPlan, PlanContext, Target, short_gpu
 from ttj.simulate.prices import price_note, price_table
 from ttj.simulate.report import revocation_table
 
