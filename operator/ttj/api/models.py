@@ -288,6 +288,21 @@ _DEFAULT_REPLICAS = 4
 _DEFAULT_MIN_REPLICAS = 1
 
 
+def _preemption_grace_field(who: str, default: str = "") -> Any:
+    """workers.preemptionGraceSeconds, and a group's own."""
+    return Field(
+        default=None,
+        ge=SIGTERM_EXIT_MARGIN_SECONDS + 1,
+        le=MAX_PREEMPTION_GRACE_SECONDS,
+        description=f"Seconds {who} gets between SIGTERM and SIGKILL when its node is preempted: GKE gives "
+        f"{DEFAULT_PREEMPTION_GRACE_SECONDS} (the default); a node pool or compute class whose graceful termination "
+        f"is lengthened (up to 120 s after the notice, the last 15 for system pods) gives up to "
+        f"{MAX_PREEMPTION_GRACE_SECONDS}. The chief finishes its checkpoint and the trainer exits "
+        f"{SIGTERM_EXIT_MARGIN_SECONDS} s before it ends; worker pods get a terminationGracePeriodSeconds of at least "
+        f"it.{' ' + default if default else ''}",
+    )
+
+
 class WorkerGroupSpec(_Model):
     """One kind of worker node; a field left unset takes the value of spec.workers' field (batchSize: spec's)."""
 
@@ -350,16 +365,8 @@ class WorkerGroupSpec(_Model):
     batch_size: int | None = Field(
         default=None, ge=1, le=65536, description="Per-worker batch size of the group's workers; default: batchSize."
     )
-    preemption_grace_seconds: int | None = Field(
-        default=None,
-        ge=SIGTERM_EXIT_MARGIN_SECONDS + 1,
-        le=MAX_PREEMPTION_GRACE_SECONDS,
-        description="Seconds a worker of the group gets between SIGTERM and SIGKILL when its node is preempted: GKE "
-        f"gives {DEFAULT_PREEMPTION_GRACE_SECONDS} (the default); a node pool or compute class whose graceful "
-        f"termination is lengthened (up to 120 s after the notice, the last 15 for system pods) gives up to "
-        f"{MAX_PREEMPTION_GRACE_SECONDS}. The chief finishes its checkpoint and the trainer exits "
-        f"{SIGTERM_EXIT_MARGIN_SECONDS} s before it ends; worker pods get a terminationGracePeriodSeconds of at least "
-        "it. Default: workers.preemptionGraceSeconds.",
+    preemption_grace_seconds: int | None = _preemption_grace_field(
+        "a worker of the group", "Default: workers.preemptionGraceSeconds."
     )
     zone: str | None = Field(
         default=None,
@@ -484,17 +491,7 @@ class WorkerSpec(_Model):
         "maxReplicas count the workers of all groups together. Without groups the job has one group, made of "
         "the fields above.",
     )
-    preemption_grace_seconds: int | None = Field(
-        default=None,
-        ge=SIGTERM_EXIT_MARGIN_SECONDS + 1,
-        le=MAX_PREEMPTION_GRACE_SECONDS,
-        description="Seconds a worker gets between SIGTERM and SIGKILL when its node is preempted: GKE gives "
-        f"{DEFAULT_PREEMPTION_GRACE_SECONDS} (the default); a node pool or compute class whose graceful termination "
-        f"is lengthened (up to 120 s after the notice, the last 15 for system pods) gives up to "
-        f"{MAX_PREEMPTION_GRACE_SECONDS}. The chief finishes its checkpoint and the trainer exits "
-        f"{SIGTERM_EXIT_MARGIN_SECONDS} s before it ends; worker pods get a terminationGracePeriodSeconds of at least "
-        "it.",
-    )
+    preemption_grace_seconds: int | None = _preemption_grace_field("a worker")
     fallback_after_seconds: int | None = Field(
         default=None,
         ge=1,
