@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -13,8 +15,10 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from ttj.api.models import TransientTrainingJobSpec
+from ttj.controller.placement import PlacementSource
 from ttj.cost.gke import GkeError, GkeNodePools, GkeSettings, GkeSettingsError, make_client
 from ttj.cost.pools import autoscaling_max_needed, validate_placement
+from ttj.planner import Observed, plan
 from ttj_contract import Provisioning
 
 CLUSTER_PATH = "/v1/projects/my-project/locations/us-central1/clusters/training"
@@ -59,11 +63,14 @@ NODE_POOLS = {
 class FakeGke:
     url: str
     requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    #: Methods of the API answered 403 (e.g. ":setAutoscaling", for an account without container.clusters.update).
+    forbidden: set[str] = field(default_factory=set)
 
 
 @pytest.fixture
 def gke() -> Iterator[FakeGke]:
     received: list[tuple[str, str, dict[str, Any]]] = []
+    forbidden: set[str] = set()
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, status: int, body: dict[str, Any]) -> None:
@@ -85,7 +92,8 @@ def gke() -> Iterator[FakeGke]:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             received.append(("POST", self.path.split("?")[0], body))
-            if self.path.split("?")[0].endswith(":setAutoscaling"):
+            method = ":" + self.path.split("?")[0].rsplit(":", 1)[-1]
+            if method == ":setAutoscaling" and method not in forbidden:
                 self._answer(
                     200,
                     {
@@ -107,7 +115,7 @@ def gke() -> Iterator[FakeGke]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield FakeGke(url=f"http://127.0.0.1:{server.server_address[1]}", requests=received)
+        yield FakeGke(url=f"http://127.0.0.1:{server.server_address[1]}", requests=received, forbidden=forbidden)
     finally:
         server.shutdown()
         server.server_close()
@@ -211,3 +219,54 @@ def test_api_errors_say_which_call_failed(gke: FakeGke) -> None:
         match="listing the node pools of projects/other-project/locations/us-central1/clusters/training failed",
     ):
         api.list()
+
+
+def test_the_operator_raises_a_pool_too_small_for_the_jobs_slots_once_and_says_so(gke: FakeGke) -> None:
+    """TTJ_GKE_RAISE_AUTOSCALING=true end to end: the placement check of a job whose 7 worker slots the matching
+    spot T4 pool (at most 4 nodes) cannot hold raises that pool's maximum through the real client, once, and the
+    job's pass posts a Normal AutoscalingRaised Event naming the pool, the maxima and the GKE operation."""
+    job_spec = {"trainSteps": 1, "checkpoint": {"uri": "/c"}, "workers": {"replicas": 4, "maxReplicas": 7}}
+    job_spec["workers"]["nodeSelector"] = {"team": "ml"}
+    source = PlacementSource(pools_api(gke.url, raise_autoscaling=True))
+
+    check = asyncio.run(source.check(job_spec, list))
+    assert check is not None
+    assert check.ok
+    posts = [(method, path) for method, path, _ in gke.requests if method == "POST"]
+    assert posts == [("POST", f"{CLUSTER_PATH}/nodePools/t4-spot:setAutoscaling")]
+    assert check.raised == (
+        "node pool t4-spot: autoscaling maximum raised from 4 nodes to 7 nodes for the job's 7 worker slots "
+        "(GKE operation operation-1700000000000-abcdef)"
+    )
+    again = asyncio.run(source.check(job_spec, list))
+    assert again is not None
+    assert again.raised == ""
+    assert [method for method, _, _ in gke.requests].count("POST") == 1  # asked once
+
+    manifest = {"apiVersion": "transient.training/v1alpha1", "kind": "TransientTrainingJob", "spec": job_spec}
+    manifest["metadata"] = {"name": "big", "namespace": "ns", "uid": "u", "generation": 1}
+    planned = plan(manifest, Observed(placement=check), datetime(2026, 11, 28, tzinfo=UTC))
+    assert [(e.type, e.reason, e.message) for e in planned.events if e.reason.startswith("Autoscaling")] == [
+        ("Normal", "AutoscalingRaised", check.raised)
+    ]
+
+
+def test_the_off_switch_and_a_refused_raise(gke: FakeGke) -> None:
+    """Off by default: nothing is sent. A raise GKE refuses (403 here) is a Warning Event, asked once."""
+    job_spec = {"trainSteps": 1, "checkpoint": {"uri": "/c"}, "workers": {"replicas": 4, "maxReplicas": 7}}
+    job_spec["workers"]["nodeSelector"] = {"team": "ml"}
+    off = asyncio.run(PlacementSource(pools_api(gke.url)).check(job_spec, list))
+    assert off is not None
+    assert (off.raised, off.raise_failed) == ("", "")
+    assert all(method == "GET" for method, _, _ in gke.requests)
+
+    gke.forbidden.add(":setAutoscaling")
+    source = PlacementSource(pools_api(gke.url, raise_autoscaling=True))
+    refused = asyncio.run(source.check(job_spec, list))
+    assert refused is not None
+    assert refused.raise_failed.startswith(
+        "node pool t4-spot: its autoscaling maximum could not be raised to 7 nodes: "
+    )
+    assert "Permission denied" in refused.raise_failed
+    assert asyncio.run(source.check(job_spec, list)).raise_failed == ""  # type: ignore[union-attr]
+    assert [method for method, _, _ in gke.requests].count("POST") == 1

@@ -13,13 +13,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from ttj.api.models import TransientTrainingJobSpec
 from ttj.cost.gke import GkeError, GkeNodePools, GkeSettings
-from ttj.cost.pools import NodePool, ObservedNode, PlacementCheck, pools_from_nodes, validate_placement
+from ttj.cost.pools import (
+    NodePool,
+    ObservedNode,
+    PlacementCheck,
+    autoscaling_max_needed,
+    pools_from_nodes,
+    validate_placement,
+)
 from ttj.planner.groups import groups_of
 
 log = logging.getLogger("ttj.controller")
@@ -46,6 +54,8 @@ class PlacementSource:
         self._gke_pools: tuple[float, list[NodePool] | None] | None = None
         self._node_pools: tuple[float, list[NodePool]] | None = None
         self._lock = asyncio.Lock()
+        #: The autoscaling maximum asked of each pool (GKE settings: TTJ_GKE_RAISE_AUTOSCALING).
+        self._raised: dict[str, int] = {}
 
     @classmethod
     def from_env(cls) -> PlacementSource:
@@ -93,5 +103,37 @@ class PlacementSource:
             return None
         # with worker groups, the job can run when one group's workers can: the first such group's verdict (its
         # pools, its capacity), else the most preferred group's, naming what it asked for
-        checks = [validate_placement(group.spec, pools) for group in groups_of(parsed)]
-        return next((check for check in checks if check.ok), checks[0])
+        groups = groups_of(parsed)
+        checks = [validate_placement(group.spec, pools) for group in groups]
+        chosen = next((i for i, check in enumerate(checks) if check.ok), 0)
+        return await self._raise_autoscaling(groups[chosen].spec, checks[chosen])
+
+    async def _raise_autoscaling(self, spec: TransientTrainingJobSpec, check: PlacementCheck) -> PlacementCheck:
+        """With ``TTJ_GKE_RAISE_AUTOSCALING=true``: when the matching pools cannot hold the job's worker slots,
+        raise the first autoscaling one's maximum so that it can, once per pool and maximum (the pool list is
+        cached a minute and would show the old maximum meanwhile)."""
+        gke = self.gke
+        slots = spec.workers.slots
+        if gke is None or not gke.settings.raise_autoscaling or not check.ok or (check.worker_capacity or 0) >= slots:
+            return check
+        for pool in check.worker_pools:
+            needed = autoscaling_max_needed(spec, pool)
+            if needed is None or self._raised.get(pool.name, 0) >= needed:
+                continue
+            self._raised[pool.name] = needed
+            try:
+                operation = await asyncio.to_thread(gke.raise_autoscaling_max, pool, needed)
+            except GkeError as exc:
+                log.warning("%s", exc)
+                failed = f"node pool {pool.name}: its autoscaling maximum could not be raised to {needed} nodes: {exc}"
+                return replace(check, raise_failed=failed)
+            if operation is None:
+                continue
+            was = "no maximum" if pool.max_nodes is None else f"{pool.max_nodes} nodes"
+            log.info("node pool %s: autoscaling maximum %s -> %d nodes (%s)", pool.name, was, needed, operation)
+            raised = (
+                f"node pool {pool.name}: autoscaling maximum raised from {was} to {needed} nodes for the job's "
+                f"{slots} worker slots (GKE operation {operation})"
+            )
+            return replace(check, raised=raised)
+        return check

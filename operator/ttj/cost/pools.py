@@ -131,6 +131,9 @@ class PlacementCheck:
     worker_capacity: int | None = None
     #: Non-fatal findings (e.g. the pools cannot hold maxReplicas workers).
     warnings: tuple[str, ...] = ()
+    #: A node pool's autoscaling maximum the operator raised for the job in this check, or failed to, in words.
+    raised: str = ""
+    raise_failed: str = ""
 
 
 def workers_per_node(pool: NodePool, gpus_per_worker: int) -> int:

@@ -302,6 +302,7 @@ def _goes_on(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, deci
         writes=_running_writes(reading, servers, slots, chief, decided.interval),
         events=[
             *_read_events(reading),
+            *_placement_events(run.observed),
             *servers.events,
             *slots.events,
             *chief.events,
@@ -311,6 +312,16 @@ def _goes_on(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, deci
         observations=chief.observations,
         wake=_running_wake(spec, reading, decided),
     )
+
+
+def _placement_events(observed: Observed) -> list[EmitEvent]:
+    """What the operator changed in the cluster for the job (a node pool's autoscaling maximum raised)."""
+    placement = observed.placement
+    if placement is None:
+        return []
+    raised = [EmitEvent("Normal", "AutoscalingRaised", placement.raised)] if placement.raised else []
+    failed = [EmitEvent("Warning", "AutoscalingNotRaised", placement.raise_failed)] if placement.raise_failed else []
+    return raised + failed
 
 
 def _running_status(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ttj.controller.placement import PlacementSource
-from ttj.cost.gke import GkeError
+from ttj.cost.gke import GkeError, GkeSettings
 from ttj.cost.model import NodeShape
 from ttj.cost.pools import NodePool, ObservedNode
 
@@ -97,6 +97,7 @@ class FakeGke:
     def __init__(self, pools: list[NodePool] | None) -> None:
         self.pools = pools
         self.calls = 0
+        self.settings = GkeSettings(project="p", location="l", cluster="c")  # TTJ_GKE_RAISE_AUTOSCALING off
 
     def list(self, *, refresh: bool = False) -> list[NodePool]:
         self.calls += 1
