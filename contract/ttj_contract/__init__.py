@@ -424,6 +424,8 @@ class LeaseProgress:
     parameter_bytes: tuple[int, ...] | None = None
     #: Training steps per second of each worker slot with a fresh heartbeat, by slot index, as measured on PS 0.
     slot_steps_per_second: Mapping[int, float] | None = None
+    #: The chief's training loss, averaged over its steps since its previous report (finite only).
+    loss: float | None = None
 
     def to_annotation(self) -> str:
         fields = {
@@ -441,6 +443,7 @@ class LeaseProgress:
             "slotStepsPerSecond": None
             if self.slot_steps_per_second is None
             else {str(slot): rate for slot, rate in sorted(self.slot_steps_per_second.items())},
+            "loss": self.loss,
         }
         return json.dumps({k: v for k, v in fields.items() if v is not None}, separators=(",", ":"))
 
@@ -473,9 +476,17 @@ class LeaseProgress:
                 export_path=None if export is None else str(export),
                 parameter_bytes=_parameter_bytes(data.get("parameterBytes")),
                 slot_steps_per_second=_slot_rates(data.get("slotStepsPerSecond")),
+                loss=_finite(data.get("loss")),
             )
         except (ValueError, TypeError, AttributeError):
             return None
+
+
+def _finite(raw: object) -> float | None:
+    """A finite number, else None (a loss that is not one is left out; the rest of the report stands)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+        return None
+    return float(raw)
 
 
 def _parameter_bytes(raw: object) -> tuple[int, ...] | None:

@@ -63,6 +63,7 @@ def test_the_progress_record_has_the_documented_keys() -> None:
         export_path="/ckpt/export/step-5",
         parameter_bytes=(1024, 2048),
         slot_steps_per_second={0: 2.5, 3: 7.25},
+        loss=0.25,
     )
     assert list(json.loads(full.to_annotation())) == keys
     assert LeaseProgress.from_annotation(full.to_annotation()) == full
@@ -173,3 +174,9 @@ def test_child_names_follow_the_documented_pattern() -> None:
 )
 def test_money_reads_as_money(amount: float, text: str) -> None:
     assert contract.format_usd(amount) == text
+
+
+@pytest.mark.parametrize(("loss", "read"), [("0.5", 0.5), ("2", 2.0), ('"low"', None), ("true", None), ("1e999", None)])
+def test_a_loss_that_is_not_a_finite_number_is_left_out(loss: str, read: float | None) -> None:
+    text = f'{{"globalStep": 9, "loss": {loss}}}'
+    assert LeaseProgress.from_annotation(text) == LeaseProgress(9, loss=read)

@@ -944,6 +944,11 @@ class ProgressStatus(_Model):
         description="Training steps per second of all the active workers together, as the chief last measured them "
         "(each worker's over about 30 s).",
     )
+    loss: float | None = Field(
+        default=None,
+        description="The training loss the chief last reported: the mean of its own steps' losses since its report "
+        "before (the chief's batches only; the held-out loss is evaluation.loss).",
+    )
 
 
 class CheckpointIntervalStatus(_Model):

@@ -72,6 +72,7 @@ def reported_progress(lease: Obj | None, previous: ProgressStatus | None) -> Pro
             evaluation=evaluation if evaluated else kept.evaluation,
             export_path=export_path or kept.export_path,
             steps_per_second=total_steps_per_second(report.slot_steps_per_second),
+            loss=report.loss,
         )
     except ValidationError:
         return previous

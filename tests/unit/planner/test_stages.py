@@ -413,10 +413,10 @@ def test_a_lease_as_it_should_be_is_left_alone_and_new_counts_are_published() ->
 def test_progress_comes_from_the_lease_and_a_malformed_report_keeps_the_last() -> None:
     current = lease("mnist-worker-0-1", 1)
     current["metadata"]["annotations"]["transient.training/progress"] = LeaseProgress(
-        global_step=120, checkpoint_step=100
+        global_step=120, checkpoint_step=100, loss=0.75
     ).to_annotation()
     found = reported_progress(current, None)
     assert found is not None
-    assert (found.global_step, found.checkpoint_step) == (120, 100)
+    assert (found.global_step, found.checkpoint_step, found.loss) == (120, 100, 0.75)
     current["metadata"]["annotations"]["transient.training/progress"] = "{not json"
     assert reported_progress(current, found) is found
