@@ -57,6 +57,7 @@ def main() -> None:
         ps_count=len(ps_list),
         worker_slots=1,
         local_device=devices.worker_cpu(0),
+        overlap=False,
     )
     store.open()
     store.assign_all(store.initial_values())
