@@ -303,7 +303,8 @@ def test_a_loss_that_turns_nan_stops_training_and_keeps_the_good_checkpoint(job_
     job.start("ps", 0)
     job.start("worker", 0, TTJ_TERMINATION_LOG=str(termination), PYTHONPATH=str(ROOT))
     assert job.wait("worker", 0, 240) == TrainerExit.LOSS_NOT_FINITE
-    assert termination.read_text().startswith("loss not finite: the loss is nan at global step 1")
+    # On the fresh weights (global step 0); its gradients never reached the PS.
+    assert termination.read_text().startswith("loss not finite: the loss is nan at global step 0")
     latest = checkpoints.latest(job.checkpoint_uri)
     assert latest is not None
     assert latest.step == 0  # the chief's first checkpoint, of the fresh weights; nothing after the NaN

@@ -39,6 +39,8 @@ class Knob(StrEnum):
     TERMINATION_GRACE_SECONDS = "TTJ_TERMINATION_GRACE_SECONDS"
     SEED = "TTJ_SEED"
     TERMINATION_LOG = "TTJ_TERMINATION_LOG"
+    #: 1: a step's exchange with the PS runs while the next step computes; 0: one after the other (exact).
+    OVERLAP_EXCHANGE = "TTJ_OVERLAP_EXCHANGE"
 
 
 class ConfigError(Exception):
@@ -83,6 +85,7 @@ class TrainerConfig:
     #: spec.program.entrypoint; empty for a job naming a built-in model (then the built-in program runs).
     program: str = ""
     program_args: dict[str, str] | None = None
+    overlap_exchange: bool = True
 
     @property
     def own_port(self) -> int:
@@ -188,6 +191,7 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         seed=_int(env, Knob.SEED, 0),
         program=program,
         program_args=program_args,
+        overlap_exchange=bool(_int(env, Knob.OVERLAP_EXCHANGE, 1)),
     )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -416,26 +417,32 @@ class ParameterStore:
 
     # -- training ----------------------------------------------------------------------------------------
     def train_step(self, features: Any, labels: Any, learning_rate_scale: float) -> tuple[float, int]:
-        """One step of the program against the PS: returns (its loss, the global step the PS last reported).
+        """One step of the program against the PS: returns (its loss, the global step after it). A step whose
+        loss is NaN or infinite sends nothing (and returns the global step before it).
 
         Exact (``overlap=False``): the step's gradients on the weights its previous exchange returned, then
-        the exchange (the update on the PS, the new weights back); the global step is this step's. With
-        overlap, the exchange of the previous step's gradients runs while this step computes, so this step
-        computes on weights that lack exactly the worker's own previous gradient, and the global step
-        returned is the one after that previous gradient."""
+        the exchange (the update on the PS, the new weights back). With overlap, the exchange of the
+        previous step's gradients runs while this step computes, so this step computes on weights that lack
+        exactly the worker's own previous gradient; this step's exchange is then sent off and the global
+        step returned is the last one the PS reported plus this step (at least what the PS will hold once
+        it lands: other workers may add theirs). :meth:`flush` waits for it."""
         functions = self._step_functions()
         if self._weights is None:
             self._weights, self._known_step = self._unpack_step(functions.pull())
         scale = tf.constant(learning_rate_scale, tf.float32)
         pending = self._pending if self._pending is not None else functions.no_changes
         messages, changes, loss = functions.compute(self._weights, pending, features, labels, scale)
+        # The loss is in host memory already (the step's output, beside its messages): no extra sync.
+        loss_value = float(loss.numpy())
+        if not math.isfinite(loss_value):
+            return loss_value, self._known_step  # its gradients never reach the PS
         if not self.overlap:
             self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
-            return float(loss.numpy()), self._known_step
+            return loss_value, self._known_step
         self._take_in_flight()
         self._pending = changes
         self._in_flight = self._exchanger().submit(functions.exchange, messages)
-        return float(loss.numpy()), self._known_step
+        return loss_value, self._known_step + 1
 
     def flush(self) -> None:
         """Waits for the exchange in flight (with overlap), so the PS holds every gradient this worker sent."""
