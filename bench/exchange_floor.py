@@ -14,8 +14,9 @@ process. Then TensorFlow's ``ParameterServerStrategy`` with one worker and the s
 trains the same model (the tutorial's ``ClusterCoordinator`` loop, 1 worker + 1 PS, steps scheduled and
 joined in chunks): its time per step.
 
-sparse: a 10 M x 16 table (640 MB, on the PS; plain SGD, whose update of a table is a scatter of its rows)
-looked up by 4,096 ids per batch (skewed, so ids repeat as in click logs), averaged into a small tower. The bytes a step moves on the
+sparse: a 10 M x 16 table (640 MB, on the PS; plain SGD, whose update of a table is a scatter of its
+rows) looked up by 4,096 ids per batch (skewed, so ids repeat as in click logs), averaged into a small
+tower. The bytes a step moves on the
 worker–PS connections (kernel counters) against the floor from the batch: each distinct id up once, its
 row down once, its summed gradient row up once with its index, and the tower's weights both ways.
 """
