@@ -440,6 +440,10 @@ class ParameterStore:
             self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
             return loss_value, self._known_step
         self._take_in_flight()
+        if not functions.exchange_traced:  # traced here: tracing reads the Keras variables, which compute swaps
+            self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
+            functions.exchange_traced = True
+            return loss_value, self._known_step
         self._pending = changes
         self._in_flight = self._exchanger().submit(functions.exchange, messages)
         return loss_value, self._known_step + 1
@@ -551,6 +555,7 @@ class StepFunctions:
         self.compute = tf.function(self._compute, reduce_retracing=True)
         self.pull = tf.function(self._read, autograph=False)
         self.exchange = tf.function(self._exchange, autograph=False)
+        self.exchange_traced = False
 
     @contextlib.contextmanager
     def _on_mirrors(self) -> Iterator[None]:
@@ -611,6 +616,7 @@ class StepFunctions:
             if [layout.parts for layout in layouts] != [layout.parts for layout in self.gradient_layouts]:
                 self.gradient_layouts = layouts
                 self.exchange = tf.function(self._exchange, autograph=False)
+                self.exchange_traced = False
             messages = [layout.pack(values) for layout in layouts]
         with tf.device(host_of(store.local_device)):
             return messages, changes, tf.identity(tf.cast(loss, tf.float32))
