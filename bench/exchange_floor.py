@@ -277,7 +277,11 @@ def tf_coordinator_child(cluster: str, steps: int) -> None:
 
 def tensorflow_pss(workdir: Path, steps: int) -> dict[str, Any]:
     workdir.mkdir()
-    cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    cluster = {
+        "chief": [f"127.0.0.1:{free_port()}"],
+        "ps": [f"127.0.0.1:{free_port()}"],
+        "worker": [f"127.0.0.1:{free_port()}"],
+    }
     servers = []
     try:
         for job in ("ps", "worker"):
@@ -321,6 +325,7 @@ def main() -> int:
     parser.add_argument("kind", nargs="?", choices=["dense", "sparse"], default="dense")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--no-tf", action="store_true", help="dense: skip TensorFlow's ParameterServerStrategy")
+    parser.add_argument("--tf-only", action="store_true", help="dense: only TensorFlow's ParameterServerStrategy")
     parser.add_argument("--ttj-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--tf-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -332,8 +337,9 @@ def main() -> int:
         return 0
     root = Path(tempfile.mkdtemp(prefix="ttj-bench-exchange-"))
     loads = [load_average()]
-    print(f"ttj, {args.kind}: {json.dumps(ttj(root / 'ttj', args.kind, args.steps))}", flush=True)
-    loads.append(load_average())
+    if not args.tf_only:
+        print(f"ttj, {args.kind}: {json.dumps(ttj(root / 'ttj', args.kind, args.steps))}", flush=True)
+        loads.append(load_average())
     if args.kind == "dense" and not args.no_tf:
         print(f"TF ParameterServerStrategy, dense: {json.dumps(tensorflow_pss(root / 'tf', args.steps))}", flush=True)
         loads.append(load_average())

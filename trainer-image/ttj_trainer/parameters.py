@@ -442,6 +442,7 @@ class ParameterStore:
         self._take_in_flight()
         if not functions.exchange_traced:  # traced here: tracing reads the Keras variables, which compute swaps
             self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
+            self._pending = None
             functions.exchange_traced = True
             return loss_value, self._known_step
         self._pending = changes
