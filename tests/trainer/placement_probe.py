@@ -1,7 +1,9 @@
 """Run as a script: traces a worker's training step with two logical CPUs standing in for "the PS" (CPU:0)
 and "the selected compute device" (CPU:1), and prints where each op was placed, as JSON {op type: [devices]}
 (and, under "update", the devices, e.g. CPU:0, where the optimizer's arithmetic on whole tensors runs; under
-"evaluate", where the chief's evaluation of a batch places its ops).
+"evaluate", where the chief's evaluation of a batch places its ops; under "packed", where each of the step's
+functions packs its message: the gradients on the compute device, the weights on the PS; under
+"mirrors_written", where the worker's copies of the weights are written).
 
 ``placement_probe.py [ENTRYPOINT [ARGS_JSON]]``: the built-in small CNN by default, else that program.
 
@@ -37,21 +39,30 @@ store = ParameterStore.of(
     worker_slots=2,
     local_device=compute,
     ps_device_of=lambda _i: "/device:CPU:0",
+    overlap=False,
 )
 store.open()
 store.assign_all(store.initial_values())
-train = store._build_train_step()
 features, labels = prepared.first
-graph = train.get_concrete_function(features, labels, tf.constant(1.0)).graph
+# One step traces the step's functions, and runs them: the global step moved on the "PS".
+loss, step = store.train_step(features, labels, 1.0)
+functions = store._step_functions()
+graphs = {
+    name: function._list_all_concrete_functions()[0].graph
+    for name, function in (("compute", functions.compute), ("exchange", functions.exchange))
+}
 placed: dict[str, set[str]] = defaultdict(set)
 update: set[str] = set()
-for op in graph.get_operations():
-    placed[op.type].add(op.device)
-    tensors = [t for t in op.outputs if t.shape.rank]  # the scalar learning-rate arithmetic may go anywhere
-    if op.name.split("/", 1)[0] in ("sgd", "adam") and op.type in ("Mul", "Sub", "AddV2") and tensors:
-        update.add(op.device.rsplit("/", 1)[-1])
-# And the step really runs there: one step, then the global step moved on the "PS".
-loss, step = store.train_step(features, labels, 1.0)
+packed: dict[str, set[str]] = defaultdict(set)
+for name, graph in graphs.items():
+    for op in graph.get_operations():
+        placed[op.type].add(op.device)
+        tensors = [t for t in op.outputs if t.shape.rank]  # the scalar learning-rate arithmetic may go anywhere
+        if op.name.split("/", 1)[0] in ("sgd", "adam") and op.type in ("Mul", "Sub", "AddV2") and tensors:
+            update.add(op.device.rsplit("/", 1)[-1])
+        if op.type == "ConcatV2":
+            packed[name].add(op.device)
+mirrors_written = {op.device for op in graphs["compute"].get_operations() if op.type == "AssignVariableOp"}
 store.evaluate_batch(features, labels, p.loss)
 evaluate = store._functions["evaluate"].get_concrete_function(features, labels).graph
 evaluated: dict[str, set[str]] = defaultdict(set)
@@ -61,6 +72,8 @@ result = {
     "placed": {k: sorted(v) for k, v in placed.items()},
     "update": sorted(update),
     "step": step,
+    "packed": {k: sorted(v) for k, v in packed.items()},
+    "mirrors_written": sorted(mirrors_written),
     "evaluate": {k: sorted(v) for k, v in evaluated.items()},
 }
 json.dump(result | {"compute": compute}, sys.stdout)

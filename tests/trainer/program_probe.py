@@ -10,6 +10,7 @@ state there, as the chief does, and the device of each variable's PS task under 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +22,9 @@ import tensorflow as tf
 from ttj_trainer import checkpoints, devices, program
 from ttj_trainer.parameters import ParameterStore
 from ttj_trainer.variables import GLOBAL_STEP
+
+#: "1": train with the exchange overlapped (the trainer's default); else exactly, one step after the other.
+OVERLAP = "PROBE_OVERLAP"
 
 
 def socket_bytes(ps_ports: list[str], own_port: str) -> int:
@@ -57,6 +61,7 @@ def main() -> None:
         ps_count=len(ps_list),
         worker_slots=1,
         local_device=devices.worker_cpu(0),
+        overlap=os.environ.get(OVERLAP) == "1",
     )
     store.open()
     store.assign_all(store.initial_values())
@@ -67,6 +72,7 @@ def main() -> None:
         loss, _ = store.train_step(features, labels, 1.0)
         moved.append(socket_bytes(ps_ports, own_port) - before)
         losses.append(loss)
+    store.flush()
     values = store.read_all()
     if checkpoint_dir:
         checkpoints.save(checkpoint_dir, int(values[GLOBAL_STEP]), 1, values, writer="probe")

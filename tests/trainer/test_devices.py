@@ -54,6 +54,10 @@ def test_the_training_steps_compute_is_placed_on_the_selected_device() -> None:
     assert found["update"] == ["device:CPU:0"]
     assert {device.rsplit("/", 1)[-1] for device in placed["AssignAddVariableOp"]} == {"device:CPU:0"}
     assert found["step"] == 1
+    # One message each way: the gradients packed where they are computed, the weights where they live, and
+    # the weights unpacked into the worker's copies on the compute device.
+    assert found["packed"] == {"compute": [compute], "exchange": ["/device:CPU:0"]}
+    assert found["mirrors_written"] == [compute]
 
 
 @pytest.mark.tensorflow

@@ -35,11 +35,19 @@ def parameter_server(tmp_path: Path) -> Iterator[str]:
 
 
 def train_under_ttj(
-    ps: str, tmp_path: Path, entrypoint: str, args: dict[str, str], steps: int = STEPS, *, checkpoint_dir: str = ""
+    ps: str,
+    tmp_path: Path,
+    entrypoint: str,
+    args: dict[str, str],
+    steps: int = STEPS,
+    *,
+    checkpoint_dir: str = "",
+    overlap: bool = False,
 ) -> Any:
-    """``ps``: the PS addresses, comma-separated; with ``checkpoint_dir`` the probe also checkpoints there."""
+    """``ps``: the PS addresses, comma-separated; with ``checkpoint_dir`` the probe also checkpoints there;
+    ``overlap``: the exchange overlapped with the next step (else exact steps)."""
     out = tmp_path / "trained.npz"
-    env = os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "PROBE_OVERLAP": str(int(overlap))}
     own = f"127.0.0.7:{free_port()}"
     command = [
         sys.executable,
@@ -97,6 +105,34 @@ def test_one_worker_one_ps_trains_exactly_as_keras_fit(
         worst = max(worst, float(np.max(np.abs(value - variable.numpy()))))
     record_property("max_abs_difference", worst)
     print(f"{optimizer}: {STEPS} steps, largest absolute difference from model.fit {worst:.3g}")
+
+
+def test_with_overlap_each_step_lacks_exactly_the_workers_own_previous_gradient(
+    parameter_server: str, tmp_path: Path
+) -> None:
+    """Least squares with plain SGD, followed in numpy: the first two steps as exact training, then step t
+    computes its gradient on the weights after step t - 2; every gradient reaches the PS (global step =
+    steps), and the PS ends with each of them applied once."""
+    from tests.trainer.programs.models import FEATURES, LINEAR_RATE, linear
+    from ttj_trainer.program import InputContext
+
+    trained = train_under_ttj(parameter_server, tmp_path, f"{PROGRAMS}:linear", {}, overlap=True)
+    dataset = linear({}).train_input(InputContext(0, 1, BATCH, SEED))
+    batches = [(f.numpy().astype(np.float64), y.numpy().astype(np.float64)) for f, y in dataset.take(STEPS)]
+    kernel, bias = np.zeros(FEATURES), 0.0
+    weights = [(kernel, bias)]  # weights[t]: after t updates
+    losses = []
+    for t, (features, targets) in enumerate(batches, start=1):
+        kernel, bias = weights[max(0, t - 2)] if t > 2 else weights[t - 1]
+        error = features @ kernel + bias - targets
+        losses.append(np.mean(error**2))
+        gradient_kernel, gradient_bias = 2 * features.T @ error / len(targets), 2 * np.mean(error)
+        last_kernel, last_bias = weights[-1]
+        weights.append((last_kernel - LINEAR_RATE * gradient_kernel, last_bias - LINEAR_RATE * gradient_bias))
+    assert int(trained["ps.ttj_global_step"]) == STEPS
+    np.testing.assert_allclose(trained["losses"], losses, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(trained["ps.model_00000"][:, 0], weights[-1][0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(trained["ps.model_00001"][0], weights[-1][1], rtol=1e-4, atol=1e-6)
 
 
 def test_embedding_gradients_reach_the_ps_as_rows(parameter_server: str, tmp_path: Path) -> None:
@@ -303,7 +339,8 @@ def test_a_loss_that_turns_nan_stops_training_and_keeps_the_good_checkpoint(job_
     job.start("ps", 0)
     job.start("worker", 0, TTJ_TERMINATION_LOG=str(termination), PYTHONPATH=str(ROOT))
     assert job.wait("worker", 0, 240) == TrainerExit.LOSS_NOT_FINITE
-    assert termination.read_text().startswith("loss not finite: the loss is nan at global step 1")
+    # On the fresh weights (global step 0); its gradients never reached the PS.
+    assert termination.read_text().startswith("loss not finite: the loss is nan at global step 0")
     latest = checkpoints.latest(job.checkpoint_uri)
     assert latest is not None
     assert latest.step == 0  # the chief's first checkpoint, of the fresh weights; nothing after the NaN

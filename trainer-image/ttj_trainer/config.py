@@ -40,6 +40,8 @@ class Knob(StrEnum):
     LEASE_POLL_SECONDS = "TTJ_LEASE_POLL_SECONDS"
     SEED = "TTJ_SEED"
     TERMINATION_LOG = "TTJ_TERMINATION_LOG"
+    #: 1: a step's exchange with the PS runs while the next step computes; 0: one after the other (exact).
+    OVERLAP_EXCHANGE = "TTJ_OVERLAP_EXCHANGE"
 
 
 class ConfigError(Exception):
@@ -84,6 +86,7 @@ class TrainerConfig:
     #: spec.program.entrypoint; empty for a job naming a built-in model (then the built-in program runs).
     program: str = ""
     program_args: dict[str, str] | None = None
+    overlap_exchange: bool = True
 
     @property
     def own_port(self) -> int:
@@ -194,6 +197,7 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         seed=_int(env, Knob.SEED, 0),
         program=program,
         program_args=program_args,
+        overlap_exchange=bool(_int(env, Knob.OVERLAP_EXCHANGE, 1)),
     )
 
 

@@ -108,7 +108,9 @@ class Connection:
             self._prepare_program()
         else:
             # Reconnecting resets this process's TensorFlow context: the input pipeline starts again.
-            self.batches = iter(self.prepared.program.train_input(self.input_context)) if self.prepared else None
+            self.batches = (
+                program.training_batches(self.prepared.program, self.input_context) if self.prepared else None
+            )
         self.store.open()
 
     def _prepare_program(self) -> None:
@@ -128,6 +130,7 @@ class Connection:
             ps_count=len(self.cfg.ps_addresses),
             worker_slots=len(self.cfg.worker_addresses),
             local_device=self.local_device,
+            overlap=self.cfg.overlap_exchange,
         )
         event(
             log,

@@ -5,11 +5,12 @@ so any number of workers can join or leave without the cluster spec of anyone el
 are raw ops on purpose: ``tf.Variable`` would destroy the shared variable when a worker exits.
 
 The program's Keras variables are then backed by those shared variables
-(:func:`ttj_trainer.variables.shared_resource`): the user's model reads its weights from the PS, and the
-user's Keras optimizer updates them there, because Keras colocates each update with its variable (its
-slots are on the same PS, so neither they nor the update math ever cross the network: a step sends the
-gradients and the learning rate). ``Embedding`` layers look their rows up on the PS
-(:func:`sparse_embedding_lookups`), so a step reads and sends back only the rows it touches.
+(:func:`ttj_trainer.variables.shared_resource`). A training step (:class:`StepFunctions`) computes on the
+worker's own copies of the model's weights and exchanges one packed message with each PS each way: the
+gradients go, the user's Keras optimizer updates the variables there as one function (its slots are on the
+same PS, so neither they nor the update math ever cross the network), and the new weights come back.
+``Embedding`` layers look their rows up on the PS (:func:`sparse_embedding_lookups`), so a step reads and
+sends back only the rows it touches, each once.
 
 Placement (:func:`plan`): balanced, not split. The model's variables, each with its optimizer slots as
 one group, go largest group first (in bytes) onto the PS task holding the fewest bytes so far; a variable
@@ -20,8 +21,11 @@ other variables, one heartbeat per worker slot and one step report per worker sl
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from ttj_contract import Role
+from ttj_trainer.packing import Layout, Part, from_bytes
 from ttj_trainer.program import Prepared, TrainStep
 from ttj_trainer.variables import GLOBAL_STEP, MODEL_PREFIX, Shared, rebind, reindex_optimizer, shared_resource
 
@@ -110,14 +115,20 @@ def sparse_embedding_lookups(model: Any) -> int:
 
     Keras's own lookup converts the whole table to a tensor first, which for a table on a PS means sending
     all of it every step; ``tf.nn.embedding_lookup`` on the variable gathers on its device and its gradient
-    is an ``IndexedSlices``. Layers with LoRA or quantization keep Keras's lookup. Returns how many changed.
+    is an ``IndexedSlices``. The batch's ids are de-duplicated first, so a row crosses the network once
+    each way however often the batch names it. Layers with LoRA or quantization keep Keras's lookup.
+    Returns how many changed.
     """
     changed = 0
     for layer in row_lookup_layers(model):
 
         def call(inputs: Any, layer: Any = layer) -> Any:
             ids = inputs if inputs.dtype in (tf.int32, tf.int64) else tf.cast(inputs, tf.int32)
-            return tf.cast(tf.nn.embedding_lookup(layer.embeddings.value, ids), layer.compute_dtype)
+            # Each row once: the lookup reads it once, and its gradient comes back summed, once per row.
+            unique, position = tf.unique(tf.reshape(ids, [-1]))
+            rows = tf.nn.embedding_lookup(layer.embeddings.value, unique)
+            shape = tf.concat([tf.shape(ids), tf.shape(rows)[1:]], 0)
+            return tf.cast(tf.reshape(tf.gather(rows, position), shape), layer.compute_dtype)
 
         layer.call = call
         changed += 1
@@ -183,17 +194,22 @@ class ParameterStore:
         worker_slots: int,
         local_device: str,
         ps_device_of: Callable[[int], str] = ps_device,
+        overlap: bool = True,
     ) -> None:
         """``variables``: the program's PS-resident variables, ``initial`` their fresh values; ``step`` the
         program's training step; ``local_device``: where this worker computes (its GPU, else its CPU);
-        ``ps_device_of``: the device of PS task i (replaceable to check placement without a cluster)."""
+        ``ps_device_of``: the device of PS task i (replaceable to check placement without a cluster);
+        ``overlap``: a step's exchange runs while the next step computes (see :meth:`train_step`)."""
         self.ps_device_of = ps_device_of
         self.model = model
         self.optimizer = optimizer
         self.step = step
         self.variables = variables
         self.initial = initial
+        self.ps_count = ps_count
+        self.overlap = overlap
         self.slots = plan(variables, ps_count, worker_slots)
+        self.name_of = {id(item.variable): item.name for item in variables}
         self.by_name = {s.name: s for s in self.slots}
         self.local_device = local_device
         self.handles: dict[str, Any] = {}
@@ -203,10 +219,16 @@ class ParameterStore:
         scale_learning_rate(optimizer, self.scale)
         updates_beside_variables(optimizer)
         tables = {id(layer.embeddings) for layer in row_lookup_layers(model)}
+        #: Tables looked up by row (by name): they stay on the PS; every other model variable has a mirror
+        #: on the worker (:class:`StepFunctions`).
+        self.tables = {item.name for item in variables if id(item.variable) in tables}
         #: What a step moves to and from each PS (published by the chief; the operator prices cross-zone traffic).
-        self.step_bytes_per_ps = step_bytes_per_ps(
-            self.slots, ps_count, {item.name for item in variables if id(item.variable) in tables}
-        )
+        self.step_bytes_per_ps = step_bytes_per_ps(self.slots, ps_count, self.tables)
+        self._executor: ThreadPoolExecutor | None = None
+        self._in_flight: Future[Any] | None = None
+        self._weights: list[Any] | None = None
+        self._pending: list[Any] | None = None
+        self._known_step = 0
         sparse_embedding_lookups(model)
 
     @classmethod
@@ -218,6 +240,7 @@ class ParameterStore:
         worker_slots: int,
         local_device: str,
         ps_device_of: Callable[[int], str] = ps_device,
+        overlap: bool = True,
     ) -> ParameterStore:
         """The store of a prepared program: its model, optimizer, step, shared variables and fresh values."""
         return cls(
@@ -230,6 +253,7 @@ class ParameterStore:
             worker_slots=worker_slots,
             local_device=local_device,
             ps_device_of=ps_device_of,
+            overlap=overlap,
         )
 
     @property
@@ -247,6 +271,7 @@ class ParameterStore:
                 )
         self.handles = handles
         self._functions = {}
+        self._forget_step_state()
         first = not self.resources
         for item in self.variables:
             handle = handles[item.name]
@@ -264,6 +289,8 @@ class ParameterStore:
 
     def detach(self, values: dict[str, np.ndarray]) -> None:
         """Gives the Keras variables back their own local variables, holding ``values``: a model to save."""
+        self.flush()
+        self._functions = {}
         with tf.device(self.local_device):
             for item in self.variables:
                 item.variable._value = tf.Variable(
@@ -276,8 +303,13 @@ class ParameterStore:
         """Drops every remote handle (and the functions capturing them) while the lost PS is still down.
 
         Otherwise they would be garbage-collected after reconnecting, and their deletion would be sent to
-        the new PS under ids that mean something else there (seen to crash a freshly started PS).
+        the new PS under ids that mean something else there (seen to crash a freshly started PS). An
+        exchange in flight is waited for first (it holds the handles too); its error is the lost PS's.
         """
+        if self._in_flight is not None:
+            with contextlib.suppress(Exception):  # the connection is being dropped for this very error
+                self._in_flight.result()
+        self._forget_step_state()
         self.handles = {}
         self._functions = {}
         for resource in self.resources.values():
@@ -310,10 +342,12 @@ class ParameterStore:
         return bool(self._functions["initialized"]().numpy())
 
     def global_step(self) -> int:
+        self.flush()
         return int(self._read(GLOBAL_STEP).numpy())
 
     def read_all(self) -> dict[str, np.ndarray]:
         """A consistent-enough snapshot of the checkpointed state (asynchronous training has no exact one)."""
+        self.flush()
         if "read_all" not in self._functions:
 
             @tf.function
@@ -329,6 +363,8 @@ class ParameterStore:
 
     def assign_all(self, values: dict[str, np.ndarray]) -> None:
         """Writes the whole state; the global step goes last, so workers never see a step without weights."""
+        self.flush()
+        self._forget_step_state()
         names = [s.name for s in self.checkpointed if s.name != GLOBAL_STEP]
         missing = [n for n in [*names, GLOBAL_STEP] if n not in values]
         if missing:
@@ -381,11 +417,62 @@ class ParameterStore:
 
     # -- training ----------------------------------------------------------------------------------------
     def train_step(self, features: Any, labels: Any, learning_rate_scale: float) -> tuple[float, int]:
-        """One step of the program against the PS: returns (loss, the global step after it)."""
-        if "train" not in self._functions:
-            self._functions["train"] = self._build_train_step()
-        loss, step = self._functions["train"](features, labels, tf.constant(learning_rate_scale, tf.float32))
-        return float(loss.numpy()), int(step.numpy())
+        """One step of the program against the PS: returns (its loss, the global step after it). A step whose
+        loss is NaN or infinite sends nothing (and returns the global step before it).
+
+        Exact (``overlap=False``): the step's gradients on the weights its previous exchange returned, then
+        the exchange (the update on the PS, the new weights back). With overlap, the exchange of the
+        previous step's gradients runs while this step computes, so this step computes on weights that lack
+        exactly the worker's own previous gradient; this step's exchange is then sent off and the global
+        step returned is the last one the PS reported plus this step (at least what the PS will hold once
+        it lands: other workers may add theirs). :meth:`flush` waits for it."""
+        functions = self._step_functions()
+        if self._weights is None:
+            self._weights, self._known_step = self._unpack_step(functions.pull())
+        scale = tf.constant(learning_rate_scale, tf.float32)
+        pending = self._pending if self._pending is not None else functions.no_changes
+        messages, changes, loss = functions.compute(self._weights, pending, features, labels, scale)
+        # The loss is in host memory already (the step's output, beside its messages): no extra sync.
+        loss_value = float(loss.numpy())
+        if not math.isfinite(loss_value):
+            return loss_value, self._known_step  # its gradients never reach the PS
+        if not self.overlap:
+            self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
+            return loss_value, self._known_step
+        self._take_in_flight()
+        if not functions.exchange_traced:  # traced here: tracing reads the Keras variables, which compute swaps
+            self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
+            self._pending = None
+            functions.exchange_traced = True
+            return loss_value, self._known_step
+        self._pending = changes
+        self._in_flight = self._exchanger().submit(functions.exchange, messages)
+        return loss_value, self._known_step + 1
+
+    def flush(self) -> None:
+        """Waits for the exchange in flight (with overlap), so the PS holds every gradient this worker sent."""
+        self._take_in_flight()
+
+    def _take_in_flight(self) -> None:
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            self._weights, self._known_step = self._unpack_step(in_flight.result())
+
+    def _exchanger(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttj-exchange")
+        return self._executor
+
+    @staticmethod
+    def _unpack_step(pulled: tuple[list[Any], Any]) -> tuple[list[Any], int]:
+        messages, global_step = pulled
+        return messages, int(global_step.numpy())
+
+    def _forget_step_state(self) -> None:
+        """After the PS's state was written or the connection dropped: the next step reads the weights anew."""
+        self._weights = None
+        self._pending = None
+        self._in_flight = None
 
     def evaluate_batch(self, features: Any, labels: Any, loss: Any) -> tuple[Any, Any]:
         """The model's predictions on ``features`` (``training=False``) with the PS's current weights, and
@@ -406,17 +493,175 @@ class ParameterStore:
         predictions, total = self._functions["evaluate"](features, labels)
         return predictions, total
 
-    def _build_train_step(self) -> Any:
-        model, optimizer, step = self.model, self.optimizer, self.step
+    # -- the step's parts ----------------------------------------------------------------------------------
+    def _step_functions(self) -> StepFunctions:
+        functions = self._functions.get("step")
+        if functions is None:
+            functions = self._functions["step"] = StepFunctions(self)
+        assert isinstance(functions, StepFunctions)
+        return functions
 
-        @tf.function(reduce_retracing=True)
-        def train(features: Any, labels: Any, scale: Any) -> Any:
-            self.scale.tensor = scale
-            with tf.device(self.local_device):
-                loss = step(model, optimizer, features, labels)
-            with tf.device(self._device(GLOBAL_STEP)):
-                global_step = tf.raw_ops.ReadVariableOp(resource=self.handles[GLOBAL_STEP], dtype=tf.int64)
-            with tf.device(self.local_device):
-                return tf.identity(tf.cast(loss, tf.float32)), tf.identity(global_step)
 
-        return train
+#: The learning-rate scale's part of PS 0's gradient message, and a non-trainable variable's change.
+SCALE_PART = "ttj/learning-rate-scale"
+CHANGE_SUFFIX = ":change"
+
+
+def host_of(device: str) -> str:
+    """The CPU of the task ``device`` is on: where tensors from and to the network are."""
+    return device.rsplit("/device:", 1)[0] + "/device:CPU:0"
+
+
+class StepFunctions:
+    """A worker's step against the parameter servers, as three traced functions:
+
+    * ``compute(weights, pending, features, labels, scale)``, on the worker: writes the weights the last
+      exchange returned into the worker's own copies of the model's variables (its *mirrors*; tables looked
+      up by row stay on the PS and are read a batch's rows at a time), runs the program's step on them with
+      the optimizer's ``apply`` caught, and packs what the PS needs into one message per PS: the gradients
+      (a table's as its touched rows, summed per row), the change of each non-trainable variable
+      (BatchNormalization's statistics, a Dropout's seed state) and, for PS 0, the learning-rate scale.
+    * ``exchange(messages)``: on each PS, unpacks its message and runs the optimizer's update there as one
+      function (the global step advances by one), adds the non-trainable changes, then reads its model
+      variables back, packed, with the global step: one message each way per PS.
+    * ``pull()``: the read alone (a worker's first step, after a reconnect or a restore).
+
+    ``pending`` is the non-trainable change of a step whose exchange has not returned yet (with overlap), added
+    to the weights written, so a worker's own statistics and seed state never go back.
+    """
+
+    def __init__(self, store: ParameterStore) -> None:
+        self.store = store
+        self.mirrored = [
+            item for item in store.variables if item.name.startswith(MODEL_PREFIX) and item.name not in store.tables
+        ]
+        self.untrained = [item for item in self.mirrored if not item.variable.trainable]
+        with tf.device(store.local_device):
+            self.mirrors = {
+                item.name: tf.Variable(
+                    tf.zeros(item.variable.shape, item.variable.dtype), trainable=item.variable.trainable
+                )
+                for item in self.mirrored
+            }
+            self.no_changes = [tf.zeros(item.variable.shape, item.variable.dtype) for item in self.untrained]
+        self.ps_indices = list(range(store.ps_count))
+        self.weights_layouts = [
+            Layout(
+                [part_of(store.by_name[item.name]) for item in self.mirrored if store.by_name[item.name].ps_index == i]
+                + ([part_of(store.by_name[GLOBAL_STEP])] if i == store.by_name[GLOBAL_STEP].ps_index else [])
+            )
+            for i in self.ps_indices
+        ]
+        self.gradient_layouts: list[Layout] = []
+        self.compute = tf.function(self._compute, reduce_retracing=True)
+        self.pull = tf.function(self._read, autograph=False)
+        self.exchange = tf.function(self._exchange, autograph=False)
+        self.exchange_traced = False
+
+    @contextlib.contextmanager
+    def _on_mirrors(self) -> Iterator[None]:
+        """While tracing the computation: the model reads and writes its mirrors, not the PS."""
+        originals = {item.name: item.variable._value for item in self.mirrored}
+        for item in self.mirrored:
+            item.variable._value = self.mirrors[item.name]
+        try:
+            yield
+        finally:
+            for item in self.mirrored:
+                item.variable._value = originals[item.name]
+
+    def _compute(self, weights: list[Any], pending: list[Any], features: Any, labels: Any, scale: Any) -> Any:
+        store = self.store
+        with self._on_mirrors(), tf.device(store.local_device):
+            written: dict[str, Any] = {}
+            for index, layout in zip(self.ps_indices, self.weights_layouts, strict=True):
+                if layout.parts:
+                    written |= layout.unpack(weights[index])
+            for item, change in zip(self.untrained, pending, strict=True):
+                written[item.name] = written[item.name] + change
+            for item in self.mirrored:
+                self.mirrors[item.name].assign(written[item.name])
+            caught: list[tuple[list[Any], list[Any]]] = []
+
+            def apply(gradients: Any, trainable_variables: Any = None) -> None:
+                variables = store.optimizer._trainable_variables if trainable_variables is None else trainable_variables
+                caught.append((list(gradients), list(variables)))
+
+            store.optimizer.apply = apply
+            try:
+                loss = store.step(store.model, store.optimizer, features, labels)
+            finally:
+                del store.optimizer.apply  # back to the class's method
+            if len(caught) != 1:
+                raise ValueError("the train_step must call optimizer.apply(gradients, variables) exactly once")
+            values: dict[str, Any] = {SCALE_PART: scale}
+            parts: dict[int, list[Part]] = {i: [] for i in self.ps_indices}
+            parts[store.by_name[GLOBAL_STEP].ps_index].append(Part(SCALE_PART, (), tf.float32))
+            for gradient, variable in zip(*caught[0], strict=True):
+                if gradient is None:
+                    continue
+                name = store.name_of[id(variable)]
+                slot = store.by_name[name]
+                rows = name in store.tables and isinstance(gradient, tf.IndexedSlices)
+                values[name] = gradient if rows else tf.convert_to_tensor(gradient)
+                shape = slot.shape[1:] if rows else slot.shape
+                parts[slot.ps_index].append(Part(name, shape, slot.dtype, rows=rows))
+            changes = []
+            for item in self.untrained:
+                change = self.mirrors[item.name].read_value() - written[item.name]
+                changes.append(change)
+                values[item.name + CHANGE_SUFFIX] = change
+                slot = store.by_name[item.name]
+                parts[slot.ps_index].append(Part(item.name + CHANGE_SUFFIX, slot.shape, slot.dtype))
+            layouts = [Layout(parts[i]) for i in self.ps_indices]
+            if [layout.parts for layout in layouts] != [layout.parts for layout in self.gradient_layouts]:
+                self.gradient_layouts = layouts
+                self.exchange = tf.function(self._exchange, autograph=False)
+                self.exchange_traced = False
+            messages = [layout.pack(values) for layout in layouts]
+        with tf.device(host_of(store.local_device)):
+            return messages, changes, tf.identity(tf.cast(loss, tf.float32))
+
+    def _exchange(self, messages: list[Any]) -> Any:
+        store = self.store
+        values: dict[str, Any] = {}
+        for index, layout in zip(self.ps_indices, self.gradient_layouts, strict=True):
+            with tf.device(store.ps_device_of(index)):
+                values |= layout.unpack(messages[index])
+        store.scale.tensor = values[SCALE_PART]
+        gradients, variables = [], []
+        for item in store.variables:
+            if item.name in values and item.variable.trainable:
+                gradient = values[item.name]
+                if isinstance(gradient, tf.IndexedSlices):
+                    gradient = tf.IndexedSlices(
+                        gradient.values, gradient.indices, tf.constant(store.by_name[item.name].shape, tf.int64)
+                    )
+                gradients.append(gradient)
+                variables.append(item.variable)
+        with tf.device(store._device(GLOBAL_STEP)):
+            store.optimizer.apply(gradients, variables)
+        for item in self.untrained:
+            with tf.device(store._device(item.name)):
+                store.resources[item.name].assign_add(values[item.name + CHANGE_SUFFIX])
+        return self._read()
+
+    def _read(self) -> Any:
+        store = self.store
+        messages = []
+        for index, layout in zip(self.ps_indices, self.weights_layouts, strict=True):
+            if not layout.parts:
+                with tf.device(host_of(store.local_device)):
+                    messages.append(tf.zeros([0], tf.uint8))
+                continue
+            with tf.device(store.ps_device_of(index)):
+                read = {name: store._read(name) for name in layout.names}
+                messages.append(layout.pack(read))
+        with tf.device(host_of(store.local_device)):
+            messages = [tf.identity(message) for message in messages]
+            global_step = from_bytes(messages[store.by_name[GLOBAL_STEP].ps_index][-8:], tf.int64, [])
+        return messages, global_step
+
+
+def part_of(slot: Slot) -> Part:
+    return Part(slot.name, slot.shape, slot.dtype)

@@ -253,7 +253,7 @@ def prepare(entrypoint: str, program: Program, context: InputContext, eval_seed:
         raise  # a dataset that cannot be had is said as such (TrainerExit.DATA_UNAVAILABLE)
     except Exception as err:
         raise _fail(entrypoint, f"train_input raised {last_line(err)}") from err
-    batches, (features, labels) = _first_pair(entrypoint, "train_input", dataset)
+    batches, (features, labels) = _first_pair(entrypoint, "train_input", prefetched(dataset))
     made_from = build(entrypoint, program, features)
     shared = variables.shared(program.model, program.optimizer, made_from)
     initial = {item.name: item.variable.numpy() for item in shared if item.name != variables.GLOBAL_STEP}
@@ -275,6 +275,19 @@ def prepare(entrypoint: str, program: Program, context: InputContext, eval_seed:
         eval_context = InputContext(0, 1, context.per_worker_batch, eval_seed)
         _check_evaluation(entrypoint, program, eval_context)
     return Prepared(entrypoint, program, step, shared, initial, (features, labels), batches, first_loss, eval_context)
+
+
+def prefetched(dataset: Any) -> Any:
+    """The training input read ahead, so the next batch is ready when a step ends (a ``tf.data.Dataset``
+    only: anything else is left for :func:`_first_pair` to name)."""
+    import tensorflow as tf
+
+    return dataset.prefetch(tf.data.AUTOTUNE) if isinstance(dataset, tf.data.Dataset) else dataset
+
+
+def training_batches(program: Program, context: InputContext) -> Iterator[Any]:
+    """The batches of ``train_input`` again (after a reconnect reset the process's TensorFlow context)."""
+    return iter(prefetched(program.train_input(context)))
 
 
 def _first_pair(entrypoint: str, source: str, dataset: Any) -> tuple[Iterator[Any], tuple[Any, Any]]:

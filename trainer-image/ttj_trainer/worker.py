@@ -144,6 +144,7 @@ class Worker:
         waits until the final checkpoint of the current epoch is in the index, becoming chief meanwhile if
         the Lease names it (it may learn that only now, having been cut off from the API)."""
         chief, store = self.chief, self.connection.store
+        store.flush()
         event(log, "reached the last step", global_step=self.training.global_step, train_steps=self.cfg.train_steps)
         chief.retry_checkpoint_at = 0.0
         waiting_logged = 0.0
@@ -175,6 +176,7 @@ class Worker:
     def _clear_heartbeat(self) -> None:
         store = self.connection.store
         try:
+            store.flush()
             store.heartbeat(self.cfg.task_index, 0.0)
             store.report_steps(self.cfg.task_index, 0.0, 0, 0.0, 0.0)
             store.heartbeats()  # remote ops are asynchronous: make sure the write landed

@@ -115,3 +115,28 @@ def mlp_with_evaluation(args: dict[str, str]) -> Program:
     ]
     program.eval_steps = EVAL_STEPS
     return program
+
+
+LINEAR_RATE = 0.05
+
+
+def linear_targets(features: np.ndarray) -> np.ndarray:
+    return features @ np.linspace(-1.0, 1.0, FEATURES, dtype=np.float32) + 0.5
+
+
+def linear(args: dict[str, str]) -> Program:
+    """Least squares with plain SGD from zero weights: each update is a closed form, so a test can follow
+    the weights a worker computes on step by step."""
+
+    def train_input(ctx: InputContext) -> tf.data.Dataset:
+        rng = np.random.default_rng(ctx.seed)
+        features = rng.standard_normal((ctx.per_worker_batch * 64, FEATURES)).astype(np.float32)
+        targets = linear_targets(features).astype(np.float32)
+        return tf.data.Dataset.from_tensor_slices((features, targets)).batch(ctx.per_worker_batch).repeat()
+
+    return Program(
+        model=keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(1, kernel_initializer="zeros")]),
+        loss=lambda labels, predictions: tf.reduce_mean(tf.square(predictions[:, 0] - labels)),
+        optimizer=keras.optimizers.SGD(LINEAR_RATE),
+        train_input=train_input,
+    )
