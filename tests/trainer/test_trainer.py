@@ -159,6 +159,9 @@ def test_one_ps_three_workers_train_and_the_loss_falls(make_job: Any, lease: Any
     assert progress is not None
     assert progress.checkpoint_step == final.step
     assert progress.checkpoint_path == final.path
+    # The chief's training loss rides along: finite, and below the fresh model's held-out loss.
+    assert progress.loss is not None
+    assert 0 < progress.loss < evaluate_loss(f"{job.checkpoint_uri}/ckpt-0-e0")
     # Every worker took part: each logged at least one training step of its own.
     trained = {e["pod"] for e in job.logs() if e.get("msg") in ("training", "reached the last step")}
     assert trained == {"job-worker-0", "job-worker-1", "job-worker-2"}

@@ -69,9 +69,12 @@ class ChiefDuties:
         self.last_error = why
 
     # -- the report ------------------------------------------------------------------------------------
-    def progress(self, global_step: int, slot_rates: Mapping[int, SlotRate] | None = None) -> LeaseProgress | None:
+    def progress(
+        self, global_step: int, slot_rates: Mapping[int, SlotRate] | None = None, loss: float | None = None
+    ) -> LeaseProgress | None:
         """The report the watcher publishes while the Lease names this pod; ``slot_rates``: each active
-        slot's pace as measured from the step reports on PS 0 (its updates per second are published)."""
+        slot's pace as measured from the step reports on PS 0 (its updates per second are published);
+        ``loss``: the mean training loss of this worker's steps since the previous report."""
         error = self.last_error or None
         if self.epoch is None:
             if not error:
@@ -88,6 +91,7 @@ class ChiefDuties:
                 last_error=error,
                 parameter_bytes=self.parameter_bytes,
                 slot_steps_per_second=rates,
+                loss=loss,
             )
         return LeaseProgress(
             # The step was read before the checkpoint's own read of the PS; the PS never holds less.
@@ -103,6 +107,7 @@ class ChiefDuties:
             export_path=self.export_path,
             parameter_bytes=self.parameter_bytes,
             slot_steps_per_second=rates,
+            loss=loss,
         )
 
     def publish_final(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -173,6 +174,21 @@ class Training:
         #: The latest pace of every active slot (replaced whole, read by the Lease watcher's thread).
         self.slot_rates: dict[int, SlotRate] = {}
         self.batch_ratio = cfg.batch_size / cfg.job_batch_size
+        #: The losses of the steps since the last progress report (sum, count) and the mean that report gave:
+        #: the step adds, the Lease watcher's thread takes.
+        self._losses = (0.0, 0)
+        self._reported_loss: float | None = None
+        self._losses_lock = threading.Lock()
+
+    def mean_loss_since_last_report(self) -> float | None:
+        """The mean loss of this worker's steps since the previous call, or the previous mean when it took none
+        meanwhile (a checkpoint pause reports the same loss, not none)."""
+        with self._losses_lock:
+            total, count = self._losses
+            self._losses = (0.0, 0)
+            if count:
+                self._reported_loss = total / count
+            return self._reported_loss
 
     @property
     def stepped(self) -> bool:
@@ -226,6 +242,9 @@ class Training:
             self.sleep(self.simulated_gpu_seconds)
         self.global_step = step
         self.local_steps += 1
+        with self._losses_lock:
+            total, count = self._losses
+            self._losses = (total + loss, count + 1)
         now = time.monotonic()
         if not self.step_times:
             event(log, "first step", global_step=step, seconds_since_start=round(now - STARTED_AT, 2))

@@ -44,7 +44,9 @@ class Worker:
         watcher = LeaseWatcher(
             client,
             cfg.pod_name,
-            lambda: self.chief.progress(self.training.global_step, self.training.slot_rates),
+            lambda: self.chief.progress(
+                self.training.global_step, self.training.slot_rates, self.training.mean_loss_since_last_report()
+            ),
             cfg.lease_poll_seconds,
             alive=lambda lease_seconds: self.liveness.alive(lease_seconds, self.training.stepped),
         )
