@@ -276,12 +276,18 @@ class Checker:
         if type_ == "ADDED" and lost_at is not None and incarnation > lost_at[1]:
             self.recoveries.append(now - lost_at[0])
             del self.loss_at[(job, slot)]
-        live = [p for p in self._workers(job) if _live(p) and p["metadata"]["labels"].get(LABEL_SLOT) == slot]
+        live = [p for p in self._workers(job) if self._runs(p) and p["metadata"]["labels"].get(LABEL_SLOT) == slot]
         if len(live) > 1:
             self.violate(f"two live pods in {job} slot {slot}: {sorted(p['metadata']['name'] for p in live)}")
-        chiefs = [p for p in self._workers(job) if _live(p) and p["metadata"]["labels"].get(LABEL_CHIEF) == "true"]
+        chiefs = [p for p in self._workers(job) if self._runs(p) and p["metadata"]["labels"].get(LABEL_CHIEF) == "true"]
         if len(chiefs) > 1:
             self.violate(f"two live chiefs in {job}: {sorted(p['metadata']['name'] for p in chiefs)}")
+
+    def _runs(self, pod: dict[str, Any]) -> bool:
+        """Live, and not on a node the chaos made vanish: its VM is gone with its processes, though the pod
+        reads Running until someone deletes it (the operator may replace it first: that is two pods, not two
+        processes, in the slot)."""
+        return _live(pod) and pod["spec"].get("nodeName") not in self.lost_nodes
 
     def lose_node(self, node: str) -> None:
         with self.lock:
