@@ -23,6 +23,9 @@ operator's finalizer holds it until the loss is counted. A PS pod that never ran
 is no loss, for the operator as for the checker.)
 
 Pass or fail never depends on timing: every wait is for a state, with a generous bound.
+
+Where it runs is a site (:mod:`tests.chaos.sites`): the local cluster above, or an existing cluster (a real
+kube-apiserver with etcd) with a nodes-only fleet, where the faults are what a proxy and restarts give.
 """
 
 from __future__ import annotations
