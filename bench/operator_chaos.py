@@ -9,6 +9,12 @@ replacement created, seen by the checker) p50/p99 under faults, and leader failo
 → another replica holds the leader Lease).
 
 Run: .venv/bin/python bench/operator_chaos.py --minutes 12 --kills 200 --preemptions 1000
+
+On an existing cluster instead (e.g. a real kube-apiserver + etcd + kube-scheduler + kube-controller-manager)
+with ``ttj local-cluster --nodes-only --simulate-pods --pool name=cpu-pool,... --pool name=gpu-pool,...``
+attached: ``--kubeconfig PATH`` (the operators go through a proxy that refuses and cuts connections, see
+``tests/chaos/sites.py``), ``--control-plane DIR`` to restart its kube-apiserver and etcd in turn every
+``--relist-every`` seconds on average (DIR/run/NAME.pid, DIR/up.sh), ``--lose-every`` for node losses.
 It stops at whichever comes first: the time, or both counts reached. Exit status 1 on any violation.
 """
 
@@ -38,6 +44,10 @@ def main() -> int:
     parser.add_argument("--relist-every", type=float, default=20.0, help="mean seconds between forced 410s")
     parser.add_argument("--fault-probability", type=float, default=0.03)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--kubeconfig", help="an existing cluster with a nodes-only fleet attached")
+    parser.add_argument("--control-plane", help="with --kubeconfig: DIR with run/NAME.pid and up.sh, to restart")
+    parser.add_argument("--up-env", action="append", default=[], metavar="K=V", help="environment for up.sh")
+    parser.add_argument("--lose-every", type=float, default=None, help="mean seconds between node losses")
     parser.add_argument("--logs", default=None, help="directory for the operators' logs (default: a temp dir)")
     args = parser.parse_args()
 
@@ -57,11 +67,19 @@ def main() -> int:
         max_kills=args.kills,
         max_preemptions=args.preemptions,
         settle_timeout=300.0,
+        lose_every=args.lose_every,
     )
     logs = Path(args.logs) if args.logs else Path(tempfile.mkdtemp(prefix="ttj-chaos-"))
     logs.mkdir(parents=True, exist_ok=True)
+    site = None
+    if args.kubeconfig:
+        from tests.chaos.sites import RealSite
+
+        up_env = dict(kv.split("=", 1) for kv in args.up_env)
+        control_plane = Path(args.control_plane) if args.control_plane else None
+        site = RealSite(plan, args.kubeconfig, logs, control_plane, up_env)
     with quiet_kubernetes_logs():
-        outcome = Chaos(plan, logs).run()
+        outcome = Chaos(plan, logs, site).run()
     print(json.dumps({**outcome.summary(), "logs": str(logs)}))
     for line in outcome.violations + outcome.problems:
         print(line, file=sys.stderr)

@@ -23,6 +23,9 @@ operator's finalizer holds it until the loss is counted. A PS pod that never ran
 is no loss, for the operator as for the checker.)
 
 Pass or fail never depends on timing: every wait is for a state, with a generous bound.
+
+Where it runs is a site (:mod:`tests.chaos.sites`): the local cluster above, or an existing cluster (a real
+kube-apiserver with etcd) with a nodes-only fleet, where the faults are what a proxy and restarts give.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from ttj_contract import ANNOTATION_DELETED, LABEL_CHIEF, LABEL_JOB, LABEL_ROLE, LABEL_SLOT
@@ -58,9 +61,6 @@ LEADER_LEASE = "ttj-operator-leader"
 #: The taint GKE puts on a node about to be preempted; a node still shutting down after this long is dead.
 TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
 DEAD_NODE_SECONDS = 30.0
-#: On every verb; 409 only on writes, as kube-apiserver (a read or a watch never conflicts).
-FAULT_CODES = [429, 500, 503, 504]
-WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
 COUNTERS = ("preemptions", "replacements", "failures", "chiefElections")
 
 
@@ -89,6 +89,8 @@ class ChaosPlan:
     #: stop after this many kills / preemptions even if time is left (None: no limit)
     max_kills: int | None = None
     max_preemptions: int | None = None
+    #: mean seconds between node losses (a VM gone without a shutdown); None: none (the local run)
+    lose_every: float | None = None
     #: bound on the settling after the chaos (a liveness bound, not a performance assertion)
     settle_timeout: float = 240.0
 
@@ -107,6 +109,9 @@ class Tally:
     failovers: list[float] = field(default_factory=list)
     #: failovers not measured because another replica was killed before one led
     compounded_failovers: int = 0
+    #: a real site's component restarts (kube-apiserver, etcd), and nodes lost
+    restarts: dict[str, int] = field(default_factory=dict)
+    node_losses: int = 0
     preempted_pods: set[tuple[str, str]] = field(default_factory=set)
     #: replicas that ended by themselves (exit 3: lost the Lease; other: the operator failed)
     exits: list[str] = field(default_factory=list)
@@ -165,6 +170,8 @@ class Checker:
         #: the leader Lease's holders over time
         self.leader: str | None = None
         self.relists = 0
+        #: nodes the chaos made vanish: a worker there is lost though its status still reads Running
+        self.lost_nodes: set[str] = set()
         self.threads = [
             threading.Thread(target=self._watch, args=(kind,), name=f"checker-{kind}", daemon=True)
             for kind in ("pods", "leases", "jobs")
@@ -258,7 +265,8 @@ class Checker:
         deliberate = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_DELETED) == "true"
         succeeded = (pod.get("status") or {}).get("phase") == "Succeeded"
         vanished = type_ == "DELETED" and not deliberate and not succeeded  # e.g. force-deleted off a dead node
-        if (_lost(pod) or vanished) and name not in self.lost_workers[job]:
+        on_lost_node = pod["spec"].get("nodeName") in self.lost_nodes and not succeeded
+        if (_lost(pod) or vanished or on_lost_node) and name not in self.lost_workers[job]:
             self.lost_workers[job].add(name)
             newer = any(
                 int(p["metadata"]["name"].rsplit("-", 1)[-1]) > incarnation
@@ -271,12 +279,24 @@ class Checker:
         if type_ == "ADDED" and lost_at is not None and incarnation > lost_at[1]:
             self.recoveries.append(now - lost_at[0])
             del self.loss_at[(job, slot)]
-        live = [p for p in self._workers(job) if _live(p) and p["metadata"]["labels"].get(LABEL_SLOT) == slot]
+        live = [p for p in self._workers(job) if self._runs(p) and p["metadata"]["labels"].get(LABEL_SLOT) == slot]
         if len(live) > 1:
             self.violate(f"two live pods in {job} slot {slot}: {sorted(p['metadata']['name'] for p in live)}")
-        chiefs = [p for p in self._workers(job) if _live(p) and p["metadata"]["labels"].get(LABEL_CHIEF) == "true"]
+        chiefs = [p for p in self._workers(job) if self._runs(p) and p["metadata"]["labels"].get(LABEL_CHIEF) == "true"]
         if len(chiefs) > 1:
             self.violate(f"two live chiefs in {job}: {sorted(p['metadata']['name'] for p in chiefs)}")
+
+    def _runs(self, pod: dict[str, Any]) -> bool:
+        """Live, and not on a node the chaos made vanish: its VM is gone with its processes, though the pod
+        reads Running until someone deletes it (the operator may replace it first: that is two pods, not two
+        processes, in the slot)."""
+        return _live(pod) and pod["spec"].get("nodeName") not in self.lost_nodes
+
+    def lose_node(self, node: str) -> None:
+        with self.lock:
+            self.lost_nodes.add(node)
+            for pod in [p for p in self.pods.values() if p["spec"].get("nodeName") == node]:
+                self._pod("MODIFIED", pod, time.monotonic())
 
     def _workers(self, job: str) -> list[dict[str, Any]]:
         return [
@@ -445,6 +465,8 @@ class Outcome:
             "leaderKills": self.tally.leader_kills,
             "selfExits": len(self.tally.exits),
             "preemptions": self.tally.preemptions,
+            "nodeLosses": self.tally.node_losses,
+            "restarts": dict(self.tally.restarts),
             "violations": len(self.violations),
             "problemsAtEnd": len(self.problems),
             "recoveryP50": round(statistics.median(rec), 2) if rec else None,
@@ -458,47 +480,40 @@ class Outcome:
 
 
 class Chaos:
-    """Runs one chaos plan on a fresh local cluster; :meth:`run` returns what happened."""
+    """Runs one chaos plan on a site (a fresh local cluster unless given, see :mod:`tests.chaos.sites`);
+    :meth:`run` returns what happened."""
 
-    def __init__(self, plan: ChaosPlan, logs: Path) -> None:
+    def __init__(self, plan: ChaosPlan, logs: Path, site: Any = None) -> None:
         self.plan, self.logs = plan, logs
         self.rng = random.Random(plan.seed)
         self.tally = Tally()
         self.namespace = "chaos"
+        #: where the run happens (None: a fresh local cluster, as ``make test`` runs it)
+        self.site: Any = site
+        #: nodes the chaos made vanish (their workers are losses; their Nodes go as dead ones)
+        self.lost_nodes: set[str] = set()
         #: the leader killed last (identity, when), until another replica leads
         self.failover_from: tuple[str, float] | None = None
         self.top_up_at = 0.0
-        self.fleet: Any = None
         self.api: Any = None
         #: when each node was first seen shutting down
         self.dying_since: dict[str, float] = {}
 
     def run(self) -> Outcome:
+        from tests.chaos.sites import LocalSite
         from tests.e2e.operator_support import ChiefHeartbeat, install_crd
-        from ttj_localcluster.cluster import LocalCluster
-        from ttj_localcluster.nodes.control import ControlClient
-        from ttj_localcluster.nodes.deployments import DeploymentController
-        from ttj_localcluster.nodes.fleet import NodeFleet
-        from ttj_localcluster.nodes.pools import NodePool, spot_t4_pool
-        from ttj_localcluster.nodes.scheduler import Scheduler
 
         plan = self.plan
-        gpus = plan.jobs * plan.workers + 4
-        pools = [
-            NodePool(
-                name="cpu-pool", nodes=plan.jobs * plan.parameter_servers + 1, cpu="4", memory="30Gi", restore_after=1.0
-            ),
-            spot_t4_pool(name="gpu-pool", nodes=gpus, restore_after=1.0),
-        ]
         started = time.monotonic()
-        fleet = self.fleet = NodeFleet(pools, run_pods=False, pod_network=False)
-        with LocalCluster(addons=[fleet, Scheduler(seed=plan.seed), DeploymentController()]) as cluster:
-            kubeconfig = cluster.kubeconfig_path
-            api = self.api = config.new_client_from_config(config_file=kubeconfig)
+        site = self.site if self.site is not None else LocalSite(plan)
+        with site:
+            self.site, self.namespace = site, site.namespace
+            api = self.api = site.api
             install_crd(api)
             client.CoreV1Api(api).create_namespace({"metadata": {"name": self.namespace}})
-            control = ControlClient.from_kubeconfig(kubeconfig)
-            operators = Operators(kubeconfig, self.namespace, self.logs, plan.operators, plan.lease_duration)
+            operators = Operators(
+                site.operator_kubeconfig, self.namespace, self.logs, plan.operators, plan.lease_duration
+            )
             problems: list[str] = []
             with Checker(api, self.namespace) as checker, ChiefHeartbeat(api, period=1.0):
                 operators.start_all()
@@ -510,8 +525,9 @@ class Chaos:
                             )
                         )
                     problems += self._wait_settled(checker, "before the chaos", plan.settle_timeout)
-                    self._chaos(cluster, control, checker, operators)
-                    cluster.faults.clear()
+                    self._chaos(site, site.control, checker, operators)
+                    site.faults_off()
+                    site.wait_up(plan.settle_timeout)
                     self._top_up()
                     for i, process in enumerate(operators.processes):  # every replica up for the settling
                         if process is None or process.poll() is not None:
@@ -519,29 +535,16 @@ class Chaos:
                     problems += self._wait_settled(checker, "after the chaos", plan.settle_timeout)
                     problems += self._delete_and_wait_empty(api, checker, plan.settle_timeout)
                 finally:
-                    cluster.faults.clear()
+                    site.faults_off()
                     operators.stop_all()
                 recoveries = list(checker.recoveries)
                 violations = [v.what for v in checker.violations]
-            api.close()
         return Outcome(plan, self.tally, violations, problems, recoveries, time.monotonic() - started, self.logs)
 
     # -- the faults ---------------------------------------------------------------------------------
-    def _chaos(self, cluster: Any, control: Any, checker: Checker, operators: Operators) -> None:
+    def _chaos(self, site: Any, control: Any, checker: Checker, operators: Operators) -> None:
         plan, rng = self.plan, self.rng
-        faults = cluster.faults
-        from ttj_localcluster.apiserver.faults import FaultRule
-
-        faults.configure(
-            seed=plan.seed,
-            rules=[
-                FaultRule(probability=plan.fault_probability, codes=FAULT_CODES),
-                FaultRule(probability=plan.fault_probability / 2, codes=[409], verbs=WRITE_VERBS),
-            ],
-            latency_seconds=plan.latency_seconds,
-            latency_jitter_seconds=plan.latency_jitter_seconds,
-            watch_drop_probability=plan.watch_drop_probability,
-        )
+        site.faults_on()
         end = time.monotonic() + plan.duration
         start = time.monotonic()
         # Each kind of fault at least once in any run, however the draws fall.
@@ -550,9 +553,12 @@ class Chaos:
             "preempt": start + min(rng.expovariate(1 / plan.preempt_every), 0.1 * plan.duration),
             "relist": start + min(rng.expovariate(1 / plan.relist_every), 0.5 * plan.duration),
         }
+        if plan.lose_every is not None:  # drawn only when asked: the local run's draws stay as they were
+            due["lose"] = start + rng.expovariate(1 / plan.lose_every)
         restarts: dict[int, float] = {}
         self.failover_from = None
         while time.monotonic() < end:
+            site.poll()
             if (
                 plan.max_kills is not None
                 and plan.max_preemptions is not None
@@ -588,11 +594,15 @@ class Chaos:
                 due["preempt"] = now + rng.expovariate(1 / plan.preempt_every)
                 if plan.max_preemptions is None or self.tally.preemptions < plan.max_preemptions:
                     self._preempt(control, checker)
+            elif action == "lose":
+                due["lose"] = now + rng.expovariate(1 / (plan.lose_every or 1.0))
+                self._lose(control, checker)
             else:
                 due["relist"] = now + rng.expovariate(1 / plan.relist_every)
-                self._force_relist(cluster)
-        self.tally.faults = sum(rule.injected for rule in faults.rules)
-        self.tally.watch_drops = faults.watches_dropped + self.tally.relists
+                self._force_relist(site)
+        faults, dropped = site.injected()
+        self.tally.faults = faults
+        self.tally.watch_drops = dropped + self.tally.relists
 
     def _top_up(self) -> None:
         """What the cloud and kube's pod GC do, which the local fleet may leave half-done when its own requests
@@ -602,9 +612,9 @@ class Chaos:
             self._collect_dead_nodes()
         except Exception as exc:  # an injected fault: next time
             log.debug("collecting dead nodes: %s", exc)
-        for pool in ("cpu-pool", "gpu-pool"):
+        for pool in self.site.pools:
             try:
-                self.fleet.restore_pool(pool)
+                self.site.restore_pool(pool)
             except Exception as exc:
                 log.debug("topping up %s: %s", pool, exc)
 
@@ -613,7 +623,10 @@ class Chaos:
         now = time.monotonic()
         nodes = core.list_node().items
         for node in nodes:
-            dying = any(t.key == TERMINATION_TAINT for t in node.spec.taints or [])
+            # A lost node's VM is gone: the cloud deletes its Node, as one that never finished shutting down.
+            dying = node.metadata.name in self.lost_nodes or any(
+                t.key == TERMINATION_TAINT for t in node.spec.taints or []
+            )
             if not dying:
                 continue
             first = self.dying_since.setdefault(node.metadata.name, now)
@@ -677,12 +690,39 @@ class Chaos:
         self.tally.preemptions += 1
         self.tally.preempted_pods.add((victim["metadata"]["labels"].get(LABEL_JOB, ""), victim["metadata"]["name"]))
 
-    def _force_relist(self, cluster: Any) -> None:
-        """Restart the server's watch caches, as an apiserver restart does, and end every watch stream: each
-        re-watch from its last resourceVersion gets 410 Gone and must list again (what changed since a
-        watcher's last event is missed by its coming watch)."""
-        cluster.restart_watch_caches()
-        self.tally.relists += 1
+    def _force_relist(self, site: Any) -> None:
+        """The site's disruption of every watcher: on the local cluster its watch caches restarted (each
+        re-watch gets 410 Gone and must list again), on a real one kube-apiserver or etcd restarted."""
+        what = site.disrupt()
+        if what == "relist":
+            self.tally.relists += 1
+        elif what is not None:
+            self.tally.restarts[what] = self.tally.restarts.get(what, 0) + 1
+
+    def _lose(self, control: Any, checker: Checker) -> None:
+        """A GPU node under a Running worker vanishes without a shutdown (its kubelet silent, Ready=Unknown);
+        the cloud deletes its Node later (:meth:`_collect_dead_nodes`). Its worker is a loss."""
+        pods, _ = checker.snapshot()
+        nodes = [
+            p["spec"]["nodeName"]
+            for p in pods.values()
+            if _live(p)
+            and (p.get("status") or {}).get("phase") == "Running"
+            and p["metadata"]["labels"].get(LABEL_ROLE) == "worker"
+            and p["spec"].get("nodeName")
+            and p["spec"]["nodeName"] not in self.lost_nodes
+        ]
+        if not nodes:
+            return
+        node = self.rng.choice(sorted(nodes))
+        try:
+            control.lose_node(node)
+        except Exception as exc:
+            log.info("loss of node %s not done: %s", node, exc)
+            return
+        self.lost_nodes.add(node)
+        checker.lose_node(node)
+        self.tally.node_losses += 1
 
     # -- the end ------------------------------------------------------------------------------------
     def _retry(self, call: Callable[[], Any], attempts: int = 30) -> Any:
