@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.program_vs_fit import exchange_times, socket_exchange_ms
+from bench.program_vs_fit import child_env, exchange_times, load_average, socket_exchange_ms
+from bench.ps_strategy import coordinator_strategy, coordinator_train_step
 from tests.trainer.processes import TrainerJob, free_port, wait_for
 
 from ttj_trainer.program import InputContext, Program
@@ -45,14 +45,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS, WIDTH, DENSE_BATCH = 25, 1000, 4
 ROWS, TABLE_WIDTH, IDS_PER_BATCH = 10_000_000, 16, 4096
 INTRA, INTER = 1, 2
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def child_env() -> dict[str, str]:
-    return dict(os.environ) | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def dense_model() -> Any:
@@ -225,31 +217,14 @@ def tf_coordinator_child(cluster: str, steps: int) -> None:
     import keras
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(INTRA)
-    tf.config.threading.set_inter_op_parallelism_threads(INTER)
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(json.loads(cluster)), task_type="chief", task_id=0, rpc_layer="grpc"
-    )
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    strategy = coordinator_strategy(cluster)
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = dense_model()
         optimizer = keras.optimizers.SGD(0.001, momentum=0.9)
         optimizer.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-    @tf.function
-    def train_step(iterator: Any) -> Any:
-        def replica_step(features: Any, labels: Any) -> Any:
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(labels, model(features, training=True)))
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-            return loss
-
-        features, labels = next(iterator)
-        return strategy.run(replica_step, args=(features, labels))
-
+    train_step = coordinator_train_step(strategy, model, optimizer, loss_fn)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     iterator = iter(coordinator.create_per_worker_dataset(lambda _context=None: dense_dataset(DENSE_BATCH, 0)))
     for _ in range(3):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.program_vs_fit import load_average
 from tests.trainer.processes import TrainerJob, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,10 +50,6 @@ EXAMPLES = {
     "ctr": Example("ctr:program", {"rows": "50000", "width": "8"}, 64, "examples/programs/ctr"),
     "custom_step": Example("custom_step:program", {}, 64, "examples/programs/custom_step"),
 }
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def run(workdir: Path, name: str, seed: int, overlap: bool, steps: int) -> float:

@@ -110,18 +110,45 @@ def server_child(cluster: str, job: str, index: int) -> None:
     server.join()
 
 
-def coordinator_child(cluster: str, checkpoint_dir: str, args: argparse.Namespace) -> None:
-    """The TF tutorial's loop; prints {"t", "step"} lines (wall clock, the optimizer's iterations)."""
-    import keras
+def coordinator_strategy(cluster: str) -> Any:
+    """The coordinator's ParameterServerStrategy over ``cluster`` (JSON), with the trainer's thread pools."""
     import tensorflow as tf
-    from bench.user_program import dataset, model_and_optimizer
 
     tf.config.threading.set_intra_op_parallelism_threads(INTRA)
     tf.config.threading.set_inter_op_parallelism_threads(INTER)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(json.loads(cluster)), task_type="chief", task_id=0, rpc_layer="grpc"
     )
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    return tf.distribute.experimental.ParameterServerStrategy(resolver)
+
+
+def coordinator_train_step(strategy: Any, model: Any, optimizer: Any, loss_fn: Any) -> Any:
+    """The TF tutorial's step: one batch from the per-worker iterator, gradients applied on the parameter
+    servers."""
+    import tensorflow as tf
+
+    @tf.function
+    def train_step(iterator: Any) -> Any:
+        def replica_step(features: Any, labels: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(labels, model(features, training=True)))
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+            return loss
+
+        features, labels = next(iterator)
+        return strategy.run(replica_step, args=(features, labels))
+
+    return train_step
+
+
+def coordinator_child(cluster: str, checkpoint_dir: str, args: argparse.Namespace) -> None:
+    """The TF tutorial's loop; prints {"t", "step"} lines (wall clock, the optimizer's iterations)."""
+    import keras
+    import tensorflow as tf
+    from bench.user_program import dataset, model_and_optimizer
+
+    strategy = coordinator_strategy(cluster)
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model, optimizer = model_and_optimizer()
@@ -137,18 +164,7 @@ def coordinator_child(cluster: str, checkpoint_dir: str, args: argparse.Namespac
     def per_worker_dataset(context: Any = None) -> Any:
         return dataset(args.batch_size, context.input_pipeline_id if context else 0)
 
-    @tf.function
-    def train_step(iterator: Any) -> Any:
-        def replica_step(features: Any, labels: Any) -> Any:
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(labels, model(features, training=True)))
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-            return loss
-
-        features, labels = next(iterator)
-        return strategy.run(replica_step, args=(features, labels))
-
+    train_step = coordinator_train_step(strategy, model, optimizer, loss_fn)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset))
 
