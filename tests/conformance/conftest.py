@@ -58,11 +58,9 @@ def namespace(k8s_api: client.ApiClient) -> Iterator[str]:
             raise
 
 
-@pytest.fixture(scope="session")
-def ttj_crd(k8s_api: client.ApiClient) -> dict[str, Any]:
-    """Our CRD, applied once and established."""
+def apply_crd(k8s_api: client.ApiClient, body: dict[str, Any]) -> None:
+    """Create ``body`` (or replace the CRD of its name) and wait until it is established."""
     ext = client.ApiextensionsV1Api(k8s_api)
-    body = yaml.safe_load(CRD_PATH.read_text())
     name = body["metadata"]["name"]
     try:
         ext.create_custom_resource_definition(body)
@@ -70,14 +68,22 @@ def ttj_crd(k8s_api: client.ApiClient) -> dict[str, Any]:
         if exc.status != 409:
             raise
         current = ext.read_custom_resource_definition(name)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        ext.replace_custom_resource_definition(name, body)
+        ext.replace_custom_resource_definition(
+            name, {**body, "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version}}
+        )
 
     def established() -> bool:
         crd = ext.read_custom_resource_definition(name)
         return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
 
-    wait_for(established, what="the CRD to be established")
+    wait_for(established, what=f"the CRD {name} to be established")
+
+
+@pytest.fixture(scope="session")
+def ttj_crd(k8s_api: client.ApiClient) -> dict[str, Any]:
+    """Our CRD, applied once and established."""
+    body: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text())
+    apply_crd(k8s_api, body)
     return body
 
 

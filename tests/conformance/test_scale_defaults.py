@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from .conftest import minimal_job, wait_for
+from .conftest import apply_crd, minimal_job, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TTJ = ("transient.training", "v1alpha1", "transienttrainingjobs")
@@ -72,21 +72,9 @@ PROBE_CRD: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def probe_crd(k8s_api: client.ApiClient) -> Iterator[None]:
-    ext = client.ApiextensionsV1Api(k8s_api)
-    name = PROBE_CRD["metadata"]["name"]
-    try:
-        ext.create_custom_resource_definition(PROBE_CRD)
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition(name)
-        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
-
-    wait_for(established, what="the probe CRD to be established")
+    apply_crd(k8s_api, PROBE_CRD)
     yield
-    ext.delete_custom_resource_definition(name)
+    client.ApiextensionsV1Api(k8s_api).delete_custom_resource_definition(PROBE_CRD["metadata"]["name"])
 
 
 @pytest.fixture
