@@ -613,7 +613,7 @@ def _situation(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, de
         capacity_fallback=_capacity_fallback(spec, slots),
         fallback_workers=slots.fallback_workers,
         waiting_workers=waiting_workers(reading.assessed.workers, reading.assessed.verdicts),
-        waiting_servers=waiting_parameter_servers(run.observed.pods, spec.parameter_servers.replicas, servers.pods),
+        waiting_servers=waiting_parameter_servers(run.observed.pods, spec.parameter_servers.replicas),
     )
 
 

@@ -22,22 +22,17 @@ def waiting_workers(workers: Iterable[Obj], verdicts: Mapping[str, PodVerdict]) 
     return _named([_pod_state(pod, verdicts[name_of(pod)].pending_reason) for pod in pending])
 
 
-def waiting_parameter_servers(pods: Iterable[Obj], replicas: int, ready: tuple[str, ...]) -> str:
-    """The parameter servers without a running pod: the pod each has, in its state, or that it has none yet."""
+def waiting_parameter_servers(pods: Iterable[Obj], replicas: int) -> str:
+    """The parameter servers without a running pod: the pods each has that do not run yet, in their state, or
+    that it has none."""
     servers = [pod for pod in pods if has_role(pod, Role.PS) and not meta(pod).get("deletionTimestamp")]
     described = []
     for index in range(replicas):
-        if index < len(ready) and any(name_of(pod) == ready[index] and _running(pod) for pod in servers):
+        own = [pod for pod in servers if labels_of(pod).get(LABEL_PS_INDEX) == str(index)]
+        if any(_running(pod) for pod in own):
             continue
-        own = [
-            pod
-            for pod in servers
-            if labels_of(pod).get(LABEL_PS_INDEX) == str(index) and phase_of(pod) in ("Pending", "Unknown", None)
-        ]
-        if own:
-            described += [_pod_state(pod, "") for pod in sorted(own, key=name_of)]
-        elif not any(labels_of(pod).get(LABEL_PS_INDEX) == str(index) and _running(pod) for pod in servers):
-            described.append(f"parameter server {index} has no pod yet")
+        waiting = sorted((pod for pod in own if phase_of(pod) in ("Pending", "Unknown", None)), key=name_of)
+        described += [_pod_state(pod, "") for pod in waiting] or [f"parameter server {index} has no pod yet"]
     return _named(described)
 
 
