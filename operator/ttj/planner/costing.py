@@ -199,7 +199,10 @@ def _priced(
     cost = priced_traffic(cost, pods, observed, now=now, prices=prices)
     new_worker = _next_group(groups, alive_pods, unavailable)
     pending = [pod for pod in alive_pods if alive[name_of(pod)].state == PodState.PENDING]
-    requested = max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive))
+    # the deadline's catch-up workers are on top of replicas: they leave no replica's place taken
+    catch_up = {group.name for group in groups if group.catch_up}
+    replicas_alive = len(alive) - sum(group_of(pod) in catch_up for pod in alive_pods)
+    requested = max(0, min(spec.workers.replicas, spec.workers.slots) - replicas_alive)
 
     def decide(new_workers: int) -> BudgetDecision:
         return budget_decision(
