@@ -24,6 +24,7 @@ from ttj.api.models import (
     ChiefStatus,
     CleanPodPolicy,
     ConditionType,
+    DeadlineStatus,
     Phase,
     ProgressStatus,
     Reason,
@@ -703,9 +704,25 @@ def _ends_now(
             "completion_time": run.now_text,
             "workers": _counts(run, spec, active=active, pending=pending),
             "conditions": derived.conditions,
+            "deadline": _finished_deadline(counted.deadline, situation.deadline),
         }
     )
     return _plan(run, status, writes=writes, events=[*events, *derived.events, *losses.events], wake=assessed.wake)
+
+
+def _finished_deadline(status: DeadlineStatus | None, standing: Standing | None) -> DeadlineStatus | None:
+    """status.deadline of a job that succeeds in this pass: met or missed, nothing held, no slack to watch."""
+    if status is None or standing is None:
+        return status
+    return status.model_copy(
+        update={
+            "state": standing.state,
+            "catch_up_workers": 0,
+            "slack_seconds": None,
+            "escalated_at": None,
+            "message": standing.message,
+        }
+    )
 
 
 def _losses(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, start
+from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, start, terminate
 from ttj.api.models import DeadlineStatus, ProgressStatus, TransientTrainingJobSpec, TransientTrainingJobStatus
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.classify import PodState, PodVerdict
@@ -264,3 +264,30 @@ def test_a_job_without_a_deadline_keeps_its_workers_and_gains_an_eta() -> None:
     # 700 steps left at 1.2 steps/s, from the report
     eta = format_time(now + timedelta(seconds=round(700 / 1.2)))
     assert status["progress"]["eta"] == {"p50": eta, "p90": eta}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [(900, ("Met", "DeadlineMet")), (1100, ("Missed", "DeadlineMissed"))],
+)
+def test_a_job_that_succeeds_met_or_missed_its_deadline(seconds: int, expected: tuple[str, str]) -> None:
+    world = World(
+        job(trainSteps=1000, workers={"replicas": 3, "maxReplicas": 5}, deadline={"completeWithinSeconds": 1000})
+    )
+    start(world, [node(f"gpu-{i}") for i in range(3)])
+    passes(world, [(500, 600, 3)])
+    done = T0 + timedelta(seconds=seconds)
+    final = {"globalStep": 1000, "checkpointStep": 1000, "checkpointPath": "/ckpt/model-1000", "epoch": 1}
+    renew(world, done, {**final, "checkpointTime": format_time(done)})
+    for pod in pods(world):
+        terminate(world, pod["metadata"]["name"], 0, reason="Completed")
+    world.reconcile(done)
+    status = world.job["status"]
+    condition = next(c for c in status["conditions"] if c["type"] == "DeadlineAtRisk")
+    assert (status["phase"], status["deadline"]["state"], condition["status"], condition["reason"]) == (
+        "Succeeded",
+        expected[0],
+        "False",
+        expected[1],
+    )
+    assert "slackSeconds" not in status["deadline"]
