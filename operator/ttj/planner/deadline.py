@@ -86,15 +86,17 @@ def plan_deadline(given: DeadlineInputs) -> DeadlinePlan:
     view = _view(given)
     at = deadline_at(given.spec, given.started, given.created)
     if at is None or view is None or given.suspended:
-        kept = given.previous.deadline if at is not None else None
-        return DeadlinePlan(0, kept, _eta_of(given, view))
+        # no rate to project from, or nothing runs: where the job stood last stays
+        return DeadlinePlan(0, given.previous.deadline if at is not None else None, _eta_of(given, view))
     decision = decide(view)
-    held = view.catch_up_workers
-    count = _make_before_break(given, decision.catch_up_workers, held)
+    count, why_kept = _make_before_break(given, decision.catch_up_workers, view.catch_up_workers)
+    eta = _eta_of(given, view, count)
+    infeasible = decision.state == DeadlineState.INFEASIBLE
+    words = decision.message + (_cap_note(given, view.catch_up_max) if infeasible else "") + why_kept
     return DeadlinePlan(
         count,
-        _status(given, decision, count, cap_note=_cap_note(given, view.catch_up_max)),
-        _eta_of(given, view, count),
+        _status(given, decision.state, count, at=at, eta=eta, message=words),
+        eta,
         _events(given, decision, count),
     )
 
@@ -209,35 +211,40 @@ def _per_worker_rates(given: DeadlineInputs) -> tuple[float, float] | None:
 
 
 # -- the decision as the slots take it -------------------------------------------------------------
-def _make_before_break(given: DeadlineInputs, decided: int, held: int) -> int:
+def _make_before_break(given: DeadlineInputs, decided: int, held: int) -> tuple[int, str]:
     """The decided count, but fewer than held only once every other worker the job wants runs; and never below
-    one while the chief is a catch-up worker."""
+    one while the chief is a catch-up worker (deleting it would hand over before its checkpoint); with why it
+    keeps more, in words ("" when it does not)."""
     if decided >= held:
-        return decided
+        return decided, ""
     running = sum(
         1
         for pod in _alive(given)
         if not _catching_up(given, pod) and given.verdicts[name_of(pod)].state == PodState.RUNNING
     )
-    if running < min(given.spec.workers.replicas, given.spec.workers.slots):
-        return held
-    chief_catching_up = any(name_of(pod) == given.holder and _catching_up(given, pod) for pod in _alive(given))
-    return max(decided, 1 if chief_catching_up else 0)
+    wanted = min(given.spec.workers.replicas, given.spec.workers.slots)
+    if running < wanted:
+        return held, f"; {held} kept until the other {wanted} workers run ({running} do)"
+    chief = any(name_of(pod) == given.holder and _catching_up(given, pod) for pod in _alive(given))
+    if chief and decided == 0:
+        return 1, "; 1 kept: the chief runs in the catch-up group until it is lost"
+    return decided, ""
 
 
-def _status(given: DeadlineInputs, decision: DeadlineDecision, count: int, *, cap_note: str) -> DeadlineStatus:
+def _status(
+    given: DeadlineInputs, state: DeadlineState, count: int, *, at: datetime, eta: EtaStatus | None, message: str
+) -> DeadlineStatus:
+    """status.deadline; its slack is the deadline minus the published p90 ETA, so the two agree."""
     previous = given.previous.deadline
     escalated_at = (previous.escalated_at if previous else None) or format_time(given.now)
-    at = deadline_at(given.spec, given.started, given.created) or given.now
-    note = cap_note if decision.state == DeadlineState.INFEASIBLE else ""
-    held = "" if count == decision.catch_up_workers else f"; {count} held until the others run (make-before-break)"
+    p90 = parse_time(eta.p90) if eta is not None else None
     return DeadlineStatus(
         at=format_time(at),
-        state=decision.state,
+        state=state,
         catch_up_workers=count,
-        slack_seconds=None if decision.slack_seconds is None else round(decision.slack_seconds),
+        slack_seconds=None if p90 is None else round((at - p90).total_seconds()),
         escalated_at=escalated_at if count > 0 else None,
-        message=decision.message + note + held,
+        message=message,
     )
 
 

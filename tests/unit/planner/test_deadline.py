@@ -161,6 +161,35 @@ def test_an_infeasible_deadline_says_what_capped_the_catch_up_workers() -> None:
     assert decided.status.slack_seconds < 0
 
 
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        (
+            inputs(step=600, seconds=500, spot="RRP", catch_up=1, previous=held(1)),
+            "; 1 kept until the other 3 workers run (2 do)",
+        ),
+        (
+            inputs(step=600, seconds=500, catch_up=2, previous=held(2), chief=3),
+            "; 1 kept: the chief runs in the catch-up group until it is lost",
+        ),
+    ],
+    ids=["spot-starting", "chief"],
+)
+def test_the_status_says_why_catch_up_workers_are_kept(given: DeadlineInputs, why: str) -> None:
+    decided = plan_deadline(given)
+    assert decided.status is not None
+    assert decided.status.message is not None
+    assert decided.status.message.endswith(why)
+
+
+def test_the_slack_is_the_deadline_less_the_published_p90() -> None:
+    decided = plan_deadline(inputs(step=300, seconds=500))
+    assert decided.status is not None
+    assert decided.eta is not None
+    # 700 steps left at 4 x 0.4 steps/s, the new worker joining in 60 s: 497.5 s after the report, 1000 s to go
+    assert (decided.eta.p90, decided.status.slack_seconds) == (format_time(T0 + timedelta(seconds=997)), 3)
+
+
 def test_without_a_deadline_the_stage_gives_only_the_eta() -> None:
     no_deadline = TransientTrainingJobSpec.model_validate(job(trainSteps=1000)["spec"])
     decided = plan_deadline(inputs(step=400, seconds=500, the_spec=no_deadline))
