@@ -36,6 +36,9 @@ from ttj.planner.observed import Obj, annotations_of, name_of
 from ttj.planner.rates import slot_groups
 from ttj_contract import ANNOTATION_PROGRESS, LeaseProgress, format_time, parse_time
 
+#: How long the global step may stand still before the ETA is projected from now rather than from its advance.
+ETA_STILL_SECONDS = 60.0
+
 
 @dataclass(frozen=True)
 class DeadlineInputs:
@@ -250,12 +253,14 @@ def _status(
 
 def _eta_of(given: DeadlineInputs, view: DeadlineView | None, count: int = 0) -> EtaStatus | None:
     """status.progress.eta: the completion projected with ``count`` catch-up workers as of the step's latest
-    advance (so that it moves with the training, not with the clock between reports)."""
+    advance, so that it moves with the training, not with the clock between reports; as of now once the step
+    has stood still for :data:`ETA_STILL_SECONDS` (a job that does not train gets later every pass)."""
     if view is None:
         return None
     progress = given.progress or ProgressStatus()
-    as_of = min(parse_time(progress.last_progress_time) or given.now, given.now)
-    eta = project(_as_of(view, as_of), view.spot_workers, count)
+    advanced = parse_time(progress.last_progress_time) or given.now
+    still = (given.now - advanced).total_seconds() > ETA_STILL_SECONDS
+    eta = project(_as_of(view, given.now if still else min(advanced, given.now)), view.spot_workers, count)
     return None if eta is None else EtaStatus(p50=format_time(eta.p50), p90=format_time(eta.p90))
 
 

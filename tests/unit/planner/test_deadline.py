@@ -5,6 +5,7 @@ its workers as before and gains only its ETA."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -188,6 +189,18 @@ def test_the_slack_is_the_deadline_less_the_published_p90() -> None:
     assert decided.eta is not None
     # 700 steps left at 4 x 0.4 steps/s, the new worker joining in 60 s: 497.5 s after the report, 1000 s to go
     assert (decided.eta.p90, decided.status.slack_seconds) == (format_time(T0 + timedelta(seconds=997)), 3)
+
+
+def test_the_eta_moves_with_the_clock_only_once_the_step_stands_still() -> None:
+    no_deadline = TransientTrainingJobSpec.model_validate(job(trainSteps=1000)["spec"])
+    reported = inputs(step=300, seconds=500, the_spec=no_deadline)
+    etas = [plan_deadline(replace(reported, now=reported.now + timedelta(seconds=later))).eta for later in (0, 60, 61)]
+    # 700 steps left at 1.2 steps/s: 583 s after the report, or after now once the step stood still for 60 s
+    assert [eta.p90 if eta else None for eta in etas] == [
+        format_time(T0 + timedelta(seconds=500 + 583)),
+        format_time(T0 + timedelta(seconds=500 + 583)),
+        format_time(T0 + timedelta(seconds=561 + 583)),
+    ]
 
 
 def test_without_a_deadline_the_stage_gives_only_the_eta() -> None:
