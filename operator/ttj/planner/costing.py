@@ -17,7 +17,7 @@ from ttj.cost.traffic import ZonedWorker, add_cross_zone, cross_zone_traffic, se
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
-from ttj.planner.groups import Group, Unavailable, choose_group, group_of, worker_gpus
+from ttj.planner.groups import Group, Unavailable, choose_group, group_of, in_catch_up_group, worker_gpus
 from ttj.planner.observed import (
     Obj,
     Observed,
@@ -200,8 +200,7 @@ def _priced(
     new_worker = _next_group(groups, alive_pods, unavailable)
     pending = [pod for pod in alive_pods if alive[name_of(pod)].state == PodState.PENDING]
     # the deadline's catch-up workers are on top of replicas: they leave no replica's place taken
-    catch_up = {group.name for group in groups if group.catch_up}
-    replicas_alive = len(alive) - sum(group_of(pod) in catch_up for pod in alive_pods)
+    replicas_alive = len(alive) - sum(in_catch_up_group(groups, pod) for pod in alive_pods)
     requested = max(0, min(spec.workers.replicas, spec.workers.slots) - replicas_alive)
 
     def decide(new_workers: int) -> BudgetDecision:

@@ -31,7 +31,7 @@ from ttj.cost.budget import DEFAULT_HORIZON_SECONDS, BudgetDecision
 from ttj.deadline.policy import DeadlineDecision, DeadlineState, DeadlineView, Eta, decide, project
 from ttj.planner.actions import EmitEvent
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.groups import Group, Unavailable, catch_up_cap, group_of
+from ttj.planner.groups import Group, Unavailable, catch_up_cap, group_of, in_catch_up_group
 from ttj.planner.observed import Obj, annotations_of, name_of
 from ttj.planner.rates import slot_groups
 from ttj_contract import ANNOTATION_PROGRESS, LeaseProgress, format_time, parse_time
@@ -131,17 +131,12 @@ def _view(given: DeadlineInputs) -> DeadlineView | None:
     )
 
 
-def _catching_up(given: DeadlineInputs, pod: Obj) -> bool:
-    name = group_of(pod)
-    return any(g.catch_up and g.name == name for g in given.groups)
-
-
 def _alive(given: DeadlineInputs) -> list[Obj]:
     return [pod for pod in given.workers if given.verdicts[name_of(pod)].alive]
 
 
 def _held(given: DeadlineInputs) -> int:
-    return sum(_catching_up(given, pod) for pod in _alive(given))
+    return sum(in_catch_up_group(given.groups, pod) for pod in _alive(given))
 
 
 def _spot_workers(given: DeadlineInputs) -> int:
@@ -150,7 +145,7 @@ def _spot_workers(given: DeadlineInputs) -> int:
     can = 0
     for pod in _alive(given):
         verdict = given.verdicts[name_of(pod)]
-        if _catching_up(given, pod):
+        if in_catch_up_group(given.groups, pod):
             continue
         schedulable = not verdict.pending_reason and str(group_of(pod)) not in given.unavailable
         can += verdict.state == PodState.RUNNING or schedulable
@@ -223,12 +218,12 @@ def _make_before_break(given: DeadlineInputs, decided: int, held: int) -> tuple[
     running = sum(
         1
         for pod in _alive(given)
-        if not _catching_up(given, pod) and given.verdicts[name_of(pod)].state == PodState.RUNNING
+        if not in_catch_up_group(given.groups, pod) and given.verdicts[name_of(pod)].state == PodState.RUNNING
     )
     wanted = min(given.spec.workers.replicas, given.spec.workers.slots)
     if running < wanted:
         return held, f"; {held} kept until the other {wanted} workers run ({running} do)"
-    chief = any(name_of(pod) == given.holder and _catching_up(given, pod) for pod in _alive(given))
+    chief = any(name_of(pod) == given.holder and in_catch_up_group(given.groups, pod) for pod in _alive(given))
     if chief and decided == 0:
         return 1, "; 1 kept: the chief runs in the catch-up group until it is lost"
     return decided, ""

@@ -135,6 +135,12 @@ def catch_up_cap(spec: TransientTrainingJobSpec) -> int | None:
     return next((g.max_replicas for g in spec.workers.groups or [] if g.name == name), None)
 
 
+def in_catch_up_group(groups: Iterable[Group], pod: Obj) -> bool:
+    """Whether ``pod`` is a worker of the deadline's catch-up group."""
+    name = group_of(pod)
+    return any(g.catch_up and g.name == name for g in groups)
+
+
 def with_catch_up_workers(groups: tuple[Group, ...], count: int) -> tuple[Group, ...]:
     """``groups`` with room for ``count`` workers in the catch-up group (the deadline's decision)."""
     return tuple(replace(g, max_slots=count) if g.catch_up else g for g in groups)

@@ -41,6 +41,7 @@ from ttj.planner.groups import (
     fallback_after,
     group_of,
     group_worker_pod,
+    in_catch_up_group,
     scheduled_at,
     unschedulable_since,
 )
@@ -168,7 +169,7 @@ def _new_workers(
     """A new worker in each empty slot, as far as the budget allows; and, in a pass where nothing else changes,
     one more to move back (:func:`_may_move_back`)."""
     spec = given.spec
-    catching_up = max(0, _catch_up_room(groups) - sum(_catching_up(groups, pod) for pod in filled.values()))
+    catching_up = max(0, _catch_up_room(groups) - sum(in_catch_up_group(groups, pod) for pod in filled.values()))
     missing = _missing(kept.desired, filled, given.budget, len(fallen.slots), catching_up=catching_up)
     empty = _empty_slots(spec.workers.slots, filled, missing)
     created = _created(given.job, groups, occupancy, filled, fallen.marks, slots=empty, recorded=given.recorded)
@@ -236,12 +237,6 @@ def _missing(
 def _catch_up_room(groups: tuple[Group, ...]) -> int:
     """The workers the deadline decided the catch-up group holds, on top of replicas (0 without a deadline)."""
     return sum(g.max_slots or 0 for g in groups if g.catch_up)
-
-
-def _catching_up(groups: tuple[Group, ...], pod: Obj) -> bool:
-    """Whether ``pod`` is a worker of the deadline's catch-up group."""
-    name = group_of(pod)
-    return any(g.catch_up and g.name == name for g in groups)
 
 
 def _empty_slots(slots: int, filled: Mapping[int, Obj], missing: int) -> list[int]:
@@ -518,7 +513,7 @@ def _fallen_back(
 def _rank(groups: tuple[Group, ...], pod: Obj) -> int:
     """A worker's group's place in the order of preference (0: the most preferred; -1 for the deadline's
     catch-up group, whose workers are there by decision, never to move back from)."""
-    if _catching_up(groups, pod):
+    if in_catch_up_group(groups, pod):
         return -1
     names = [group.name for group in groups]
     name = group_of(pod)
@@ -541,7 +536,11 @@ def _moving_back(
     if len(waiting) != 1:
         return None
     extra = filled[waiting[0]]
-    if verdicts[name_of(extra)].state != PodState.PENDING or name_of(extra) == holder or _catching_up(groups, extra):
+    if (
+        verdicts[name_of(extra)].state != PodState.PENDING
+        or name_of(extra) == holder
+        or in_catch_up_group(groups, extra)
+    ):
         return None
     worst = max(
         (_rank(groups, pod) for pod in filled.values() if name_of(pod) != holder and pod is not extra), default=-1
@@ -709,7 +708,7 @@ def release_order(
         return (
             name_of(pod) == holder,
             is_running,
-            not _catching_up(groups, pod),
+            not in_catch_up_group(groups, pod),
             not behind,
             -prices.get(group_of(pod), 0.0) if behind else 0.0,
             -group_rank,
