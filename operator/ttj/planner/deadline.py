@@ -152,21 +152,25 @@ def _spot_workers(given: DeadlineInputs) -> int:
     return min(can, given.spec.workers.replicas)
 
 
-def _catch_up_max(given: DeadlineInputs) -> int:
-    """The most catch-up workers: the free slots above replicas, deadline.maxCatchUpWorkers, the group's
-    maxReplicas, and what the budget allows."""
+def _catch_up_limits(given: DeadlineInputs) -> list[tuple[int, str]]:
+    """What caps the catch-up workers, each with its words: the free slots above replicas,
+    deadline.maxCatchUpWorkers, the group's maxReplicas, and what the budget allows."""
     workers = given.spec.workers
-    limits = [max(0, workers.slots - workers.replicas)]
+    limits = [(max(0, workers.slots - workers.replicas), f"the free worker slots (maxReplicas {workers.slots})")]
     deadline = given.spec.deadline
     if deadline is not None and deadline.max_catch_up_workers is not None:
-        limits.append(deadline.max_catch_up_workers)
+        limits.append((deadline.max_catch_up_workers, "deadline.maxCatchUpWorkers"))
     own = catch_up_cap(given.spec)
     if own is not None:
-        limits.append(own)
+        limits.append((own, "the catch-up group's maxReplicas"))
     budget = _budget_room(given)
-    if budget is not None:
-        limits.append(budget)
-    return min(limits)
+    if budget is not None and given.budget is not None:
+        limits.append((budget, f"the budget (maxCostUSD ${given.budget.max_cost_usd:.2f})"))
+    return limits
+
+
+def _catch_up_max(given: DeadlineInputs) -> int:
+    return min(count for count, _ in _catch_up_limits(given))
 
 
 def _budget_room(given: DeadlineInputs) -> int | None:
@@ -185,11 +189,9 @@ def _budget_room(given: DeadlineInputs) -> int | None:
 
 
 def _cap_note(given: DeadlineInputs, most: int) -> str:
-    """Words for a catch-up maximum the budget sets."""
-    budget = _budget_room(given)
-    if budget is None or budget > most or given.budget is None:
-        return ""
-    return f"; the budget (maxCostUSD ${given.budget.max_cost_usd:.2f}) allows {most} catch-up worker(s)"
+    """What holds the catch-up workers to ``most``, in words."""
+    capping = [words for count, words in _catch_up_limits(given) if count == most]
+    return f"; {most} catch-up worker(s) at most: {' and '.join(capping)}"
 
 
 def _per_worker_rates(given: DeadlineInputs) -> tuple[float, float] | None:

@@ -153,11 +153,31 @@ def test_the_deadline_stage_decides_the_catch_up_workers(
     assert (decided.catch_up_workers, decided.status.state, tuple(e.reason for e in decided.events)) == expected
 
 
-def test_an_infeasible_deadline_says_what_capped_the_catch_up_workers() -> None:
-    decided = plan_deadline(inputs(step=200, seconds=500, budget=ONE_MORE))
+NO_FREE_SLOT = TransientTrainingJobSpec.model_validate(
+    job(trainSteps=1000, deadline={"completeWithinSeconds": 1000}, workers={"maxReplicas": 3})["spec"]
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "capped"),
+    [
+        (
+            inputs(step=200, seconds=500, budget=ONE_MORE),
+            "; 1 catch-up worker(s) at most: the budget (maxCostUSD $20.00)",
+        ),
+        (
+            inputs(step=200, seconds=500, the_spec=NO_FREE_SLOT),
+            "; 0 catch-up worker(s) at most: the free worker slots (maxReplicas 3)",
+        ),
+    ],
+    ids=["budget", "no-free-slot"],
+)
+def test_an_infeasible_deadline_says_what_capped_the_catch_up_workers(given: DeadlineInputs, capped: str) -> None:
+    decided = plan_deadline(given)
     assert decided.status is not None
+    assert decided.status.state == "Infeasible"
     assert decided.status.message is not None
-    assert decided.status.message.endswith("; the budget (maxCostUSD $20.00) allows 1 catch-up worker(s)")
+    assert decided.status.message.endswith(capped)
     assert decided.status.slack_seconds is not None
     assert decided.status.slack_seconds < 0
 
