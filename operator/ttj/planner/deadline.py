@@ -140,16 +140,19 @@ def _held(given: DeadlineInputs) -> int:
 
 
 def _spot_workers(given: DeadlineInputs) -> int:
-    """The other workers the job can have now: running, or pending in a group whose capacity is not known to be
-    out and not unschedulable; at most replicas."""
+    """The other workers the job can have now, at most replicas: those running, those pending and not
+    unschedulable in a group whose capacity is not known to be out, and the replacements this pass creates while
+    such a group is left (a preemption alone is no reason to catch up; a spot pool out is)."""
+    others = [pod for pod in _alive(given) if not in_catch_up_group(given.groups, pod)]
     can = 0
-    for pod in _alive(given):
+    for pod in others:
         verdict = given.verdicts[name_of(pod)]
-        if in_catch_up_group(given.groups, pod):
-            continue
         schedulable = not verdict.pending_reason and str(group_of(pod)) not in given.unavailable
         can += verdict.state == PodState.RUNNING or schedulable
-    return min(can, given.spec.workers.replicas)
+    replicas = given.spec.workers.replicas
+    if any(not g.catch_up and str(g.name) not in given.unavailable for g in given.groups):
+        can += max(0, replicas - len(others))
+    return min(can, replicas)
 
 
 def _catch_up_limits(given: DeadlineInputs) -> list[tuple[int, str]]:

@@ -313,6 +313,101 @@ def test_the_last_on_demand_group_catches_up_within_its_max_replicas() -> None:
     assert [(g["name"], g["desired"]) for g in status["workerGroups"]] == [("spot", 3), ("on-demand", 1)]
 
 
+def test_a_spot_pool_out_escalates_to_on_demand_and_its_return_releases_them() -> None:
+    groups = [{"name": "spot"}, {"name": "on-demand", "provisioning": "on-demand"}]
+    world = World(
+        job(
+            trainSteps=1000,
+            workers={"replicas": 3, "maxReplicas": 5, "groups": groups},
+            deadline={"completeWithinSeconds": 1000},
+        )
+    )
+    start(world, [node(f"gpu-{i}") for i in range(3)])
+    seen = []
+
+    def reconcile(seconds: int, step: int, slots: list[int]) -> None:
+        now = T0 + timedelta(seconds=seconds)
+        renew(world, now, {"globalStep": step, "epoch": 1, "slotStepsPerSecond": {str(i): RATE for i in slots}})
+        world.reconcile(now)
+        live = sorted(
+            (p["metadata"]["name"], p["metadata"]["labels"]["transient.training/worker-group"], p["status"]["phase"])
+            for p in pods(world)
+        )
+        deadline = world.job["status"]["deadline"]
+        seen.append((seconds, deadline["state"], deadline["catchUpWorkers"], live))
+
+    def run(group: str, seconds: int) -> None:
+        for pod in pods(world):
+            name = pod["metadata"]["name"]
+            if (
+                pod["metadata"]["labels"]["transient.training/worker-group"] == group
+                and pod["status"]["phase"] != "Running"
+            ):
+                world.observed.nodes[f"{name}-node"] = node(f"{name}-node", "spot" if group == "spot" else "on-demand")
+                run_pod(world, name, f"{name}-node", T0 + timedelta(seconds=seconds))
+
+    reconcile(300, 300, [0, 1, 2])
+    for name in ("mnist-worker-1-1", "mnist-worker-2-1"):
+        terminate(world, name, 137, now=T0 + timedelta(seconds=310))
+    reconcile(310, 310, [0])  # replacements are on their way: a preemption alone is no reason to catch up
+    for pod in pods(world):
+        if pod["status"]["phase"] == "Pending":
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available",
+                    "lastTransitionTime": format_time(T0 + timedelta(seconds=311)),
+                }
+            ]
+    reconcile(311, 311, [0])  # the spot pool is out: only on-demand workers finish in time
+    run("on-demand", 320)
+    reconcile(400, 360, [0, 3, 4])
+    run("spot", 450)
+    reconcile(500, 600, [0, 1, 2, 3, 4])  # spot is back and the job ahead: released, the spot workers running
+    spot = [("mnist-worker-0-1", "spot", "Running")]
+    back = [("mnist-worker-1-2", "spot", "Running"), ("mnist-worker-2-2", "spot", "Running")]
+    waiting = [("mnist-worker-1-2", "spot", "Pending"), ("mnist-worker-2-2", "spot", "Pending")]
+    assert seen == [
+        (
+            300,
+            "OnTrack",
+            0,
+            [*spot, ("mnist-worker-1-1", "spot", "Running"), ("mnist-worker-2-1", "spot", "Running")],
+        ),
+        (310, "OnTrack", 0, [*spot, *waiting]),
+        (
+            311,
+            "AtRisk",
+            2,
+            [
+                *spot,
+                *waiting,
+                ("mnist-worker-3-1", "on-demand", "Pending"),
+                ("mnist-worker-4-1", "on-demand", "Pending"),
+            ],
+        ),
+        (
+            400,
+            "AtRisk",
+            2,
+            [
+                *spot,
+                *waiting,
+                ("mnist-worker-3-1", "on-demand", "Running"),
+                ("mnist-worker-4-1", "on-demand", "Running"),
+            ],
+        ),
+        (500, "OnTrack", 0, [*spot, *back]),
+    ]
+    assert [e.reason for e in world.events if e.reason.startswith("Deadline")] == [
+        "DeadlineEscalated",
+        "DeadlineReleased",
+    ]
+    assert world.job["status"]["chief"]["pod"] == "mnist-worker-0-1"
+
+
 def test_a_job_without_a_deadline_keeps_its_workers_and_gains_an_eta() -> None:
     world = World(job(trainSteps=1000, workers={"replicas": 3, "maxReplicas": 5}))
     start(world, [node(f"gpu-{i}") for i in range(3)])
