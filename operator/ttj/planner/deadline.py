@@ -112,6 +112,7 @@ def _view(given: DeadlineInputs) -> DeadlineView | None:
         return None
     spot_rate, catch_up_rate = per_worker
     progress = given.progress or ProgressStatus()
+    # without a deadline the view only projects the ETA: any moment stands in for it
     at = deadline_at(given.spec, given.started, given.created) or given.now
     savings = given.previous.savings
     interval = given.previous.checkpoint_interval
@@ -123,7 +124,7 @@ def _view(given: DeadlineInputs) -> DeadlineView | None:
         steps_total=given.spec.train_steps,
         spot_workers=_spot_workers(given),
         catch_up_workers=_held(given),
-        catch_up_max=_catch_up_max(given),
+        catch_up_max=_catch_up_max(given) if given.spec.deadline is not None else 0,
         rate=lambda spot, catch_up: spot * spot_rate + catch_up * catch_up_rate,
         spot_hazard_per_hour=(interval.hazard_per_hour or 0.0) if interval is not None else 0.0,
         steps_lost_per_preemption=savings.steps_lost / savings.losses if savings and savings.losses else 0.0,
