@@ -1,14 +1,15 @@
 """Finishing by spec.deadline: how many catch-up workers the job holds, its ETA, and where it stands.
 
 The stage reads the job as the policy (:mod:`ttj.deadline.policy`) sees it: the steps done and the live rate of
-each worker (the chief's per-slot report), the spot workers the job can have now (running, or pending and not
-unschedulable: none while the spot pool is out), the catch-up workers it holds, and the most it may hold; it asks
-:func:`~ttj.deadline.policy.decide` and hands the count to the worker slots through the catch-up group's room.
+each worker (the chief's per-slot report), the spot workers the job can have now (running, pending and not
+unschedulable, or replacing a lost one: none while the spot pool is out), the catch-up workers it holds, and the
+most it may hold; it asks :func:`~ttj.deadline.policy.decide` and hands the count to the worker slots through the
+catch-up group's room.
 
-Two rules of its own, both make-before-break: catch-up workers are released only once every other worker the
-job wants runs (a spot worker still pending keeps them), and never the chief (a chief in the catch-up group
-keeps one catch-up worker until it is lost). The policy's only memory, whether it held catch-up workers for the
-deadline, is ``status.deadline.escalatedAt``.
+Two rules of its own, both make-before-break: catch-up workers are released only once the spot workers the
+decision counts on run (one still starting keeps them; an unschedulable one is not counted on), and never the
+chief (a chief in the catch-up group keeps one catch-up worker until it is lost). The policy's only memory,
+whether it held catch-up workers for the deadline, is ``status.deadline.escalatedAt``.
 
 Jobs without a deadline get their ETA here too, and nothing else.
 """
@@ -92,7 +93,7 @@ def plan_deadline(given: DeadlineInputs) -> DeadlinePlan:
         # no rate to project from, or nothing runs: where the job stood last stays
         return DeadlinePlan(0, given.previous.deadline if at is not None else None, _eta_of(given, view))
     decision = decide(view)
-    count, why_kept = _make_before_break(given, decision.catch_up_workers, view.catch_up_workers)
+    count, why_kept = _make_before_break(given, decision.catch_up_workers, view)
     eta = _eta_of(given, view, count)
     infeasible = decision.state == DeadlineState.INFEASIBLE
     words = decision.message + (_cap_note(given, view.catch_up_max) if infeasible else "") + why_kept
@@ -215,10 +216,11 @@ def _per_worker_rates(given: DeadlineInputs) -> tuple[float, float] | None:
 
 
 # -- the decision as the slots take it -------------------------------------------------------------
-def _make_before_break(given: DeadlineInputs, decided: int, held: int) -> tuple[int, str]:
-    """The decided count, but fewer than held only once every other worker the job wants runs; and never below
-    one while the chief is a catch-up worker (deleting it would hand over before its checkpoint); with why it
-    keeps more, in words ("" when it does not)."""
+def _make_before_break(given: DeadlineInputs, decided: int, view: DeadlineView) -> tuple[int, str]:
+    """The decided count, but fewer than held only once the spot workers the decision counts on run (not while
+    one is still starting); and never below one while the chief is a catch-up worker (deleting it would hand over
+    before its checkpoint); with why it keeps more, in words ("" when it does not)."""
+    held = view.catch_up_workers
     if decided >= held:
         return decided, ""
     running = sum(
@@ -226,9 +228,8 @@ def _make_before_break(given: DeadlineInputs, decided: int, held: int) -> tuple[
         for pod in _alive(given)
         if not in_catch_up_group(given.groups, pod) and given.verdicts[name_of(pod)].state == PodState.RUNNING
     )
-    wanted = min(given.spec.workers.replicas, given.spec.workers.slots)
-    if running < wanted:
-        return held, f"; {held} kept until the other {wanted} workers run ({running} do)"
+    if running < view.spot_workers:
+        return held, f"; {held} kept until the {view.spot_workers} other workers counted on run ({running} do)"
     chief = any(name_of(pod) == given.holder and in_catch_up_group(given.groups, pod) for pod in _alive(given))
     if chief and decided == 0:
         return 1, "; 1 kept: the chief runs in the catch-up group until it is lost"

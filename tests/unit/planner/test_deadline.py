@@ -106,6 +106,11 @@ ONE_MORE = BudgetDecision(None, False, "", spent_usd=10.0, max_cost_usd=20.0, pr
         (inputs(step=600, seconds=500, catch_up=1, previous=held(1)), (0, "OnTrack", ("DeadlineReleased",))),
         # ... but not while a spot worker it would rely on is still starting (make-before-break)
         (inputs(step=600, seconds=500, spot="RRP", catch_up=1, previous=held(1)), (1, "OnTrack", ())),
+        # ... but a spot worker that cannot be scheduled is not waited for: spot alone (2) makes it
+        (
+            inputs(step=650, seconds=500, spot="RRU", catch_up=1, previous=held(1)),
+            (0, "OnTrack", ("DeadlineReleased",)),
+        ),
         # ... and never the chief: a chief in the catch-up group keeps one catch-up worker until it is lost
         (
             inputs(step=600, seconds=500, catch_up=2, previous=held(2), chief=3),
@@ -136,6 +141,7 @@ ONE_MORE = BudgetDecision(None, False, "", spent_usd=10.0, max_cost_usd=20.0, pr
         "hold",
         "release",
         "release-waits-for-spot",
+        "release-without-unschedulable-spot",
         "chief-stays",
         "spot-out",
         "infeasible",
@@ -187,7 +193,7 @@ def test_an_infeasible_deadline_says_what_capped_the_catch_up_workers(given: Dea
     [
         (
             inputs(step=600, seconds=500, spot="RRP", catch_up=1, previous=held(1)),
-            "; 1 kept until the other 3 workers run (2 do)",
+            "; 1 kept until the 3 other workers counted on run (2 do)",
         ),
         (
             inputs(step=600, seconds=500, catch_up=2, previous=held(2), chief=3),
