@@ -16,7 +16,7 @@ from ttj.api.models import DeadlineStatus, ProgressStatus, TransientTrainingJobS
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.deadline import DeadlineInputs, plan_deadline
-from ttj.planner.groups import Unavailable, groups_of
+from ttj.planner.groups import Unavailable, group_problems, groups_of
 from ttj.planner.world import World
 from ttj_contract import format_time
 
@@ -236,6 +236,58 @@ def test_without_a_deadline_the_stage_gives_only_the_eta() -> None:
     assert (decided.catch_up_workers, decided.status, decided.events) == (0, None, ())
     assert decided.eta is not None
     assert (decided.eta.p50, decided.eta.p90) == (format_time(T0 + timedelta(seconds=1000)),) * 2
+
+
+SPOT_L4 = {"name": "l4", "acceleratorType": "nvidia-l4"}
+SPOT_T4 = {"name": "t4"}
+ON_DEMAND_T4 = {"name": "t4-od", "provisioning": "on-demand", "maxReplicas": 2}
+
+
+@pytest.mark.parametrize(
+    ("groups", "deadline", "expected"),
+    [
+        # no groups: the job's one group, and its on-demand twin
+        (None, {}, [(None, "spot", False, None), ("catch-up", "on-demand", True, 0)]),
+        # the last on-demand group after the first
+        (
+            [SPOT_L4, ON_DEMAND_T4, SPOT_T4],
+            {},
+            [("l4", "spot", False, None), ("t4-od", "on-demand", True, 0), ("t4", "spot", False, None)],
+        ),
+        # no on-demand group: the first group's on-demand twin, last
+        (
+            [SPOT_L4, SPOT_T4],
+            {},
+            [("l4", "spot", False, None), ("t4", "spot", False, None), ("catch-up", "on-demand", True, 0)],
+        ),
+        # named: any group but the first, on-demand or not
+        (
+            [SPOT_L4, SPOT_T4, ON_DEMAND_T4],
+            {"catchUpGroup": "t4"},
+            [("l4", "spot", False, None), ("t4", "spot", True, 0), ("t4-od", "on-demand", False, 2)],
+        ),
+    ],
+    ids=["no-groups", "last-on-demand", "implicit-twin", "named"],
+)
+def test_the_catch_up_group(
+    groups: list[dict[str, Any]] | None, deadline: dict[str, Any], expected: list[tuple[Any, ...]]
+) -> None:
+    workers: dict[str, Any] = {"groups": groups} if groups else {}
+    the_spec = TransientTrainingJobSpec.model_validate(
+        job(deadline={"completeWithinSeconds": 60, **deadline}, workers=workers)["spec"]
+    )
+    made = [(g.name, str(g.spec.workers.provisioning), g.catch_up, g.max_slots) for g in groups_of(the_spec)]
+    assert made == expected
+
+
+def test_a_group_named_like_the_implicit_catch_up_group_makes_the_job_invalid() -> None:
+    the_spec = TransientTrainingJobSpec.model_validate(
+        job(deadline={"completeWithinSeconds": 60}, workers={"groups": [SPOT_L4, {"name": "catch-up"}]})["spec"]
+    )
+    assert group_problems(the_spec) == [
+        "workers.groups: a group is named catch-up, the name of the deadline's implicit catch-up group: name the "
+        "catch-up group in deadline.catchUpGroup, or rename the group"
+    ]
 
 
 # -- whole passes ------------------------------------------------------------------------------------
