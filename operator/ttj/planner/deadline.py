@@ -117,6 +117,7 @@ def _view(given: DeadlineInputs) -> DeadlineView | None:
     at = deadline_at(given.spec, given.started, given.created) or given.now
     savings = given.previous.savings
     interval = given.previous.checkpoint_interval
+    most = _catch_up_max(given) if given.spec.deadline is not None else 0
     return DeadlineView(
         now=given.now,
         started=given.started or given.created or given.now,
@@ -124,8 +125,9 @@ def _view(given: DeadlineInputs) -> DeadlineView | None:
         steps_done=progress.global_step,
         steps_total=given.spec.train_steps,
         spot_workers=_spot_workers(given),
-        catch_up_workers=_held(given),
-        catch_up_max=_catch_up_max(given) if given.spec.deadline is not None else 0,
+        # more than allowed (a cap lowered, replicas scaled up into the free slots): the slots release the rest
+        catch_up_workers=min(_held(given), most),
+        catch_up_max=most,
         rate=lambda spot, catch_up: spot * spot_rate + catch_up * catch_up_rate,
         spot_hazard_per_hour=(interval.hazard_per_hour or 0.0) if interval is not None else 0.0,
         steps_lost_per_preemption=savings.steps_lost / savings.losses if savings and savings.losses else 0.0,

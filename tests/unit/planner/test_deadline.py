@@ -132,6 +132,11 @@ ONE_MORE = BudgetDecision(None, False, "", spent_usd=10.0, max_cost_usd=20.0, pr
             inputs(step=200, seconds=500, the_spec=spec(maxCatchUpWorkers=1)),
             (1, "Infeasible", ("DeadlineEscalated", "DeadlineInfeasible")),
         ),
+        # more held than now allowed (maxCatchUpWorkers lowered): the policy holds what is allowed
+        (
+            inputs(step=300, seconds=500, catch_up=2, previous=held(2), the_spec=spec(maxCatchUpWorkers=1)),
+            (1, "AtRisk", ("DeadlineReleased",)),
+        ),
         # done before the deadline
         (inputs(step=1000, seconds=900, catch_up=1, previous=held(1)), (0, "Met", ("DeadlineReleased",))),
     ],
@@ -148,6 +153,7 @@ ONE_MORE = BudgetDecision(None, False, "", spent_usd=10.0, max_cost_usd=20.0, pr
         "infeasible-once",
         "budget-capped",
         "max-catch-up",
+        "cap-lowered",
         "met",
     ],
 )
