@@ -12,8 +12,6 @@ from ttj.api.models import Phase
 from ttj_contract import parse_time
 
 LABELS = ("namespace", "job")
-#: The deadline's gauge names the job ``name``, as agreed with the deadline simulator and end-to-end tests.
-DEADLINE_LABELS = ("namespace", "name")
 #: Seconds; recoveries and handovers span a pod start-up, so the buckets reach minutes.
 RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -115,7 +113,7 @@ class Metrics:
             "ttj_deadline_slack_seconds",
             "With spec.deadline: seconds from the completion projected at p90, with the catch-up workers decided, "
             "to the deadline (status.deadline.slackSeconds; below 0: late); absent once the job finished.",
-            DEADLINE_LABELS,
+            LABELS,
             registry=registry,
         )
         self.steps_lost = Counter(

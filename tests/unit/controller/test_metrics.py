@@ -93,7 +93,7 @@ def test_the_deadlines_slack_follows_the_status_until_the_job_finishes() -> None
     metrics = Metrics(registry)
 
     def slack() -> float | None:
-        return registry.get_sample_value("ttj_deadline_slack_seconds", {"namespace": "ns", "name": "j"})
+        return registry.get_sample_value("ttj_deadline_slack_seconds", {"namespace": "ns", "job": "j"})
 
     running = {"phase": "Running", "deadline": {"state": "AtRisk", "slackSeconds": -120}}
     metrics.status_written("ns", "j", {}, running)
