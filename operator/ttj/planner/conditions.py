@@ -105,6 +105,8 @@ class InProgress:
     waiting_servers: str = ""
     #: With spec.deadline, once a step rate is known: where the job stands.
     deadline: Standing | None = None
+    #: What the node pools cannot give the job though it can run (fewer workers than its slots), in words.
+    placement_warnings: str = ""
 
     @property
     def training(self) -> bool:
@@ -169,7 +171,9 @@ def _invalid(s: Situation) -> Holds | None:
 
 
 def _created(s: Situation) -> Holds | None:
-    return (True, Reason.CHILDREN_CREATED, "") if isinstance(s, Ended | InProgress) else None
+    if isinstance(s, InProgress):
+        return True, Reason.CHILDREN_CREATED, s.placement_warnings
+    return (True, Reason.CHILDREN_CREATED, "") if isinstance(s, Ended) else None
 
 
 def _running(s: Situation) -> Holds | None:

@@ -663,6 +663,7 @@ def _situation(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, de
         waiting_workers=waiting_workers(reading.assessed.workers, reading.assessed.verdicts),
         waiting_servers=waiting_parameter_servers(run.observed.pods, spec.parameter_servers.replicas),
         deadline=_standing(decided.deadline),
+        placement_warnings="; ".join(run.observed.placement.warnings if run.observed.placement else ()),
     )
 
 
