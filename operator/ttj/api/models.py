@@ -8,14 +8,16 @@ and model validators here, so the operator refuses them too when a cluster let t
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from ttj.api.objects import JobStatusBody
 from ttj.api.podtemplate import (
     DNS_1123_LABEL,
     DNS_1123_SUBDOMAIN,
@@ -62,6 +64,48 @@ CHECKPOINT_URI_PATTERN = r"^(gs://[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9](/.*)?|/.*)$
 def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
     """CEL rules for ``x-kubernetes-validations``, each with the message users see."""
     return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+
+
+class Accrues:
+    """Marks a status field that grows with time alone (cost as pods run): a change of such fields alone is not
+    worth a status write of its own (the planner writes it with the next other change, or after a cent or a
+    while)."""
+
+
+ACCRUES = Accrues()
+
+
+def without_accruing(model: type[BaseModel], data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data``, ``model`` as JSON, without the fields marked :data:`ACCRUES`, at any depth."""
+    fields = _json_fields(model)
+    kept: dict[str, Any] = {}
+    for key, value in data.items():
+        accrues, inner = fields.get(key, (False, None))
+        if accrues:
+            continue
+        if inner is not None and isinstance(value, Mapping):
+            kept[key] = without_accruing(inner, value)
+        elif inner is not None and isinstance(value, list):
+            kept[key] = [without_accruing(inner, item) if isinstance(item, Mapping) else item for item in value]
+        else:
+            kept[key] = value
+    return kept
+
+
+@functools.cache
+def _json_fields(model: type[BaseModel]) -> dict[str, tuple[bool, type[BaseModel] | None]]:
+    """Each field of ``model`` by its JSON name: whether it accrues, and the model it holds (alone, optional or
+    in a list), if any."""
+    return {
+        info.alias or name: (ACCRUES in info.metadata, _held_model(info.annotation))
+        for name, info in model.model_fields.items()
+    }
+
+
+def _held_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_held_model, typing.get_args(annotation)) if m is not None), None)
 
 
 class _Model(BaseModel):
@@ -937,7 +981,9 @@ class WorkerGroupStatus(_Model):
     desired: int = Field(default=0, ge=0, description="Worker slots the group is to hold now.")
     active: int = Field(default=0, ge=0, description="The group's workers running.")
     pending: int = Field(default=0, ge=0, description="The group's workers created but not yet running.")
-    usd: float = Field(default=0.0, ge=0, description="Cost accrued by the group's workers so far, in US dollars.")
+    usd: Annotated[float, ACCRUES] = Field(
+        default=0.0, ge=0, description="Cost accrued by the group's workers so far, in US dollars."
+    )
     settled_usd: float = Field(
         default=0.0,
         ge=0,
@@ -1119,8 +1165,10 @@ class PodCost(_Model):
     on_demand_usd_per_hour: float = Field(
         ge=0, alias="onDemandUSDPerHour", description="The same at on-demand prices, in US dollars."
     )
-    usd: float = Field(default=0.0, ge=0, description="Cost accrued by this pod so far, in US dollars.")
-    on_demand_equivalent_usd: float = Field(
+    usd: Annotated[float, ACCRUES] = Field(
+        default=0.0, ge=0, description="Cost accrued by this pod so far, in US dollars."
+    )
+    on_demand_equivalent_usd: Annotated[float, ACCRUES] = Field(
         default=0.0, ge=0, alias="onDemandEquivalentUSD", description="The same pod-seconds at on-demand prices."
     )
     cross_zone_usd: float = Field(
@@ -1153,8 +1201,10 @@ class CrossZoneStatus(_Model):
 class CostStatus(_Model):
     """Money spent so far."""
 
-    usd: float = Field(default=0.0, ge=0, description="Cost accrued per second of pod run time, in US dollars.")
-    on_demand_equivalent_usd: float = Field(
+    usd: Annotated[float, ACCRUES] = Field(
+        default=0.0, ge=0, description="Cost accrued per second of pod run time, in US dollars."
+    )
+    on_demand_equivalent_usd: Annotated[float, ACCRUES] = Field(
         default=0.0,
         ge=0,
         alias="onDemandEquivalentUSD",
@@ -1187,10 +1237,10 @@ class CostStatus(_Model):
     notes: list[Annotated[str, Field(description="One reason, in words.")]] | None = Field(
         default=None, description="Why a figure is an estimate (e.g. a machine type missing from the price table)."
     )
-    summary: str | None = Field(
+    summary: Annotated[str | None, ACCRUES] = Field(
         default=None, description="The cost so far as people read it, e.g. $0.0023 (the COST column of kubectl get)."
     )
-    accrued_at: str | None = Field(
+    accrued_at: Annotated[str | None, ACCRUES] = Field(
         default=None,
         description="When the cost was last computed (RFC 3339).",
         json_schema_extra={"format": "date-time"},
@@ -1261,14 +1311,14 @@ class PreemptionCost(_Model):
 class SavingsStatus(_Model):
     """Savings against on-demand prices, net of what preemptions cost (the paper's Table IV, live)."""
 
-    on_demand_usd: float = Field(
+    on_demand_usd: Annotated[float, ACCRUES] = Field(
         default=0.0,
         ge=0,
         alias="onDemandUSD",
         description="What the work done so far would have cost on on-demand nodes, without preemptions: "
         "cost.onDemandEquivalentUSD less the on-demand price of the losses.",
     )
-    gross_usd: float = Field(
+    gross_usd: Annotated[float, ACCRUES] = Field(
         default=0.0,
         alias="grossUSD",
         description="cost.onDemandEquivalentUSD less cost.usd: the price difference alone.",
@@ -1285,10 +1335,10 @@ class SavingsStatus(_Model):
         alias="preemptionLossOnDemandUSD",
         description="The same losses at on-demand prices (sum of the losses' onDemandEquivalentUSD).",
     )
-    net_usd: float = Field(
+    net_usd: Annotated[float, ACCRUES] = Field(
         default=0.0, alias="netUSD", description="onDemandUSD less cost.usd: what running on spot saved, net."
     )
-    net_percent: float | None = Field(
+    net_percent: Annotated[float | None, ACCRUES] = Field(
         default=None, description="netUSD as a percentage of onDemandUSD (empty while it is 0)."
     )
     steps_lost: int = Field(default=0, ge=0, description="Global steps trained again, over all losses.")
@@ -1388,6 +1438,6 @@ class TransientTrainingJob(_Model):
     status: TransientTrainingJobStatus | None = None
 
 
-def status_body(status: TransientTrainingJobStatus) -> JobStatusBody:
+def status_body(status: TransientTrainingJobStatus) -> dict[str, Any]:
     """``status`` as the JSON the status subresource holds."""
-    return cast(JobStatusBody, status.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")

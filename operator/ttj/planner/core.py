@@ -34,8 +34,8 @@ from ttj.api.models import (
     WorkerCounts,
     WorkerGroupStatus,
     status_body,
+    without_accruing,
 )
-from ttj.api.objects import JobStatusBody
 from ttj.deadline.policy import DeadlineState
 from ttj.planner.actions import EmitEvent, LabelPod, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
@@ -86,7 +86,7 @@ class Plan:
     #: Events about the job, posted after the status write.
     events: list[EmitEvent] = field(default_factory=list)
     #: The full new status, camelCase JSON as written to the status subresource.
-    status: JobStatusBody = field(default_factory=JobStatusBody)
+    status: dict[str, Any] = field(default_factory=dict)
     #: Histogram samples measured from cluster state (e.g. chief handover).
     observations: list[Observation] = field(default_factory=list)
     delete_job: bool = False
@@ -798,14 +798,6 @@ def _plan(
 COST_WRITE_USD = 0.01
 #: ... or the cost seen was accrued this long ago (seconds).
 COST_WRITE_SECONDS = 30.0
-#: The status fields that grow with time alone while pods run: the accrued cost and the figures made from it.
-_ACCRUING = {
-    "cost": ("usd", "onDemandEquivalentUSD", "summary", "accruedAt"),
-    "savings": ("onDemandUSD", "grossUSD", "netUSD", "netPercent"),
-}
-#: The same in each entry of status.cost.pods and of status.workerGroups.
-_ACCRUING_PER_POD = ("usd", "onDemandEquivalentUSD")
-_ACCRUING_PER_GROUP = ("usd",)
 
 
 def status_due(seen: Mapping[str, Any], planned: Mapping[str, Any], now: datetime) -> bool:
@@ -819,27 +811,12 @@ def status_due(seen: Mapping[str, Any], planned: Mapping[str, Any], now: datetim
     """
     if planned == seen:
         return False
-    if _without_accrual(planned) != _without_accrual(seen):
+    if without_accruing(TransientTrainingJobStatus, planned) != without_accruing(TransientTrainingJobStatus, seen):
         return True
     before, after = seen.get("cost") or {}, planned.get("cost") or {}
     moved = max(abs(after.get(f, 0.0) - before.get(f, 0.0)) for f in ("usd", "onDemandEquivalentUSD"))
     accrued_at = parse_time(before.get("accruedAt"))
     return moved >= COST_WRITE_USD or accrued_at is None or (now - accrued_at).total_seconds() >= COST_WRITE_SECONDS
-
-
-def _without_accrual(status: Mapping[str, Any]) -> dict[str, Any]:
-    """``status`` without the fields that grow with time alone."""
-    rest = {key: _without(value, _ACCRUING.get(key, ())) for key, value in status.items()}
-    cost = rest.get("cost")
-    if isinstance(cost, dict) and isinstance(cost.get("pods"), list):
-        cost["pods"] = [_without(pod, _ACCRUING_PER_POD) for pod in cost["pods"]]
-    if isinstance(rest.get("workerGroups"), list):
-        rest["workerGroups"] = [_without(group, _ACCRUING_PER_GROUP) for group in rest["workerGroups"]]
-    return rest
-
-
-def _without(part: Any, fields: tuple[str, ...]) -> Any:
-    return {k: v for k, v in part.items() if k not in fields} if isinstance(part, dict) and fields else part
 
 
 def _requeue_after(now: datetime, resync_seconds: float, moments: Iterable[datetime | None]) -> float:
