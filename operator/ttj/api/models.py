@@ -12,6 +12,7 @@ import functools
 import re
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -1436,6 +1437,26 @@ class TransientTrainingJob(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TransientTrainingJobSpec
     status: TransientTrainingJobStatus | None = None
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Who a job is, as its children name and own it: what builders need of it, and nothing of its spec."""
+
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+
+    @classmethod
+    def of(cls, job: Mapping[str, Any]) -> JobRef:
+        """The reference of a job as the API returns it."""
+        metadata = job.get("metadata") or {}
+        return cls(metadata["name"], metadata.get("namespace"), metadata.get("uid"))
+
+    @property
+    def dns_namespace(self) -> str:
+        """The namespace its pods' DNS names live in ("default" for a job read without one)."""
+        return self.namespace or "default"
 
 
 def status_body(status: TransientTrainingJobStatus) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from ttj.api.models import (
     CleanPodPolicy,
     ConditionType,
     DeadlineStatus,
+    JobRef,
     Phase,
     ProgressStatus,
     Reason,
@@ -105,9 +106,11 @@ class Plan:
 class _Pass:
     """The inputs of one pass."""
 
-    job: dict[str, Any]
-    name: str
+    ref: JobRef
     generation: int | None
+    #: The job's creationTimestamp, and its status as read (JSON), which the planned one is compared with.
+    created: datetime | None
+    seen_status: Mapping[str, Any]
     previous: TransientTrainingJobStatus
     observed: Observed
     now: datetime
@@ -118,6 +121,10 @@ class _Pass:
     @property
     def now_text(self) -> str:
         return format_time(self.now)
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
 
 
 def plan(
@@ -141,9 +148,18 @@ def plan(
         previous = TransientTrainingJobStatus.model_validate(_known_conditions(job.get("status") or {}))
     except ValidationError:
         previous = TransientTrainingJobStatus()
-    name = str(meta(job).get("name", ""))
+    metadata = meta(job)
+    name = str(metadata.get("name", ""))
     run = _Pass(
-        job, name, meta(job).get("generation"), previous, observed, now, config or PlannerConfig(), tuple(refused)
+        JobRef(name, metadata.get("namespace"), metadata.get("uid")),
+        metadata.get("generation"),
+        parse_time(metadata.get("creationTimestamp")),
+        job.get("status") or {},
+        previous,
+        observed,
+        now,
+        config or PlannerConfig(),
+        tuple(refused),
     )
     try:
         spec = TransientTrainingJobSpec.model_validate(job.get("spec") or {})
@@ -397,7 +413,7 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
     return _Reading(
         # as in batch/v1, a resumed job starts again: activeDeadlineSeconds counts from now
         start_time=run.now_text if suspension.resuming else previous.start_time or run.now_text,
-        statics=static_children(run.job, spec, observed.children, ps_replicas=suspension.parameter_server_replicas),
+        statics=static_children(run.ref, spec, observed.children, ps_replicas=suspension.parameter_server_replicas),
         assessed=assessed,
         holder=operators_chief(previous.chief),  # never a holder someone else wrote into the Lease
         progress=progress,
@@ -493,7 +509,7 @@ def _end(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, failu
 
 def _met(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, phase: Phase) -> Standing | None:
     """A job with a deadline that succeeds in this pass met it or missed it."""
-    at = deadline_at(spec, parse_time(reading.start_time), _created_at(run))
+    at = deadline_at(spec, parse_time(reading.start_time), run.created)
     if at is None or phase != Phase.SUCCEEDED:
         return None
     state = DeadlineState.MET if run.now <= at else DeadlineState.MISSED
@@ -532,21 +548,17 @@ def _deadline(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> 
             budget=reading.costing.budget,
             group_prices=reading.costing.group_rates,
             started=parse_time(reading.start_time),
-            created=_created_at(run),
+            created=run.created,
             suspended=reading.suspension.suspended,
             now=run.now,
         )
     )
 
 
-def _created_at(run: _Pass) -> datetime | None:
-    return parse_time(meta(run.job).get("creationTimestamp"))
-
-
 def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, catch_up_workers: int) -> WorkerSlots:
     return fill_worker_slots(
         SlotInputs(
-            job=run.job,
+            job=run.ref,
             spec=spec,
             workers=reading.assessed.workers,
             verdicts=reading.assessed.verdicts,
@@ -579,7 +591,7 @@ def _chief(
     observed = run.observed
     return keep_chief(
         ChiefInputs(
-            job=run.job,
+            job=run.ref,
             workers=tuple(reading.assessed.workers),
             verdicts=reading.assessed.verdicts,
             nodes=observed.nodes,
@@ -789,7 +801,7 @@ def _plan(
         observations=list(observations),
         delete_job=delete_job,
         requeue_after=_requeue_after(run.now, run.config.resync_seconds, wake),
-        status_due=status_due(run.job.get("status") or {}, body, run.now),
+        status_due=status_due(run.seen_status, body, run.now),
     )
 
 

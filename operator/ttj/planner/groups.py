@@ -31,6 +31,7 @@ from ttj.api.models import (
     DEFAULT_FALLBACK_AFTER_SECONDS,
     IMPLICIT_CATCH_UP_GROUP,
     ZONE_LABEL,
+    JobRef,
     PodCost,
     TransientTrainingJobSpec,
     WorkerGroupSpec,
@@ -198,7 +199,7 @@ def worker_gpus(spec: TransientTrainingJobSpec, pod: Obj) -> int:
     return spec.workers.gpus_per_worker if group is None or group.gpus_per_worker is None else group.gpus_per_worker
 
 
-def group_worker_pod(job: Obj, group: Group, slot: int, incarnation: int) -> Obj:
+def group_worker_pod(job: JobRef, group: Group, slot: int, incarnation: int) -> Obj:
     """Worker pod ``incarnation`` of ``slot`` in ``group``."""
     pod = children.worker_pod(
         job, group.spec, slot, incarnation, compute_class=group.compute_class, job_batch_size=group.job_batch_size

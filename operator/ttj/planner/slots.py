@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from ttj.api.models import Reason, TransientTrainingJobSpec
+from ttj.api.models import JobRef, Reason, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.cost.pools import PlacementCheck
 from ttj.planner.actions import CreateChild, DeleteChild, EmitEvent, Write
@@ -77,7 +77,7 @@ class SlotInputs:
     """What the worker-slot stage reads: the job's workers and their verdicts, the budget, and what the status
     last recorded."""
 
-    job: Obj
+    job: JobRef
     spec: TransientTrainingJobSpec
     workers: tuple[Obj, ...]
     verdicts: Mapping[str, PodVerdict]
@@ -260,7 +260,7 @@ class _Created:
 
 
 def _created(
-    job: Obj,
+    job: JobRef,
     groups: tuple[Group, ...],
     occupancy: _Occupancy,
     filled: Mapping[int, Obj],
@@ -298,7 +298,7 @@ def _reserved(recorded: Sequence[int], occupancy: _Occupancy) -> dict[int, int]:
 
 
 def _created_to_move_back(
-    job: Obj,
+    job: JobRef,
     groups: tuple[Group, ...],
     filled: Mapping[int, Obj],
     created: _Created,
