@@ -145,7 +145,7 @@ class Handlers:
         what an index function returns only after it returns, so a pass woken from inside it could read the
         old child and then sleep until its timer."""
         key = _job_key(namespace, labels)
-        if key is not None:
+        if key is not None and not self.ctx.our_lease_write(key, kwargs.get("body")):
             self.ctx.poke(key)
         if _listed(kwargs):
             self.ctx.request_audit()

@@ -1,5 +1,6 @@
 """A job's children as a pass observes them: from kopf's indexes (fed by the watches), less the objects the index
-audit found deleted while a watch was away."""
+audit found deleted while a watch was away, plus those our own passes created that the watches have not shown
+yet."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import kopf
 
 from ttj.controller.memory import JobKey
 from ttj.planner import Observed
+from ttj.planner.observed import name_of
 from ttj_contract import lease_name
 
 
@@ -53,3 +55,33 @@ def observe(key: JobKey, indexes: JobIndexes, *, gone: frozenset[str] = frozense
             if present(child):
                 observed.children[(kind, name)] = child
     return observed
+
+
+def add_created(observed: Observed, created: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Add to ``observed`` the children in ``created`` (kind, name → the API's answer to our create) that the
+    indexes do not show yet, and drop from ``created`` those they show. A pod is dropped too once the index holds
+    a newer version of another of the job's pods: the watch has passed its creation, so a pod not shown was
+    deleted meanwhile (at worst, one create answered 409)."""
+    shown_pods = {name_of(pod) for pod in observed.pods}
+    newest_pod = max((_version(pod) for pod in observed.pods), default=0)
+    for (kind, name), obj in list(created.items()):
+        if kind == "Pod":
+            seen = name in shown_pods or newest_pod > _version(obj)
+        elif kind == "Lease":
+            seen = observed.lease is not None
+        else:
+            seen = (kind, name) in observed.children
+        if seen:
+            del created[(kind, name)]
+        elif kind == "Pod":
+            observed.pods.append(obj)
+        elif kind == "Lease":
+            observed.lease = obj
+        else:
+            observed.children[(kind, name)] = obj
+
+
+def _version(obj: dict[str, Any]) -> int:
+    """The object's resourceVersion as a number (etcd's revision; 0 when it is not one)."""
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(version) if version.isdigit() else 0

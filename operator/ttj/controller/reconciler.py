@@ -8,7 +8,8 @@ import copy
 import dataclasses
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import kopf
 
@@ -16,12 +17,14 @@ from ttj.controller.apply import Applied, Conflict
 from ttj.controller.backoff import REFUSED_WRITES_BACKOFF
 from ttj.controller.context import OperatorContext
 from ttj.controller.memory import JobKey, OwnWrite, resource_version
-from ttj.controller.observe import JobIndexes, observe
+from ttj.controller.observe import JobIndexes, add_created, observe
 from ttj.kubeapi import KubeError
 from ttj.mergepatch import merge_patch_between
-from ttj.planner import Observed, Plan, PlannerConfig, plan
+from ttj.planner import Observed, Plan, PlannerConfig, Write, observed_pod, plan
 
 log = logging.getLogger("ttj.controller")
+
+T = TypeVar("T")
 
 #: After a status write lost to a concurrent change (409), the next pass plans on the newer job this soon.
 CONFLICT_RETRY_SECONDS = 0.05
@@ -48,8 +51,9 @@ class JobReconciler:
         result = plan(job, observed, now, config)
         self._log_plan(job, observed, result)
         try:
-            applied = await asyncio.to_thread(self.applier.apply, namespace, result.writes)
+            applied = await self._apply(result.writes)
             self._remember_lease(observed.lease, applied.lease)
+            self._remember_created(applied)
             if applied.refused:
                 # The same pass planned again, knowing what was refused: its status and Events say so.
                 result = plan(job, observed, now, config, refused=applied.refused)
@@ -64,18 +68,32 @@ class JobReconciler:
         self._observe_durations(applied, result)
         self.ctx.events.hand_over(job, result.events, now)
         if result.delete_job:
-            await asyncio.to_thread(self.applier.delete_job, namespace, name)
+            await self._in_api_thread(self.applier.delete_job, namespace, name)
             return None
         return self._next_pass(applied, result)
 
     def _current_job(self, body: kopf.Body) -> dict[str, Any]:
-        job = copy.deepcopy(dict(body))
         memory = self.ctx.state.jobs.get(self.key)
-        ours = memory.written.over(job) if memory is not None and memory.written is not None else None
-        return ours if ours is not None else job
+        if memory is not None and memory.written is not None:
+            ours = memory.written.over(body)
+            if ours is not None:
+                return ours
+            memory.written = None  # the watch delivered our writes, or a newer change
+        return copy.deepcopy(dict(body))
+
+    async def _apply(self, writes: list[Write]) -> Applied:
+        if not writes:
+            return Applied()
+        return await self._in_api_thread(self.applier.apply, self.key[0], writes)
+
+    async def _in_api_thread(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.ctx.api_threads, call, *args)
 
     async def _observe(self, job: dict[str, Any], indexes: JobIndexes) -> Observed:
         observed = observe(self.key, indexes, gone=self.ctx.state.gone)
+        memory = self.ctx.state.jobs.get(self.key)
+        if memory is not None and memory.created:
+            add_created(observed, memory.created)
         observed.lease = self._latest_lease(observed.lease)
         if self.ctx.placement is not None:
             observed.placement = await self.ctx.placement.check(job.get("spec") or {}, indexes.all_nodes)
@@ -98,6 +116,14 @@ class JobReconciler:
         memory = self.ctx.state.job(self.key)
         before = memory.lease_written.before if memory.lease_written is not None else frozenset()
         memory.lease_written = OwnWrite(before | {resource_version(observed)}, answer)
+
+    def _remember_created(self, applied: Applied) -> None:
+        if not applied.created:
+            return
+        created = self.ctx.state.job(self.key).created
+        for kind, name, answer in applied.created:
+            if (answer.get("metadata") or {}).get("name") == name:
+                created[(kind, name)] = observed_pod(answer) if kind == "Pod" else answer
 
     def _planner_config(self) -> PlannerConfig:
         if self.ctx.prices is None:
@@ -122,11 +148,15 @@ class JobReconciler:
             return
         patch = merge_patch_between(old_status, result.status)
         pre = job["metadata"].get("resourceVersion")
-        answer = await asyncio.to_thread(self.applier.write_status, namespace, name, pre, patch)
+        answer = await self._in_api_thread(self.applier.write_status, namespace, name, pre, patch)
         after = copy.deepcopy(job)
         after["status"] = answer.get("status", result.status)
         after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
-        self.ctx.state.job(self.key).written = OwnWrite(frozenset({resource_version(job)}), after)
+        memory = self.ctx.state.job(self.key)
+        # Every version our writes replaced since the watch last caught up: a watch two writes behind still
+        # shows one of them, and a pass planned on it would lose its status write to a 409.
+        before = memory.written.before if memory.written is not None else frozenset()
+        memory.written = OwnWrite(before | {resource_version(job)}, after)
         self.ctx.metrics.status_written(namespace, name, old_status, result.status, job.get("spec"))
 
     def _after_refused_write(self, exc: KubeError) -> float | None:
