@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,17 +17,21 @@ from ttj.controller.events import EventPoster
 from ttj.controller.memory import JobKey, OperatorState, resource_version
 from ttj.controller.metrics import Metrics
 from ttj.controller.placement import PlacementSource
+from ttj.controller.threads import RequestThreads
 from ttj.cost.prices import PriceSource
 from ttj.kubeapi import KubeClient
 from ttj.planner import PlannerConfig
 
 #: Job metadata that every write changes: not a reason to plan again.
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
-#: Threads that carry the passes' requests (their writes, their status writes). Each waits on a round trip
-#: without the GIL. asyncio's default executor has 6 on 2 cores, shared with the Events and the audit: at
-#: start-up, the first passes' creates held all 6, and a job whose pods were all ready waited seconds for one
-#: to write its status.
+#: Threads that carry the passes' requests (their writes, their status writes; see ttj.controller.threads). Each
+#: waits on a round trip without the GIL. asyncio's default executor has 6 on 2 cores, shared with the Events
+#: and the audit, first come first served: at start-up the first passes' creates held all 6, and a job whose pods
+#: were all ready waited seconds for one to write its status.
 API_THREADS = 16
+#: ... of which batches of more than HEAVY_WRITES writes (a job's first pass) never hold the last few.
+API_THREADS_RESERVED = 4
+HEAVY_WRITES = 4
 
 
 @dataclass
@@ -54,12 +57,12 @@ class OperatorContext:
     applier: Applier = field(init=False)
     events: EventPoster = field(init=False)
     #: Where the passes' blocking requests run.
-    api_threads: ThreadPoolExecutor = field(init=False)
+    api_threads: RequestThreads = field(init=False)
 
     def __post_init__(self) -> None:
         self.applier = Applier(self.kube if self.kube is not None else KubeClient(self.api))
         self.events = EventPoster(self.applier.post_event)
-        self.api_threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="ttj-api")
+        self.api_threads = RequestThreads(API_THREADS, reserved=API_THREADS_RESERVED, heavy_above=HEAVY_WRITES)
 
     def request_audit(self) -> None:
         """From any thread: audit the indexes soon."""

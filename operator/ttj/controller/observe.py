@@ -57,28 +57,32 @@ def observe(key: JobKey, indexes: JobIndexes, *, gone: frozenset[str] = frozense
     return observed
 
 
-def add_created(observed: Observed, created: dict[tuple[str, str], dict[str, Any]]) -> None:
-    """Add to ``observed`` the children in ``created`` (kind, name → the API's answer to our create) that the
-    indexes do not show yet, and drop from ``created`` those they show. A pod is dropped too once the index holds
-    a newer version of another of the job's pods: the watch has passed its creation, so a pod not shown was
-    deleted meanwhile (at worst, one create answered 409)."""
-    shown_pods = {name_of(pod) for pod in observed.pods}
+def add_own_writes(observed: Observed, written: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Show in ``observed`` the children as our own writes left them (``written``: kind, name → the API's answer)
+    where the indexes show them older or not at all, and drop from ``written`` what the indexes have caught up
+    with. A pod the index does not show is dropped too once it holds a newer version of another of the job's
+    pods: the watch has passed our write, so that pod was deleted meanwhile (at worst, one create answered 409)."""
+    pods = {name_of(pod): at for at, pod in enumerate(observed.pods)}
     newest_pod = max((_version(pod) for pod in observed.pods), default=0)
-    for (kind, name), obj in list(created.items()):
+    for (kind, name), obj in list(written.items()):
+        ours = _version(obj)
         if kind == "Pod":
-            seen = name in shown_pods or newest_pod > _version(obj)
+            at = pods.get(name)
+            if at is None and newest_pod <= ours:
+                observed.pods.append(obj)
+            elif at is not None and _version(observed.pods[at]) < ours:
+                observed.pods[at] = obj
+            else:
+                del written[(kind, name)]
         elif kind == "Lease":
-            seen = observed.lease is not None
-        else:
-            seen = (kind, name) in observed.children
-        if seen:
-            del created[(kind, name)]
-        elif kind == "Pod":
-            observed.pods.append(obj)
-        elif kind == "Lease":
-            observed.lease = obj
-        else:
+            if observed.lease is None:
+                observed.lease = obj
+            else:
+                del written[(kind, name)]
+        elif (kind, name) not in observed.children:
             observed.children[(kind, name)] = obj
+        else:
+            del written[(kind, name)]
 
 
 def _version(obj: dict[str, Any]) -> int:

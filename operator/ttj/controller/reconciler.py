@@ -3,13 +3,11 @@ pass is due."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import kopf
 
@@ -17,14 +15,12 @@ from ttj.controller.apply import Applied, Conflict
 from ttj.controller.backoff import REFUSED_WRITES_BACKOFF
 from ttj.controller.context import OperatorContext
 from ttj.controller.memory import JobKey, OwnWrite, resource_version
-from ttj.controller.observe import JobIndexes, add_created, observe
+from ttj.controller.observe import JobIndexes, add_own_writes, observe
 from ttj.kubeapi import KubeError
 from ttj.mergepatch import merge_patch_between
 from ttj.planner import Observed, Plan, PlannerConfig, Write, observed_pod, plan
 
 log = logging.getLogger("ttj.controller")
-
-T = TypeVar("T")
 
 #: After a status write lost to a concurrent change (409), the next pass plans on the newer job this soon.
 CONFLICT_RETRY_SECONDS = 0.05
@@ -53,7 +49,7 @@ class JobReconciler:
         try:
             applied = await self._apply(result.writes)
             self._remember_lease(observed.lease, applied.lease)
-            self._remember_created(applied)
+            self._remember_children(applied)
             if applied.refused:
                 # The same pass planned again, knowing what was refused: its status and Events say so.
                 result = plan(job, observed, now, config, refused=applied.refused)
@@ -68,7 +64,7 @@ class JobReconciler:
         self._observe_durations(applied, result)
         self.ctx.events.hand_over(job, result.events, now)
         if result.delete_job:
-            await self._in_api_thread(self.applier.delete_job, namespace, name)
+            await self.ctx.api_threads.run(1, self.applier.delete_job, namespace, name)
             return None
         return self._next_pass(applied, result)
 
@@ -84,16 +80,13 @@ class JobReconciler:
     async def _apply(self, writes: list[Write]) -> Applied:
         if not writes:
             return Applied()
-        return await self._in_api_thread(self.applier.apply, self.key[0], writes)
-
-    async def _in_api_thread(self, call: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.ctx.api_threads, call, *args)
+        return await self.ctx.api_threads.run(len(writes), self.applier.apply, self.key[0], writes)
 
     async def _observe(self, job: dict[str, Any], indexes: JobIndexes) -> Observed:
         observed = observe(self.key, indexes, gone=self.ctx.state.gone)
         memory = self.ctx.state.jobs.get(self.key)
-        if memory is not None and memory.created:
-            add_created(observed, memory.created)
+        if memory is not None and memory.written_children:
+            add_own_writes(observed, memory.written_children)
         observed.lease = self._latest_lease(observed.lease)
         if self.ctx.placement is not None:
             observed.placement = await self.ctx.placement.check(job.get("spec") or {}, indexes.all_nodes)
@@ -117,13 +110,13 @@ class JobReconciler:
         before = memory.lease_written.before if memory.lease_written is not None else frozenset()
         memory.lease_written = OwnWrite(before | {resource_version(observed)}, answer)
 
-    def _remember_created(self, applied: Applied) -> None:
-        if not applied.created:
+    def _remember_children(self, applied: Applied) -> None:
+        if not applied.written:
             return
-        created = self.ctx.state.job(self.key).created
-        for kind, name, answer in applied.created:
+        written = self.ctx.state.job(self.key).written_children
+        for kind, name, answer in applied.written:
             if (answer.get("metadata") or {}).get("name") == name:
-                created[(kind, name)] = observed_pod(answer) if kind == "Pod" else answer
+                written[(kind, name)] = observed_pod(answer) if kind == "Pod" else answer
 
     def _planner_config(self) -> PlannerConfig:
         if self.ctx.prices is None:
@@ -148,7 +141,7 @@ class JobReconciler:
             return
         patch = merge_patch_between(old_status, result.status)
         pre = job["metadata"].get("resourceVersion")
-        answer = await self._in_api_thread(self.applier.write_status, namespace, name, pre, patch)
+        answer = await self.ctx.api_threads.run(1, self.applier.write_status, namespace, name, pre, patch)
         after = copy.deepcopy(job)
         after["status"] = answer.get("status", result.status)
         after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
