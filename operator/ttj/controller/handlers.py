@@ -200,7 +200,7 @@ class Handlers:
                 self.ctx.state.job(key).wakeup,
                 stopped,
                 self.ctx.backoff,
-                debounce_seconds=self.ctx.debounce_seconds,
+                debounce=lambda: max(self.ctx.debounce_seconds, reconciler.coalesce_seconds()),
                 what=f"{namespace}/{name}",
             )
         finally:
