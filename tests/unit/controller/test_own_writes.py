@@ -4,7 +4,8 @@ At start-up, with the watches seconds behind at 100 jobs, a pass planned on an i
 previous pass had created, and created them again (each job's pods were sent three times over, all but the
 first refused 409), labelled the chief again and again, and, two status writes behind, lost its status write
 to a 409. Each test here runs passes on the local API server's own code (in process) over indexes that show
-the cluster as it was before the passes wrote."""
+the cluster as it was before the passes wrote. And until a job first runs, its passes coalesce the changes that
+come in a burst (the last test)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ttj.controller.handlers import CHILD_RESOURCES, register
 from ttj.controller.memory import OwnWrite
 from ttj.controller.metrics import Metrics
 from ttj.controller.observe import JobIndexes, add_own_writes
-from ttj.controller.reconciler import CONFLICT_RETRY_SECONDS, JobReconciler
+from ttj.controller.reconciler import CONFLICT_RETRY_SECONDS, START_UP_COALESCE_SECONDS, JobReconciler
 from ttj.planner import Observed
 from ttj.planner.observed import name_of
 from ttj_contract import KIND, LABEL_CHIEF, LABEL_JOB, LABEL_ROLE, Role
@@ -172,3 +173,28 @@ def test_the_lease_as_the_operator_wrote_it_wakes_no_pass_but_any_other_version_
     assert not asyncio.run(woken(ours))
     assert asyncio.run(woken(renewed))  # a trainer's renewal: the pass reads its progress
     assert not ctx.our_lease_write(KEY, {**ours, "kind": "Pod"})
+
+
+def test_passes_coalesce_changes_until_the_job_first_runs_and_never_after() -> None:
+    cluster = InProcessApi(T0)
+    cluster.create(job(NAME))
+    reconciler = operator(cluster)
+    assert reconciler.coalesce_seconds() == START_UP_COALESCE_SECONDS  # the first pass runs at once regardless
+
+    in_process_api.run_pass(reconciler, cluster, NAME, NODES)
+    assert cluster.job(NAME)["status"]["phase"] == "Pending"
+    assert reconciler.coalesce_seconds() == START_UP_COALESCE_SECONDS
+
+    cluster.run_parameter_server(NAME, "cpu-0")
+    workers = [p for p in cluster.observe(NAME, NODES).pods if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
+    for i, worker in enumerate(workers):
+        cluster.run(name_of(worker), f"gpu-{i}")
+    for _ in range(2):  # the election, then the job runs
+        in_process_api.run_pass(reconciler, cluster, NAME, NODES)
+    assert cluster.job(NAME)["status"]["phase"] == "Running"
+    assert reconciler.coalesce_seconds() == 0.0
+
+    cluster.end(name_of(workers[0]), 143, "Terminated")  # a loss: Recovering, planned at once
+    in_process_api.run_pass(reconciler, cluster, NAME, NODES)
+    assert cluster.job(NAME)["status"]["phase"] in ("Recovering", "Running")
+    assert reconciler.coalesce_seconds() == 0.0
