@@ -27,8 +27,8 @@ Run: .venv/bin/python bench/operator_scale.py --jobs 100 [--preemptions 10] [--s
 It stops by itself: at ``--deadline`` seconds everything is torn down and what was measured is printed.
 ``--curve 100,250,500,1000`` runs once per size, each with a fresh cluster and operator and a minute of
 ``--steady`` phase, the preemptions scaled so that every job sees the rate ``--jobs``/``--preemptions``/
-``--interval`` give, and prints the cost per job at each size in one table (CPU s and API writes per
-job-minute, memory per job).
+``--interval`` give, and prints the cost per job at each size in one table (CPU s and API writes per job for
+the start-up, per job-minute for the steady phase and the preemptions; memory per job).
 ``--profile DIR`` records the operator with py-spy (``--py-spy``, default: the one on PATH or beside this
 Python) through the start-up and the preemptions into DIR/start-up.txt and DIR/preemption.txt (collapsed
 stacks, one line per stack and thread, with its sample count; idle threads too, their stacks ending in a
@@ -805,26 +805,27 @@ def curve(args: argparse.Namespace, sizes: list[int]) -> None:
         # the same phase length at every size: each job sees the same preemption rate
         interval = args.interval * args.preemptions / preemptions
         outcomes.append(run_once(replace_args(args, jobs=jobs, preemptions=preemptions, interval=interval)))
-    print("\ncost per job (job-minutes: jobs x the phase's minutes)")
+    print("\ncost per job: the start-up per job, the other phases per job-minute (jobs x the phase's minutes)")
     print(
-        "| jobs | phase | operator CPU s / job-min | API server CPU s / job-min | API writes / job-min | "
-        "memory per job (KiB) | peak RSS (MiB) |"
+        "| jobs | phase | per | operator CPU s | API server CPU s | operator API writes | memory per job (KiB) | "
+        "peak RSS (MiB) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for outcome in outcomes:
         per_job = (outcome.peak_rss_kib - outcome.idle_rss_kib) / outcome.jobs
         for phase in outcome.phases:
-            job_minutes = phase.jobs * phase.seconds / 60
-            operator_cpu = (phase.after.operator_cpu - phase.before.operator_cpu) / job_minutes
+            start_up = phase.name == "start-up"
+            units = phase.jobs if start_up else phase.jobs * phase.seconds / 60
+            operator_cpu = (phase.after.operator_cpu - phase.before.operator_cpu) / units
             api_cpu = (
-                f"{(phase.after.api_cpu - phase.before.api_cpu) / job_minutes:.3f}"
+                f"{(phase.after.api_cpu - phase.before.api_cpu) / units:.3f}"
                 if phase.after.api_cpu is not None and phase.before.api_cpu is not None
                 else "n/a"
             )
-            writes = (phase.after.writes - phase.before.writes) / job_minutes
+            writes = (phase.after.writes - phase.before.writes) / units
             print(
-                f"| {outcome.jobs} | {phase.name} | {operator_cpu:.3f} | {api_cpu} | {writes:.2f} | "
-                f"{per_job:.0f} | {outcome.peak_rss_kib / 1024:.0f} |"
+                f"| {outcome.jobs} | {phase.name} | {'job' if start_up else 'job-minute'} | {operator_cpu:.3f} | "
+                f"{api_cpu} | {writes:.2f} | {per_job:.0f} | {outcome.peak_rss_kib / 1024:.0f} |"
             )
 
 
