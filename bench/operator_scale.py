@@ -473,7 +473,9 @@ class Phase:
         return self.after.at - self.before.at
 
     def line(self) -> str:
-        seconds, job_minutes = self.seconds, self.jobs * self.seconds / 60
+        seconds = self.seconds
+        # the start-up per job (it takes what it takes), the other phases per job-minute
+        units, per = (self.jobs, "job") if self.name == "start-up" else (self.jobs * seconds / 60, "job-minute")
         operator_cpu = self.after.operator_cpu - self.before.operator_cpu
         writes = self.after.writes - self.before.writes
         reads = self.after.reads - self.before.reads
@@ -485,8 +487,8 @@ class Phase:
         )
         return (
             f"phase {self.name}: {seconds:.1f} s; operator CPU {operator_cpu:.1f} s, API server CPU {api}; "
-            f"operator API writes {writes}, reads {reads}; job MODIFIED events {events}; per job-minute: "
-            f"operator CPU {operator_cpu / job_minutes:.3f} s, API writes {writes / job_minutes:.2f}\n"
+            f"operator API writes {writes}, reads {reads}; job MODIFIED events {events}; per {per}: "
+            f"operator CPU {operator_cpu / units:.3f} s, API writes {writes / units:.2f}\n"
             f"  its requests: {self.requests()}"
         )
 
