@@ -28,7 +28,7 @@ CONFLICT_RETRY_SECONDS = 0.05
 #: up one event at a time (bound, started, ready) over seconds; a pass for each event, each writing the counts
 #: in the status, doubled the operator's CPU at a 100-job start-up and left jobs whose pods were all ready
 #: waiting behind the others' passes. Once the job has run, every pass is at once: a loss waits for nothing.
-START_UP_COALESCE_SECONDS = 0.5
+START_UP_COALESCE_SECONDS = 0.25
 #: The phases of a job that has not run yet (no status yet, or Pending).
 _STARTING_PHASES = (None, "Pending")
 
