@@ -42,6 +42,8 @@ class RequestThreads:
         self._waiting: list[_Request] = []
         self._order = itertools.count()
         self._heavy_running = 0
+        #: threads waiting for a call: a new one starts only when none is
+        self._idle = 0
         self._changed = threading.Condition()
         self._started: list[threading.Thread] = []
 
@@ -51,7 +53,7 @@ class RequestThreads:
         future: asyncio.Future[T] = loop.create_future()
         with self._changed:
             heapq.heappush(self._waiting, _Request(weight, next(self._order), lambda: call(*args), future, loop))
-            if len(self._started) < self.threads:
+            if self._idle <= len(self._waiting) - 1 and len(self._started) < self.threads:
                 self._start_one()
             self._changed.notify()
         return await future
@@ -74,7 +76,9 @@ class RequestThreads:
                     if self._heavy(request):
                         self._heavy_running += 1
                     return request
+                self._idle += 1
                 self._changed.wait()
+                self._idle -= 1
 
     def _serve(self) -> None:
         while True:
