@@ -27,10 +27,11 @@ _VOLATILE_METADATA = ("resourceVersion", "managedFields")
 #: Threads that carry the passes' requests (their writes, their status writes; see ttj.controller.threads). Each
 #: waits on a round trip without the GIL. asyncio's default executor has 6 on 2 cores, shared with the Events
 #: and the audit, first come first served: at start-up the first passes' creates held all 6, and a job whose pods
-#: were all ready waited seconds for one to write its status.
-API_THREADS = 16
+#: were all ready waited seconds for one to write its status. Not more than 8: each answer is decoded holding the
+#: GIL the event loop needs (16 were no faster at 100 jobs, within the spread of runs on a shared machine).
+API_THREADS = 8
 #: ... of which batches of more than HEAVY_WRITES writes (a job's first pass) never hold the last few.
-API_THREADS_RESERVED = 4
+API_THREADS_RESERVED = 2
 HEAVY_WRITES = 4
 
 
