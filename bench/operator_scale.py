@@ -16,13 +16,24 @@ or ``--stop-seconds`` later (a trainer writing its checkpoint: then the chief's 
 replaced it, as on GKE). The chief's Lease is not renewed (no trainer
 runs), so the operator runs with a long ``--chief-startup``.
 
-Run: .venv/bin/python bench/operator_scale.py --jobs 100 [--preemptions 10] [--deadline 900]
+Also, per phase (the start-up, ``--steady`` seconds with nothing happening, the preemptions): the operator's CPU
+seconds and the API server's, told apart (each in its own process; /proc/PID/stat), the operator's API writes
+and reads (its own client's and kopf's, counted by the local API server per User-Agent), the jobs' MODIFIED
+events, and the same per job-minute; for the start-up, when each job's last pod became ready against when the
+job showed Running (what the operator adds to the start-up); the operator's RSS before the first job and at its
+peak, and the difference per job.
+
+Run: .venv/bin/python bench/operator_scale.py --jobs 100 [--preemptions 10] [--stop-seconds 0|1] [--deadline 900]
 It stops by itself: at ``--deadline`` seconds everything is torn down and what was measured is printed.
+``--curve 100,250,500,1000`` runs once per size, each with a fresh cluster and operator and a minute of
+``--steady`` phase, the preemptions scaled so that every job sees the rate ``--jobs``/``--preemptions``/
+``--interval`` give, and prints the cost per job at each size in one table (CPU s and API writes per job for
+the start-up, per job-minute for the steady phase and the preemptions; memory per job).
 ``--profile DIR`` records the operator with py-spy (``--py-spy``, default: the one on PATH or beside this
-Python) through the preemption phase into DIR/preemption.txt (collapsed stacks, one line per stack and
-thread, with its sample count; idle threads too, their stacks ending in a wait), and writes DIR/dump.txt
-(every thread's stack) at the end. With ``--heap`` too, the operator traces its allocations and writes what
-holds its memory to DIR/heap.txt after the start-up and at the end.
+Python) through the start-up and the preemptions into DIR/start-up.txt and DIR/preemption.txt (collapsed
+stacks, one line per stack and thread, with its sample count; idle threads too, their stacks ending in a
+wait), and writes DIR/dump.txt (every thread's stack) at the end. With ``--heap`` too, the operator traces its
+allocations and writes what holds its memory to DIR/heap.txt after the start-up and at the end.
 """
 
 from __future__ import annotations
@@ -67,9 +78,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-def worker_selector_all() -> str:
-    """Every job's workers."""
-    return f"{LABEL_JOB},{LABEL_ROLE}={Role.WORKER}"
+def job_pods_selector() -> str:
+    """Every job's pods: workers and parameter servers."""
+    return LABEL_JOB
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used (utime + stime of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def nodes_for(pods: int, requests: Mapping[str, str], pool: Any, headroom: float = 1.25) -> int:
@@ -99,7 +116,8 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 
 class PodLog:
-    """Watches the namespace's pods and keeps, per pod, when it was added, lost, and labelled chief."""
+    """Watches the jobs' pods and keeps, per pod, when it was added, became ready, was lost, and was labelled
+    chief."""
 
     def __init__(self, api: Any, namespace: str) -> None:
         self.api, self.namespace = api, namespace
@@ -107,6 +125,8 @@ class PodLog:
         self.lost: dict[str, float] = {}
         self.stopped: dict[str, float] = {}
         self.chief_at: dict[str, float] = {}
+        self.ready: dict[str, float] = {}
+        self.job_of: dict[str, str] = {}
         self.slot: dict[str, tuple[str, str]] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -122,7 +142,7 @@ class PodLog:
                 for event in stream.stream(
                     core.list_namespaced_pod,
                     self.namespace,
-                    label_selector=worker_selector_all(),
+                    label_selector=job_pods_selector(),
                     resource_version=version,
                     timeout_seconds=30,
                     deserialize=False,  # plain JSON: model objects cost this process CPU the cluster shares
@@ -142,10 +162,14 @@ class PodLog:
         name = pod["metadata"]["name"]
         labels = pod["metadata"].get("labels") or {}
         status = pod.get("status") or {}
-        self.slot.setdefault(name, (labels.get(LABEL_JOB, ""), labels.get(LABEL_SLOT, "")))
+        if labels.get(LABEL_ROLE) == Role.WORKER:
+            self.slot.setdefault(name, (labels.get(LABEL_JOB, ""), labels.get(LABEL_SLOT, "")))
         if kind == "ADDED":
             self.added.setdefault(name, now)
         conditions = status.get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            self.ready.setdefault(name, now)
+        self.job_of.setdefault(name, labels.get(LABEL_JOB, ""))
         disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions)
         failed = status.get("phase") == "Failed"
         if (failed or disrupted) and name not in self.lost:
@@ -156,16 +180,21 @@ class PodLog:
             self.chief_at[name] = now
 
 
-class JobWrites:
-    """Counts the jobs' MODIFIED events (in this benchmark, the operator's status writes and kopf's own
-    annotations) while it runs: how many writes the operator made to the jobs, which, unlike latencies, hardly
-    depends on how busy the machine is."""
+class JobLog:
+    """Watches the jobs: counts their MODIFIED events (in this benchmark, the operator's status writes and kopf's
+    own annotations: a count that, unlike latencies, hardly depends on how busy the machine is) and keeps when
+    each job first showed phase Running."""
 
     def __init__(self, api: Any, namespace: str) -> None:
         self.api, self.namespace = api, namespace
         self.modified = 0
+        self.phase: dict[str, str] = {}
+        self.running_at: dict[str, float] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def running(self) -> int:
+        return sum(phase == "Running" for phase in self.phase.values())
 
     def _run(self) -> None:
         from kubernetes import client, watch
@@ -185,8 +214,14 @@ class JobWrites:
                     resource_version=version,
                     timeout_seconds=30,
                 ):
-                    version = event["object"]["metadata"]["resourceVersion"]
-                    if event["type"] == "MODIFIED" and not self.stop.is_set():
+                    now = time.monotonic()
+                    job = event["object"]
+                    version = job["metadata"]["resourceVersion"]
+                    name, phase = job["metadata"]["name"], (job.get("status") or {}).get("phase", "")
+                    self.phase[name] = phase
+                    if phase == "Running":
+                        self.running_at.setdefault(name, now)
+                    if event["type"] == "MODIFIED":
                         self.modified += 1
                     if self.stop.is_set():
                         stream.stop()
@@ -335,6 +370,9 @@ class SeparateCluster:
     def nodes_of(self, pool: str) -> list[str]:
         return list(self.control.status()["pools"][pool]["nodes"])
 
+    def api_pid(self) -> int | None:
+        return self.processes[0].pid
+
     def preempt_node(self, node: str) -> None:
         self.control.preempt_node(node)
 
@@ -360,6 +398,10 @@ class InlineCluster:
 
     def nodes_of(self, pool: str) -> list[str]:
         return list(self.fleet.nodes_of(pool))
+
+    def api_pid(self) -> int | None:
+        """None: the API server shares this process, its CPU is not told apart."""
+        return None
 
     def preempt_node(self, node: str) -> None:
         self.fleet.preempt_node(node)
@@ -399,6 +441,62 @@ def start_operator(
         return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+@dataclass(frozen=True)
+class Meter:
+    """What the operator and the API server had used at one moment: CPU seconds of each process, the operator's
+    requests (its own client's and kopf's, counted by the local API server per User-Agent), and the jobs'
+    MODIFIED events."""
+
+    at: float
+    operator_cpu: float
+    api_cpu: float | None
+    writes: int
+    reads: int
+    job_events: int
+    #: the operator's requests by "METHOD resource"
+    by_resource: Mapping[str, int]
+
+
+#: The operator's clients as the local API server counts them (their User-Agents' product names).
+OPERATOR_CLIENTS = ("ttj-operator", "kopf")
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    before: Meter
+    after: Meter
+    jobs: int
+
+    @property
+    def seconds(self) -> float:
+        return self.after.at - self.before.at
+
+    def line(self) -> str:
+        seconds = self.seconds
+        # the start-up per job (it takes what it takes), the other phases per job-minute
+        units, per = (self.jobs, "job") if self.name == "start-up" else (self.jobs * seconds / 60, "job-minute")
+        operator_cpu = self.after.operator_cpu - self.before.operator_cpu
+        writes = self.after.writes - self.before.writes
+        reads = self.after.reads - self.before.reads
+        events = self.after.job_events - self.before.job_events
+        api = (
+            f"{self.after.api_cpu - self.before.api_cpu:.1f} s"
+            if self.after.api_cpu is not None and self.before.api_cpu is not None
+            else "n/a (inline cluster)"
+        )
+        return (
+            f"phase {self.name}: {seconds:.1f} s; operator CPU {operator_cpu:.1f} s, API server CPU {api}; "
+            f"operator API writes {writes}, reads {reads}; job MODIFIED events {events}; per {per}: "
+            f"operator CPU {operator_cpu / units:.3f} s, API writes {writes / units:.2f}\n"
+            f"  its requests: {self.requests()}"
+        )
+
+    def requests(self) -> str:
+        made = {k: n - self.before.by_resource.get(k, 0) for k, n in self.after.by_resource.items()}
+        return ", ".join(f"{k} {n}" for k, n in sorted(made.items(), key=lambda kv: -kv[1]) if n)
+
+
 @dataclass
 class Run:
     """One benchmark run against a started cluster and operator."""
@@ -406,49 +504,89 @@ class Run:
     args: argparse.Namespace
     cluster: SeparateCluster | InlineCluster
     operator: subprocess.Popen[bytes]
+    api: Any
     core: Any
     custom: Any
     namespace: str
     deadline: float
+    pods: PodLog
+    jobs: JobLog
     peak_rss: int = 0
-
-    def phases(self) -> dict[str, str]:
-        items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]
-        return {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in items}
+    idle_rss: int = 0
 
     def sample_rss(self) -> None:
         self.peak_rss = max(self.peak_rss, rss_kib(self.operator.pid)[0])
 
-    def start_up(self) -> float:
-        """Create the jobs; seconds until every one is Running (or the deadline)."""
-        started = time.monotonic()
+    def meter(self) -> Meter:
+        from ttj.kubeapi import KubeClient
+
+        answer = KubeClient(self.api).request("GET", "/ttj-local/requests")
+        counts, by_resource = answer["requests"], answer["byResource"]
+        ours = [methods for client, methods in counts.items() if client in OPERATOR_CLIENTS]
+        requests: dict[str, int] = {}
+        for client in OPERATOR_CLIENTS:
+            for what, n in by_resource.get(client, {}).items():
+                requests[f"{client} {what}"] = n
+        writes = sum(n for methods in ours for method, n in methods.items() if method not in ("GET", "HEAD"))
+        reads = sum(n for methods in ours for method, n in methods.items() if method in ("GET", "HEAD"))
+        api_pid = self.cluster.api_pid()
+        return Meter(
+            at=time.monotonic(),
+            operator_cpu=cpu_seconds(self.operator.pid),
+            api_cpu=cpu_seconds(api_pid) if api_pid is not None else None,
+            writes=writes,
+            reads=reads,
+            job_events=self.jobs.modified,
+            by_resource=requests,
+        )
+
+    def start_up(self) -> Phase:
+        """Create the jobs; until every one is Running (or the deadline)."""
+        self.idle_rss = rss_kib(self.operator.pid)[0]
+        profile = self.profile("start-up")
+        try:
+            return self._start_up()
+        finally:
+            stop_profile(profile)
+
+    def _start_up(self) -> Phase:
+        before = self.meter()
         create_jobs(self.custom, self.namespace, self.args.jobs, self.args.workers)
-        shown, running = 0.0, 0
-        while time.monotonic() < self.deadline:
-            now = self.phases()
-            running = sum(p == "Running" for p in now.values())
+        shown = before.at
+        while time.monotonic() < self.deadline and self.jobs.running() < self.args.jobs:
             self.sample_rss()
-            if running == self.args.jobs:
-                break
             if time.monotonic() - shown >= self.args.progress:
                 shown = time.monotonic()
-                print(f"  {shown - started:6.1f}s  {progress(self.core, self.namespace, now)}", flush=True)
-            time.sleep(2)
-        ready_s = time.monotonic() - started
+                print(
+                    f"  {shown - before.at:6.1f}s  {progress(self.core, self.namespace, self.jobs.phase)}", flush=True
+                )
+            time.sleep(0.5)
+        after = self.meter()
+        self.sample_rss()
         print(
-            f"{running} of {self.args.jobs} jobs x {self.args.workers} workers Running after {ready_s:.1f}s", flush=True
+            f"{self.jobs.running()} of {self.args.jobs} jobs x {self.args.workers} workers Running after "
+            f"{after.at - before.at:.1f}s",
+            flush=True,
         )
-        return ready_s
+        print(start_up_lag(self.pods, self.jobs, before.at), flush=True)
+        return Phase("start-up", before, after, self.args.jobs)
 
-    def preemptions(self, api: Any) -> tuple[PodLog, set[str], int]:
-        """Preempt spot nodes one by one while the pod watch records; the pods, the chiefs before, the nodes."""
+    def steady(self, seconds: float) -> Phase:
+        """Every job Running, nothing happening: what running jobs cost by themselves (resyncs, cost accrual)."""
+        before = self.meter()
+        end = min(self.deadline, before.at + seconds)
+        while time.monotonic() < end:
+            self.sample_rss()
+            time.sleep(1)
+        return Phase("steady", before, self.meter(), self.args.jobs)
+
+    def preemptions(self) -> tuple[Phase, set[str], int]:
+        """Preempt spot nodes one by one while the pod watch records; the phase, the chiefs before, the nodes."""
         profile = self.profile("preemption")
         try:
-            return self._preemptions(api)
+            return self._preemptions()
         finally:
-            if profile is not None:
-                profile.send_signal(signal.SIGINT)  # py-spy writes what it sampled, then exits
-                profile.wait(60)
+            stop_profile(profile)
 
     def profile(self, phase: str) -> subprocess.Popen[bytes] | None:
         """py-spy sampling the operator (100 Hz, every thread, the interpreter not paused) until interrupted."""
@@ -471,30 +609,50 @@ class Run:
             with open(self.args.profile / "dump.txt", "wb") as out:
                 subprocess.run([self.args.py_spy, "dump", "--pid", str(self.operator.pid)], stdout=out, check=False)
 
-    def _preemptions(self, api: Any) -> tuple[PodLog, set[str], int]:
-        pods = PodLog(api, self.namespace)
-        pods.thread.start()
-        writes = JobWrites(api, self.namespace)
-        writes.thread.start()
-        time.sleep(2)
+    def _preemptions(self) -> tuple[Phase, set[str], int]:
         chiefs_before = {
             p.metadata.name
             for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_CHIEF}=true").items
         }
+        before = self.meter()
         victims = self.cluster.nodes_of("gpu-pool")[: self.args.preemptions]
         for node in victims:
             if time.monotonic() > self.deadline:
                 break
             self.cluster.preempt_node(node)
             time.sleep(self.args.interval)
-        while time.monotonic() < self.deadline and sum(p == "Running" for p in self.phases().values()) < self.args.jobs:
+        while time.monotonic() < self.deadline and self.jobs.running() < self.args.jobs:
             self.sample_rss()
-            time.sleep(1)
-        time.sleep(2)
-        pods.stop.set()
-        writes.stop.set()
-        print(f"job writes (MODIFIED events) from the first preemption until every job ran again: {writes.modified}")
-        return pods, chiefs_before, len(victims)
+            time.sleep(0.5)
+        after = self.meter()
+        time.sleep(2)  # the last events of the phase reach the watches
+        print(
+            f"job writes (MODIFIED events) from the first preemption until every job ran again: "
+            f"{after.job_events - before.job_events}"
+        )
+        return Phase("preemptions", before, after, self.args.jobs), chiefs_before, len(victims)
+
+
+def stop_profile(profile: subprocess.Popen[bytes] | None) -> None:
+    if profile is not None:
+        profile.send_signal(signal.SIGINT)  # py-spy writes what it sampled, then exits
+        profile.wait(60)
+
+
+def start_up_lag(pods: PodLog, jobs: JobLog, started: float) -> str:
+    """When the jobs' pods were all ready, against when their jobs showed Running: the operator's own share of
+    the start-up."""
+    last_ready: dict[str, float] = {}
+    for name, at in pods.ready.items():
+        job = pods.job_of.get(name, "")
+        last_ready[job] = max(last_ready.get(job, 0.0), at)
+    lags = [jobs.running_at[job] - at for job, at in last_ready.items() if job in jobs.running_at]
+    if not last_ready or not jobs.running_at:
+        return "start-up: no job ran"
+    return (
+        f"start-up: every pod ready after {max(last_ready.values()) - started:.1f}s, every job Running after "
+        f"{max(jobs.running_at.values()) - started:.1f}s; a job's last pod ready -> the job Running: {summary(lags)}"
+    )
 
 
 def report(pods: PodLog, chiefs_before: set[str], preempted: int) -> None:
@@ -522,9 +680,25 @@ def parse_args() -> argparse.Namespace:
         help="seconds a preempted worker's container takes to exit after SIGTERM, as a trainer writing its "
         "checkpoint does (within GKE's 15 s) [%(default)s: at once]",
     )
+    parser.add_argument(
+        "--steady",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="after the start-up, measure this long with nothing happening [%(default)s; 60 with --curve]",
+    )
+    parser.add_argument(
+        "--curve",
+        metavar="N,N,...",
+        help="one run per number of jobs (a fresh cluster and operator each), the preemptions scaled to keep each "
+        "job's preemption rate that of --jobs (--preemptions nodes every --interval s at --jobs jobs); prints the "
+        "cost per job at each size",
+    )
     parser.add_argument("--progress", type=float, default=10.0, help="seconds between start-up progress lines")
     parser.add_argument("--operator-verbose", action="store_true", help="the operator logs at debug level")
-    parser.add_argument("--deadline", type=float, default=900.0, help="stop after this many seconds, whatever state")
+    parser.add_argument(
+        "--deadline", type=float, default=900.0, help="stop a run after this many seconds, whatever state"
+    )
     parser.add_argument(
         "--cluster",
         choices=("processes", "inline"),
@@ -545,17 +719,30 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def main() -> int:
-    args = parse_args()
-    if args.serve:
-        return serve_part(args.serve, args.kubeconfig, bench_pools(args.jobs, args.workers, args.stop_seconds))
+@dataclass(frozen=True)
+class Outcome:
+    """What one run measured, for the curve."""
+
+    jobs: int
+    phases: list[Phase]
+    idle_rss_kib: int
+    peak_rss_kib: int
+
+
+def run_once(args: argparse.Namespace) -> Outcome:
+    """One run: a fresh cluster and operator, the start-up, the steady phase when asked, the preemptions."""
     deadline = time.monotonic() + args.deadline
 
     from kubernetes import client, config
     from tests.e2e.operator_support import install_crd
 
     pools = bench_pools(args.jobs, args.workers, args.stop_seconds)
-    print(f"pools: {', '.join(f'{p.name} x{p.nodes}' for p in pools)}; cluster: {args.cluster}", flush=True)
+    print(
+        f"== {args.jobs} jobs x {args.workers} workers, {args.preemptions} preemptions every {args.interval:g} s, "
+        f"--stop-seconds {args.stop_seconds:g}; pools: {', '.join(f'{p.name} x{p.nodes}' for p in pools)}; "
+        f"cluster: {args.cluster}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True,
+    )
     namespace = "bench"
     logs = Path(tempfile.mkdtemp(prefix="ttj-operator-scale-"))
     if args.cluster == "processes":
@@ -563,21 +750,31 @@ def main() -> int:
     else:
         cluster = InlineCluster(pools)
     operator: subprocess.Popen[bytes] | None = None
+    phases: list[Phase] = []
     try:
         api = config.new_client_from_config(config_file=cluster.kubeconfig_path)
         install_crd(api)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": namespace}})
+        pods, jobs = PodLog(api, namespace), JobLog(api, namespace)
+        pods.thread.start()
+        jobs.thread.start()
         heap = args.profile / "heap.txt" if args.profile is not None and args.heap else None
         verbose = args.operator_verbose
         operator = start_operator(cluster.kubeconfig_path, namespace, logs / "operator.log", verbose, heap)
-        run = Run(args, cluster, operator, core, custom, namespace, deadline)
-        run.start_up()
+        time.sleep(3)  # the operator lists and watches before the first job comes
+        run = Run(args, cluster, operator, api, core, custom, namespace, deadline, pods, jobs)
+        phases.append(run.start_up())
         run.heap_summary()
-        pods, chiefs_before, preempted = run.preemptions(api)
+        if args.steady > 0:
+            phases.append(run.steady(args.steady))
+        preemption, chiefs_before, preempted = run.preemptions()
+        phases.append(preemption)
         rss, hwm = rss_kib(operator.pid)
         run.dump()
         run.heap_summary()
+        pods.stop.set()
+        jobs.stop.set()
         api.close()
     finally:
         if operator is not None:
@@ -588,8 +785,65 @@ def main() -> int:
                 operator.kill()
         cluster.stop()
     report(pods, chiefs_before, preempted)
-    print(f"operator RSS: {rss / 1024:.0f} MiB now, peak {max(hwm, run.peak_rss) / 1024:.0f} MiB (VmHWM)")
-    print(f"operator log: {logs / 'operator.log'}")
+    for phase in phases:
+        print(phase.line())
+    peak = max(hwm, run.peak_rss)
+    print(
+        f"operator RSS: {rss / 1024:.0f} MiB now, peak {peak / 1024:.0f} MiB (VmHWM), "
+        f"{run.idle_rss / 1024:.0f} MiB before the first job; per job {(peak - run.idle_rss) / args.jobs:.0f} KiB"
+    )
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"operator log: {logs / 'operator.log'}", flush=True)
+    return Outcome(args.jobs, phases, run.idle_rss, peak)
+
+
+def curve(args: argparse.Namespace, sizes: list[int]) -> None:
+    """One run per size, each job preempted at the rate --jobs/--preemptions/--interval set; then the cost per
+    job at each size, side by side."""
+    outcomes = []
+    for jobs in sizes:
+        scale = jobs / args.jobs
+        preemptions = max(1, round(args.preemptions * scale))
+        # the same phase length at every size: each job sees the same preemption rate
+        interval = args.interval * args.preemptions / preemptions
+        outcomes.append(run_once(replace_args(args, jobs=jobs, preemptions=preemptions, interval=interval)))
+    print("\ncost per job: the start-up per job, the other phases per job-minute (jobs x the phase's minutes)")
+    print(
+        "| jobs | phase | per | operator CPU s | API server CPU s | operator API writes | memory per job (KiB) | "
+        "peak RSS (MiB) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for outcome in outcomes:
+        per_job = (outcome.peak_rss_kib - outcome.idle_rss_kib) / outcome.jobs
+        for phase in outcome.phases:
+            start_up = phase.name == "start-up"
+            units = phase.jobs if start_up else phase.jobs * phase.seconds / 60
+            operator_cpu = (phase.after.operator_cpu - phase.before.operator_cpu) / units
+            api_cpu = (
+                f"{(phase.after.api_cpu - phase.before.api_cpu) / units:.3f}"
+                if phase.after.api_cpu is not None and phase.before.api_cpu is not None
+                else "n/a"
+            )
+            writes = (phase.after.writes - phase.before.writes) / units
+            print(
+                f"| {outcome.jobs} | {phase.name} | {'job' if start_up else 'job-minute'} | {operator_cpu:.3f} | "
+                f"{api_cpu} | {writes:.2f} | {per_job:.0f} | {outcome.peak_rss_kib / 1024:.0f} |"
+            )
+
+
+def replace_args(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), **changes})
+
+
+def main() -> int:
+    args = parse_args()
+    if args.serve:
+        return serve_part(args.serve, args.kubeconfig, bench_pools(args.jobs, args.workers, args.stop_seconds))
+    if args.curve:
+        steady = args.steady or 60.0
+        curve(replace_args(args, steady=steady), [int(n) for n in args.curve.split(",")])
+        return 0
+    run_once(args)
     return 0
 
 

@@ -57,9 +57,11 @@ def build_app(server: ApiServer) -> web.Application:
     # A path with a trailing or doubled slash (`kubectl get --raw /api/v1/`) is redirected to the path meant.
     normalize = web.normalize_path_middleware(append_slash=False, remove_slash=True, merge_slashes=True)
     access = server.access.middleware()
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[kube_status_errors, access, normalize])
+    control = Control(server)
+    middlewares = [control.counting_middleware(), kube_status_errors, access, normalize]
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
     _add_discovery(app.router, Discovery(server))
-    _add_control(app.router, Control(server))
+    _add_control(app.router, control)
     _add_resources(app.router, ResourceHandlers(server))
     return app
 
@@ -87,6 +89,7 @@ def _add_control(router: web.UrlDispatcher, control: Control) -> None:
     router.add_delete("/ttj-local/faults", control.faults_clear)
     router.add_post("/ttj-local/faults/drop-watches", control.drop_watches)
     router.add_get("/ttj-local/info", control.info, allow_head=False)
+    router.add_get("/ttj-local/requests", control.requests_read, allow_head=False)
 
 
 def _add_resources(router: web.UrlDispatcher, handlers: ResourceHandlers) -> None:

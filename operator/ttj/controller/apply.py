@@ -83,6 +83,8 @@ class Applied:
     retry_after_seconds: float | None = None
     #: the chief's Lease as the pass's last write of it left it (the API's answer)
     lease: dict[str, Any] | None = None
+    #: the children created or relabelled, as (kind, name, the API's answer)
+    written: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
 
 def _refusal(write: Write, exc: KubeError) -> Refusal:
@@ -137,7 +139,8 @@ class Applier:
 
     def _apply_one(self, namespace: str, write: Write, done: Applied) -> None:
         if isinstance(write, CreateChild):
-            self.api.request("POST", kubeapi.path(write.kind, namespace), body=write.manifest)
+            answer = self.api.request("POST", kubeapi.path(write.kind, namespace), body=write.manifest)
+            done.written.append((write.kind, write.name, answer))
             if write.recovery_since is not None:
                 done.recoveries.append(max(0.0, time.time() - write.recovery_since.timestamp()))
         elif isinstance(write, ReplaceChild):
@@ -150,7 +153,8 @@ class Applier:
         elif isinstance(write, RemoveFinalizer):
             self._remove_finalizer(namespace, write.pod)
         elif isinstance(write, LabelPod):
-            self._patch(kubeapi.path("Pod", namespace, write.pod), labels_patch(write))
+            answer = self._patch(kubeapi.path("Pod", namespace, write.pod), labels_patch(write))
+            done.written.append(("Pod", write.pod, answer))
         else:
             done.lease = self._patch(kubeapi.path("Lease", namespace, write.name), lease_patch(write))
 

@@ -9,6 +9,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from ttj import __version__
 from ttj_contract import CHIEF_STARTUP_SECONDS
 
 if TYPE_CHECKING:  # imported where used: ``ttj --help`` and the other commands start without kopf
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # imported where used: ``ttj --help`` and the other commands 
     from ttj.cost.prices import PriceSource
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+OPERATOR_USER_AGENT = f"ttj-operator/{__version__}"
 #: The exit code of a replica that lost the leader Lease (its pod restarts and stands by).
 LOST_LEADERSHIP = 3
 
@@ -187,6 +189,8 @@ def _api_client() -> ApiClient:
     """A client of the cluster in KUBECONFIG, or of the one the operator's pod runs in."""
     from kubernetes import client, config
 
+    from ttj.controller.context import API_THREADS
+
     configuration = client.Configuration()
     try:
         if os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -195,7 +199,11 @@ def _api_client() -> ApiClient:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException as exc:
         raise StartRefused(f"no cluster to talk to: {exc} (set KUBECONFIG, or run in a pod)") from exc
-    return client.ApiClient(configuration)
+    # a connection for each thread that sends requests: the passes', and asyncio's default executor's
+    configuration.connection_pool_maxsize = API_THREADS + min(32, (os.cpu_count() or 1) + 4)
+    api = client.ApiClient(configuration)
+    api.user_agent = OPERATOR_USER_AGENT  # the operator's requests told apart in audit logs and request counts
+    return api
 
 
 def _price_and_placement_sources(args: argparse.Namespace) -> tuple[PriceSource | None, PlacementSource | None]:

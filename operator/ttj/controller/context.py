@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import kopf
 from kubernetes.client import ApiClient
@@ -13,15 +14,25 @@ from kubernetes.client import ApiClient
 from ttj.controller.apply import Applier, KubeApi
 from ttj.controller.backoff import Backoff
 from ttj.controller.events import EventPoster
-from ttj.controller.memory import JobKey, OperatorState
+from ttj.controller.memory import JobKey, OperatorState, resource_version
 from ttj.controller.metrics import Metrics
 from ttj.controller.placement import PlacementSource
+from ttj.controller.threads import RequestThreads
 from ttj.cost.prices import PriceSource
 from ttj.kubeapi import KubeClient
 from ttj.planner import PlannerConfig
 
 #: Job metadata that every write changes: not a reason to plan again.
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
+#: Threads that carry the passes' requests (their writes, their status writes; see ttj.controller.threads). Each
+#: waits on a round trip without the GIL. asyncio's default executor has 6 on 2 cores, shared with the Events
+#: and the audit, first come first served: at start-up the first passes' creates held all 6, and a job whose pods
+#: were all ready waited seconds for one to write its status. Not more than 8: each answer is decoded holding the
+#: GIL the event loop needs (16 were no faster at 100 jobs, within the spread of runs on a shared machine).
+API_THREADS = 8
+#: ... of which batches of more than HEAVY_WRITES writes (a job's first pass) never hold the last few.
+API_THREADS_RESERVED = 2
+HEAVY_WRITES = 4
 
 
 @dataclass
@@ -46,10 +57,13 @@ class OperatorContext:
     state: OperatorState = field(default_factory=OperatorState)
     applier: Applier = field(init=False)
     events: EventPoster = field(init=False)
+    #: Where the passes' blocking requests run.
+    api_threads: RequestThreads = field(init=False)
 
     def __post_init__(self) -> None:
         self.applier = Applier(self.kube if self.kube is not None else KubeClient(self.api))
         self.events = EventPoster(self.applier.post_event)
+        self.api_threads = RequestThreads(API_THREADS, reserved=API_THREADS_RESERVED, heavy_above=HEAVY_WRITES)
 
     def request_audit(self) -> None:
         """From any thread: audit the indexes soon."""
@@ -66,6 +80,15 @@ class OperatorContext:
         memory = self.state.jobs.get(key)
         if memory is not None:
             self.state.call_soon(lambda: memory.wakeup.set_after(seconds))
+
+    def our_lease_write(self, key: JobKey, body: Mapping[str, Any] | None) -> bool:
+        """Whether this event of a child is the job's Lease exactly as the last pass's write of it left it: that
+        pass planned the write, and a pass woken by it would find nothing new (at 500 jobs, one pass more per
+        Lease write)."""
+        memory = self.state.jobs.get(key)
+        if body is None or body.get("kind") != "Lease" or memory is None or memory.lease_written is None:
+            return False
+        return resource_version(body) == resource_version(memory.lease_written.obj)
 
     def job_changed(self, key: JobKey, body: kopf.Body) -> bool:
         """Whether this event of the job carries more than a status (and resourceVersion) change.

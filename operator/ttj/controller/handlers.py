@@ -91,9 +91,10 @@ async def index_node(name: str, body: kopf.Body, **_: Any) -> Any:
     return {name: _slim_node(body)}
 
 
-def _finalizing_pod(body: kopf.Body, **_: Any) -> bool:
+def _finalizing_pod(body: Mapping[str, Any]) -> bool:
     """A pod being deleted that our finalizer holds."""
-    return bool(body.metadata.get("deletionTimestamp")) and FINALIZER in (body.metadata.get("finalizers") or [])
+    metadata = body.get("metadata") or {}
+    return bool(metadata.get("deletionTimestamp")) and FINALIZER in (metadata.get("finalizers") or [])
 
 
 class JobsDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -145,7 +146,7 @@ class Handlers:
         what an index function returns only after it returns, so a pass woken from inside it could read the
         old child and then sleep until its timer."""
         key = _job_key(namespace, labels)
-        if key is not None:
+        if key is not None and not self.ctx.our_lease_write(key, kwargs.get("body")):
             self.ctx.poke(key)
         if _listed(kwargs):
             self.ctx.request_audit()
@@ -166,13 +167,22 @@ class Handlers:
             self.ctx.poke((namespace, name))
         return {(namespace, name): True}
 
-    def orphan_pod(
-        self, *, namespace: str, name: str, labels: dict[str, str], jobs: kopf.Index[JobKey, Any], **_: Any
+    async def pod_changed(
+        self,
+        namespace: str | None,
+        labels: Mapping[str, str],
+        name: str = "",
+        body: Mapping[str, Any] | None = None,
+        jobs: kopf.Index[JobKey, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
-        """A worker of a job that no longer exists must not hang on our finalizer."""
+        """A pod changed: plan its job again; and a worker of a job that no longer exists must not hang on our
+        finalizer. One handler for both: kopf builds the arguments of every handler (and of every filter) it
+        considers, for each of the thousands of pod events, on the loop the passes share."""
+        await self.child_changed(namespace, labels, body=body, **kwargs)
         key = _job_key(namespace, labels)
-        if key is not None and key not in jobs:
-            self.ctx.applier.release_finalizer(namespace, name)
+        if key is not None and jobs is not None and key not in jobs and body is not None and _finalizing_pod(body):
+            await asyncio.to_thread(self.ctx.applier.release_finalizer, namespace or "", name)
 
     async def reconcile_job(
         self,
@@ -200,7 +210,7 @@ class Handlers:
                 self.ctx.state.job(key).wakeup,
                 stopped,
                 self.ctx.backoff,
-                debounce_seconds=self.ctx.debounce_seconds,
+                debounce=lambda: max(self.ctx.debounce_seconds, reconciler.coalesce_seconds()),
                 what=f"{namespace}/{name}",
             )
         finally:
@@ -213,7 +223,7 @@ class Handlers:
 
     def _release_workers(self, namespace: str, pod_names: list[str]) -> None:
         """The job is gone: its workers must not hang on our finalizer (the garbage collector deletes them; a
-        pod deleted later is caught by :meth:`orphan_pod`)."""
+        pod deleted later is caught by :meth:`pod_changed`)."""
         for pod_name in pod_names:
             self.ctx.applier.release_finalizer(namespace, pod_name)
 
@@ -232,13 +242,10 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
     for kind, resource in children.items():
         kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(child_index(kind))
-        kopf.on.event(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}_changed")(
-            handlers.child_changed
-        )
+        changed = handlers.pod_changed if kind == "Pod" else handlers.child_changed
+        kopf.on.event(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}_changed")(changed)
     kopf.index("nodes", registry=registry, id="nodes_by_name")(index_node)
     kopf.on.event("nodes", registry=registry, id="node_changed")(handlers.node_changed)  # type: ignore[arg-type]
     kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="jobs")(handlers.index_job)  # type: ignore[arg-type]
-    orphans = kopf.on.event("pods", labels=job_labels, registry=registry, id="orphan_pod", when=_finalizing_pod)
-    orphans(handlers.orphan_pod)  # type: ignore[arg-type]
     daemon = kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", cancellation_timeout=10, backoff=1)
     daemon(handlers.reconcile_job)  # type: ignore[arg-type]

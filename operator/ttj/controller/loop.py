@@ -27,12 +27,13 @@ async def reconcile_loop(
     stopped: Stopped,
     backoff: Backoff,
     *,
-    debounce_seconds: float = 0.0,
+    debounce: Callable[[], float] = lambda: 0.0,
     what: str = "",
 ) -> None:
     """Pass after pass until the job is gone or the daemon stops. A failed pass (an API error, a bug) is
     retried here after ``backoff``, during which wake-ups are ignored: kopf would restart the
-    daemon after a fixed second, and every watch event would retry at once, all jobs in lockstep."""
+    daemon after a fixed second, and every watch event would retry at once, all jobs in lockstep. After each
+    wake-up the loop waits ``debounce()`` seconds more, for the changes that come in a burst."""
     failures = 0
     while not stopped:
         wakeup.clear()
@@ -48,8 +49,9 @@ async def reconcile_loop(
         if delay is None:
             return
         await _sleep(wakeup, stopped, delay)
-        if debounce_seconds:
-            await asyncio.sleep(debounce_seconds)
+        pause = debounce()
+        if pause:
+            await asyncio.sleep(pause)
 
 
 async def _sleep(wakeup: asyncio.Event, stopped: Stopped, seconds: float) -> None:

@@ -69,6 +69,10 @@ class JobMemory:
     #: elects a chief right after a pass that published the worker counts would otherwise send a stale
     #: precondition, and lose a round trip to the 409 and the pass planned again.
     lease_written: OwnWrite | None = None
+    #: The children as our passes' creates and pod label patches left them, (kind, name) → the API's answer,
+    #: until the watch shows them: a pass planned on an index without them writes them again. At start-up, with
+    #: the watches seconds behind, each job's pods were sent three times over, and its chief labelled four.
+    written_children: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """A job's children as a pass observes them: from kopf's indexes (fed by the watches), less the objects the index
-audit found deleted while a watch was away."""
+audit found deleted while a watch was away, plus those our own passes created that the watches have not shown
+yet."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import kopf
 
 from ttj.controller.memory import JobKey
 from ttj.planner import Observed
+from ttj.planner.observed import name_of
 from ttj_contract import lease_name
 
 
@@ -53,3 +55,37 @@ def observe(key: JobKey, indexes: JobIndexes, *, gone: frozenset[str] = frozense
             if present(child):
                 observed.children[(kind, name)] = child
     return observed
+
+
+def add_own_writes(observed: Observed, written: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Show in ``observed`` the children as our own writes left them (``written``: kind, name → the API's answer)
+    where the indexes show them older or not at all, and drop from ``written`` what the indexes have caught up
+    with. A pod the index does not show is dropped too once it holds a newer version of another of the job's
+    pods: the watch has passed our write, so that pod was deleted meanwhile (at worst, one create answered 409)."""
+    pods = {name_of(pod): at for at, pod in enumerate(observed.pods)}
+    newest_pod = max((_version(pod) for pod in observed.pods), default=0)
+    for (kind, name), obj in list(written.items()):
+        ours = _version(obj)
+        if kind == "Pod":
+            at = pods.get(name)
+            if at is None and newest_pod <= ours:
+                observed.pods.append(obj)
+            elif at is not None and _version(observed.pods[at]) < ours:
+                observed.pods[at] = obj
+            else:
+                del written[(kind, name)]
+        elif kind == "Lease":
+            if observed.lease is None:
+                observed.lease = obj
+            else:
+                del written[(kind, name)]
+        elif (kind, name) not in observed.children:
+            observed.children[(kind, name)] = obj
+        else:
+            del written[(kind, name)]
+
+
+def _version(obj: dict[str, Any]) -> int:
+    """The object's resourceVersion as a number (etcd's revision; 0 when it is not one)."""
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(version) if version.isdigit() else 0

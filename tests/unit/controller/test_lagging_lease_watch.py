@@ -55,7 +55,10 @@ def test_an_election_refused_by_an_existing_lease_is_not_recorded() -> None:
         cluster.run(pod["metadata"]["name"], f"gpu-{i}")
     written = len(status_writes(cluster))
 
-    # The Lease watch lags: the pass sees no Lease, elects in a create, and the API refuses it.
+    # A restarted operator (which remembers no Lease of its own making) whose Lease watch lags: the pass sees no
+    # Lease, elects in a create, and the API refuses it.
+    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
+    reconciler = JobReconciler(ctx, KEY)
     delay = run_pass(reconciler, cluster, lease_seen=False)
     assert delay is not None
     assert delay < 1
