@@ -5,15 +5,21 @@ straight line from start to deadline. The rules, in the order they are tried:
 
 1. **Infeasible, at once**: not even every spot worker the job may have plus every catch-up worker it may hold,
    training without a break from now, finishes by the deadline.
-2. **On-demand for the rest** (the paper's safety net): once the slack left after what the catch-up workers
-   alone need to finish (their join included) is down to :data:`COMMIT_GUARD_JOINS` joins, the job holds the
-   fewest catch-up workers that finish alone in time, whatever spot does; spot workers train beside them while
-   there are any, which only brings the end closer.
-3. **Uniform progress, gated by the ETA**: behind the line *and* the p90 ETA of the fleet without catch-up
-   workers (spot's outages included) after the deadline: the fewest catch-up workers that bring the p90 ETA
-   back before it. Held (hysteresis) until the job is ahead of the line by ``release_margin`` of its steps
-   *and* the p90 ETA without them is in time again, so it does not flap.
+2. **On-demand for the rest** (the paper's safety net), while the catch-up workers alone can still finish: spot
+   (or waiting for it) until the slack left after what they need, their join included, is down to
+   :data:`COMMIT_GUARD_JOINS` joins; then the fewest that finish alone in time, whatever spot does. Spot
+   workers train beside them while there are any, so the end comes closer and fewer are needed: the extra
+   ones are released a join late, and all of them once the slack is twice the guard (hysteresis).
+3. **Uniform progress**, once the catch-up workers alone can no longer finish (spot must carry part of the
+   job): behind the line *and* the p90 ETA without catch-up workers (spot's outages included) after the
+   deadline, the fewest catch-up workers that bring the p90 ETA back before it, held until the job is ahead
+   of the line by ``release_margin`` of its steps and the p90 ETA without them is in time again.
 4. Otherwise spot alone (or waiting for it while it is out): ``OnTrack``.
+
+Why the line does not add workers while on-demand alone can still finish: the workers' speeds add, so spot
+workers train beside catch-up workers, and nothing is lost by taking on-demand at the last safe moment; taken
+earlier, on the line, it pays for steps that spot would have made (the replays of measured traces in
+docs/simulate.md: the paper's line rule, adapted to a fleet, costs more at every slack).
 
 The paper plans one instance; here the workers' speeds add up (through :class:`FleetRate`, which the operator
 feeds from the live step rates and the simulator from its fitted throughput), so the policy chooses a count.
@@ -199,9 +205,31 @@ def decide(view: DeadlineView) -> DeadlineDecision:
             f"{done}/{total} steps done",
         )
     guard = COMMIT_GUARD_JOINS * view.join_seconds
-    if left - on_demand_seconds(view, most) <= guard:
-        enough = _fewest(range(view.catch_up_workers, most + 1), lambda c: on_demand_seconds(view, c) <= left - guard)
-        count = most if enough is None else enough
+    held = view.catch_up_workers if view.escalated else 0
+    line = f"{done}/{total} steps, {round(expected)} on the uniform line"
+    reserve = left - on_demand_seconds(view, most)
+    if reserve >= 0:
+        # On-demand alone can still finish: spot until the slack left is the guard (kept one guard longer
+        # once workers are held, so that it does not flap), then the fewest that finish alone in time; as
+        # spot brings the end closer, fewer are needed, and those held are released one join late.
+        if reserve > guard + (guard if held else 0):
+            when = view.now + timedelta(seconds=reserve - guard)
+            return _decision(
+                view,
+                0,
+                DeadlineState.ON_TRACK,
+                before,
+                expected,
+                message=f"{line}: spot suffices; on-demand takes over at {when:%Y-%m-%dT%H:%M:%SZ} unless spot "
+                "brings the end closer",
+            )
+        count = _or(
+            _fewest(
+                range(most + 1),
+                lambda c: on_demand_seconds(view, c) <= left - guard - (view.join_seconds if c < held else 0.0),
+            ),
+            most,
+        )
         return _decision(
             view,
             count,
@@ -212,14 +240,14 @@ def decide(view: DeadlineView) -> DeadlineDecision:
             f"{on_demand_seconds(view, count) / 3600:.2f} h: on-demand for the rest",
         )
 
+    # On-demand alone can no longer finish: spot must carry part of it, and the uniform line says when
+    # it is not carrying enough.
     def in_time(count: int) -> bool:
         eta = project(view, view.spot_workers, count)
         return eta is not None and eta.p90 <= view.deadline
 
     behind = done < expected
     ahead = done >= expected + view.release_margin * total
-    line = f"{done}/{total} steps, {round(expected)} on the uniform line"
-    held = view.catch_up_workers if view.escalated else 0
     if held > 0 and not (ahead and in_time(0)):
         count = _or(_fewest(range(held, most + 1), in_time), most)
         return _decision(
@@ -241,7 +269,14 @@ def decide(view: DeadlineView) -> DeadlineDecision:
             expected,
             message=f"{line}, and without catch-up workers the p90 ETA is after the deadline: {count} catch-up workers",
         )
-    return _decision(view, 0, DeadlineState.ON_TRACK, before, expected, message=f"{line}: spot suffices")
+    return _decision(
+        view,
+        0,
+        DeadlineState.ON_TRACK,
+        before,
+        expected,
+        message=f"{line}: spot suffices (on-demand alone could no longer finish)",
+    )
 
 
 def _fewest(counts: range, enough: Callable[[int], bool]) -> int | None:

@@ -19,6 +19,8 @@ spot steps are the cheap ones; what the policies choose is the catch-up workers.
 - **on-demand**: ``on_demand_workers`` on-demand workers from the start, no spot.
 - **greedy**: no catch-up worker until the slack left is what ``catch_up_max`` of them need (the policy's own
   safety net, :data:`ttj.deadline.policy.COMMIT_GUARD_JOINS`), then all of them to the end.
+- **uniform**: the paper's uniform progress as a fleet would run it: catch-up workers (all of them) while spot
+  is out and the job is behind the line, held until it is ahead by the release margin; greedy's safety net.
 - **optimum**: the cheapest schedule knowing the whole trace: dynamic programming over ticks × progress (a
   grid of :data:`PROGRESS_POINTS`, linearly interpolated) × the workers running the tick before, choosing spot
   on or off and the catch-up count in every tick.
@@ -33,13 +35,13 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from ttj.deadline.policy import COMMIT_GUARD_JOINS, DeadlineView, decide, on_demand_seconds
+from ttj.deadline.policy import COMMIT_GUARD_JOINS, DeadlineView, decide, on_demand_seconds, uniform_steps
 from ttj.simulate.engine import SimJob
 from ttj.simulate.fit import FittedModel
 from ttj.simulate.prices import price_per_hour, ps_price_per_hour
 from ttj.simulate.traces import SpotTrace
 
-POLICIES = ("ttj", "on-demand", "greedy", "optimum")
+POLICIES = ("ttj", "on-demand", "greedy", "uniform", "optimum")
 #: Points of the optimum's progress grid: its interpolation error is a small share of a tick's progress.
 PROGRESS_POINTS = 801
 #: The ETA is sampled for the calibration about once an hour of a run.
@@ -200,13 +202,9 @@ def replay(job: ReplayJob, case: Case, policy: str) -> Outcome:
             run.tick(index, 0, job.on_demand_workers)
             continue
         view = _view(job, case, run, index, spot, escalated=escalated)
-        if policy == "greedy":
-            committed = (
-                run.catch_up > 0
-                or (view.deadline - view.now).total_seconds() - on_demand_seconds(view, job.catch_up_max)
-                <= COMMIT_GUARD_JOINS * job.join_seconds
-            )
-            run.tick(index, spot, job.catch_up_max if committed else 0)
+        if policy in ("greedy", "uniform"):
+            escalated = _baseline(policy, view, escalated=escalated)
+            run.tick(index, spot, job.catch_up_max if escalated else 0)
             continue
         decision = decide(view)
         escalated = decision.catch_up_workers > 0
@@ -216,6 +214,19 @@ def replay(job: ReplayJob, case: Case, policy: str) -> Outcome:
         run.tick(index, spot, decision.catch_up_workers)
     etas = [EtaSample(at, p50, p90, run.finished) for at, p50, p90 in samples]
     return run.outcome(policy, etas)
+
+
+def _baseline(policy: str, view: DeadlineView, *, escalated: bool) -> bool:
+    """Whether greedy or the paper's uniform progress holds all the catch-up workers in this tick."""
+    left = (view.deadline - view.now).total_seconds()
+    if left - on_demand_seconds(view, view.catch_up_max) <= COMMIT_GUARD_JOINS * view.join_seconds:
+        return True  # the safety net: to the end
+    if policy == "greedy":
+        return escalated
+    expected = uniform_steps(view)
+    if escalated:
+        return view.steps_done < expected + view.release_margin * view.steps_total
+    return view.spot_workers == 0 and view.steps_done < expected
 
 
 def _seconds(moment: datetime) -> float:
