@@ -96,6 +96,8 @@ class DeadlineView:
     #: share of time the spot group had capacity, and its mean outage, as observed (1 and 0: never out)
     spot_availability: float = 1.0
     spot_outage_mean_seconds: float = 0.0
+    #: standard deviations of the time left between the p50 and the p90 ETA
+    eta_spread: float = ETA_SPREAD
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def project(view: DeadlineView, spot: int, catch_up: int) -> Eta | None:
     spread_of_losses = math.sqrt(preemptions) * view.steps_lost_per_preemption / max(rate_up, 1e-12)
     deviation = math.hypot(duration.deviation, spread_of_losses)
     p50 = view.now + timedelta(seconds=joining + duration.mean)
-    return Eta(p50, p50 + timedelta(seconds=ETA_SPREAD * deviation))
+    return Eta(p50, p50 + timedelta(seconds=view.eta_spread * deviation))
 
 
 def on_demand_seconds(view: DeadlineView, catch_up: int) -> float:

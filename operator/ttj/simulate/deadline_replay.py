@@ -30,12 +30,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from ttj.deadline.policy import COMMIT_GUARD_JOINS, DeadlineView, decide, on_demand_seconds, uniform_steps
+from ttj.deadline.policy import (
+    COMMIT_GUARD_JOINS,
+    ETA_SPREAD,
+    DeadlineView,
+    decide,
+    on_demand_seconds,
+    uniform_steps,
+)
 from ttj.simulate.engine import SimJob
 from ttj.simulate.fit import FittedModel
 from ttj.simulate.prices import price_per_hour, ps_price_per_hour
@@ -185,8 +192,8 @@ class _Run:
         return Outcome(policy, self.cost, self.finished, met, self.changes, tuple(samples))
 
 
-def replay(job: ReplayJob, case: Case, policy: str) -> Outcome:
-    """One policy on one case."""
+def replay(job: ReplayJob, case: Case, policy: str, *, eta_spread: float = ETA_SPREAD) -> Outcome:
+    """One policy on one case (``eta_spread``: ttj's p90, :attr:`DeadlineView.eta_spread`)."""
     if policy == "optimum":
         return optimum(job, case)
     up = case.up(job)
@@ -201,7 +208,7 @@ def replay(job: ReplayJob, case: Case, policy: str) -> Outcome:
         if policy == "on-demand":
             run.tick(index, 0, job.on_demand_workers)
             continue
-        view = _view(job, case, run, index, spot, escalated=escalated)
+        view = replace(_view(job, case, run, index, spot, escalated=escalated), eta_spread=eta_spread)
         if policy in ("greedy", "uniform"):
             escalated = _baseline(policy, view, escalated=escalated)
             run.tick(index, spot, job.catch_up_max if escalated else 0)
@@ -300,8 +307,13 @@ class CaseResult:
     outcomes: dict[str, Outcome]
 
 
-def replay_cases(job: ReplayJob, cases: Sequence[Case], policies: Sequence[str] = POLICIES) -> list[CaseResult]:
-    return [CaseResult(case, case.share_up(job), {p: replay(job, case, p) for p in policies}) for case in cases]
+def replay_cases(
+    job: ReplayJob, cases: Sequence[Case], policies: Sequence[str] = POLICIES, *, eta_spread: float = ETA_SPREAD
+) -> list[CaseResult]:
+    return [
+        CaseResult(case, case.share_up(job), {p: replay(job, case, p, eta_spread=eta_spread) for p in policies})
+        for case in cases
+    ]
 
 
 def cases_of(traces: Sequence[SpotTrace], job: ReplayJob, slacks: Sequence[float], starts: int) -> list[Case]:
