@@ -113,10 +113,9 @@ def table(job: ReplayJob, results: Sequence[CaseResult], policies: Sequence[str]
             "| slack | ETA samples | ended after their p90 | after their p50 | runs ended after the first p90 |",
         ]
         lines.append("|---|---|---|---|---|")
-        for slack in [*slacks, None]:
-            chosen = [r for r in results if slack is None or r.case.slack == slack]
+        groups = [(f"{s:g}×", [r for r in results if r.case.slack == s]) for s in slacks]
+        for label, chosen in [*groups, ("all", list(results))]:
             e = eta_figures(chosen)
-            label = "all" if slack is None else f"{slack:g}×"
             lines.append(
                 f"| {label} | {e.samples} | {_pct(e.after_p90)} | {_pct(e.after_p50)} | "
                 f"{_pct(e.runs_after_first_p90)} |"
