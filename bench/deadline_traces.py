@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=4)
     parser.add_argument("--slacks", default="1.1,1.5,2")
     parser.add_argument("--price-table", default="icac19-table2")
+    parser.add_argument("--catch-up-max", type=int, default=None, help="[the job's replicas]")
     parser.add_argument("--calibrate", action="store_true")
     args = parser.parse_args()
     slacks = [float(s) for s in args.slacks.split(",")]
@@ -63,6 +64,7 @@ def main() -> None:
         SimJob(args.manifest.stem, manifest.spec),
         fit(load_training_data()),
         args.price_table,
+        catch_up_max=args.catch_up_max,
         hours=args.job_hours,
     )
     traces = load_traces(args.traces)
