@@ -129,7 +129,7 @@ def test_simulate_traces_prints_the_comparison(tmp_path: Path, capsys: pytest.Ca
     comparison, calibration = out.split("\n\n")
     rows = [line for line in comparison.splitlines() if line.startswith("| 1.5× |")]
     assert [row.split(" | ")[1] for row in rows] == list(POLICIES)
-    assert all(row.split(" | ")[2] == "1/1" for row in rows)
+    assert all(row.split(" | ")[2:4] == ["1/1", "1"] for row in rows)
     assert "ended after their p90" in calibration
     assert main([*argv[:-1], "0.9"]) == 2
     assert "--slacks must be at least 1" in capsys.readouterr().err

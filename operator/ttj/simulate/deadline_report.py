@@ -19,6 +19,8 @@ class PolicyFigures:
     policy: str
     cases: int
     met: int
+    #: deadlines the optimum meets (all of them without an optimum): the cost figures are over these
+    feasible: int
     median_usd: float
     #: median over cases of cost / the optimum's cost, and its 90th percentile
     median_vs_optimum: float
@@ -36,7 +38,7 @@ class EtaFigures:
     samples: int
     after_p90: float
     after_p50: float
-    #: the same share over the samples taken while the job was not yet on on-demand for the rest
+    #: the share of runs that ended after the p90 ETA given at their start
     runs_after_first_p90: float
 
 
@@ -50,15 +52,16 @@ def _quantile(values: Sequence[float], share: float) -> float:
 
 
 def policy_figures(job: ReplayJob, results: Sequence[CaseResult], policy: str) -> PolicyFigures:
-    costs = [r.outcomes[policy].cost_usd for r in results]
-    optimum = [r.outcomes["optimum"].cost_usd for r in results if "optimum" in r.outcomes]
-    ratios = [c / o for c, o in zip(costs, optimum, strict=False) if o > 0 and math.isfinite(o)]
+    feasible = [r for r in results if "optimum" not in r.outcomes or r.outcomes["optimum"].met]
+    costs = [r.outcomes[policy].cost_usd for r in feasible]
+    ratios = [r.outcomes[policy].cost_usd / r.outcomes["optimum"].cost_usd for r in feasible if "optimum" in r.outcomes]
     savings = [1.0 - c / job.on_demand_usd for c in costs]
-    mostly = [1.0 - r.outcomes[policy].cost_usd / job.on_demand_usd for r in results if r.share_up >= MOSTLY_UP]
+    mostly = [1.0 - r.outcomes[policy].cost_usd / job.on_demand_usd for r in feasible if r.share_up >= MOSTLY_UP]
     return PolicyFigures(
         policy=policy,
         cases=len(results),
         met=sum(1 for r in results if r.outcomes[policy].met),
+        feasible=len(feasible),
         median_usd=_median(costs),
         median_vs_optimum=_median(ratios),
         p90_vs_optimum=_quantile(ratios, 0.9),
@@ -89,22 +92,24 @@ def _ratio(value: float) -> str:
 
 
 def table(job: ReplayJob, results: Sequence[CaseResult], policies: Sequence[str]) -> str:
-    """A Markdown table: one row per slack and policy, then ttj's ETA calibration per slack."""
+    """A Markdown table: one row per slack and policy, then ttj's ETA calibration per slack. Costs are over the
+    feasible deadlines (those the hindsight optimum meets): a missed deadline has no cost to compare."""
     lines = [
-        "| slack | policy | deadlines met | median $ | median / optimum | p90 / optimum | median saving vs "
-        f"on-demand | where spot up ≥ {MOSTLY_UP:.0%}: median saving (range) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| slack | policy | deadlines met | feasible | median $ | median / optimum | p90 / optimum | median saving "
+        f"vs on-demand | where spot up ≥ {MOSTLY_UP:.0%}: median saving (range) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     slacks = sorted({r.case.slack for r in results})
     for slack in slacks:
         chosen = [r for r in results if r.case.slack == slack]
-        mostly = sum(1 for r in chosen if r.share_up >= MOSTLY_UP)
+        feasible = [r for r in chosen if "optimum" not in r.outcomes or r.outcomes["optimum"].met]
+        mostly = sum(1 for r in feasible if r.share_up >= MOSTLY_UP)
         for policy in policies:
             f = policy_figures(job, chosen, policy)
             low, high = f.saving_range_mostly_up
             lines.append(
-                f"| {slack:g}× | {policy} | {f.met}/{f.cases} | {f.median_usd:.2f} | {_ratio(f.median_vs_optimum)} | "
-                f"{_ratio(f.p90_vs_optimum)} | {_pct(f.median_saving)} | {_pct(f.median_saving_mostly_up)} "
+                f"| {slack:g}× | {policy} | {f.met}/{f.cases} | {f.feasible} | {f.median_usd:.2f} | "
+                f"{_ratio(f.median_vs_optimum)} | {_ratio(f.p90_vs_optimum)} | {_pct(f.median_saving)} | {_pct(f.median_saving_mostly_up)} "
                 f"({_pct(low)} to {_pct(high)}; {mostly} cases) |"
             )
     if "ttj" in policies:
