@@ -109,8 +109,8 @@ def table(job: ReplayJob, results: Sequence[CaseResult], policies: Sequence[str]
             low, high = f.saving_range_mostly_up
             lines.append(
                 f"| {slack:g}× | {policy} | {f.met}/{f.cases} | {f.feasible} | {f.median_usd:.2f} | "
-                f"{_ratio(f.median_vs_optimum)} | {_ratio(f.p90_vs_optimum)} | {_pct(f.median_saving)} | {_pct(f.median_saving_mostly_up)} "
-                f"({_pct(low)} to {_pct(high)}; {mostly} cases) |"
+                f"{_ratio(f.median_vs_optimum)} | {_ratio(f.p90_vs_optimum)} | {_pct(f.median_saving)} | "
+                f"{_pct(f.median_saving_mostly_up)} ({_pct(low)} to {_pct(high)}; {mostly} cases) |"
             )
     if "ttj" in policies:
         lines += [
