@@ -55,6 +55,9 @@ PROGRESS_POINTS = 801
 ETA_SAMPLE_SECONDS = 3600.0
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _INFEASIBLE = 1e18
+#: Any cost above this is a blend of an infeasible grid point with a feasible one: infeasible (no real job costs
+#: a billion dollars), so that interpolation does not carry a finite remnant of it back through the ticks.
+_SURELY_INFEASIBLE = 1e9
 
 
 @dataclass(frozen=True)
@@ -293,9 +296,9 @@ def optimum(job: ReplayJob, case: Case) -> Outcome:
                         share = (1.0 - grid) / gain
                         cost = np.where(share <= 1.0, np.where(share <= room, bill * share, _INFEASIBLE), cost)
                     np.minimum(best, cost, out=best)
-        after = np.minimum(value, _INFEASIBLE)
+        after = np.where(value > _SURELY_INFEASIBLE, _INFEASIBLE, value)
     cost = float(after[0, 0, 0])
-    if cost >= _INFEASIBLE / 2:
+    if cost > _SURELY_INFEASIBLE:
         return Outcome("optimum", math.inf, math.inf, False)
     return Outcome("optimum", cost, math.nan, True)
 
