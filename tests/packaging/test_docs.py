@@ -12,12 +12,9 @@ from ttj.planner.ending import PERMANENT_EXITS
 from ttj_contract import FINALIZER, JOB_FINALIZER, LABEL_CHIEF, LABEL_METRICS_SCRAPER
 
 ROOT = Path(__file__).resolve().parents[2]
-#: docs/benchmarks.md is left out: it records runs as they were, with the paths of their day.
-PAGES = [ROOT / "README.md", ROOT / "trainer-image" / "README.md"] + [
-    page for page in sorted((ROOT / "docs").glob("*.md")) if page.name != "benchmarks.md"
-]
-#: Folders whose paths the pages name in backticks (`manifests/components/gke`, `examples/minimal.yaml`).
-NAMED_ROOTS = ("manifests/", "examples/", "crds/", "docs/", "images/")
+PAGES = [ROOT / "README.md", ROOT / "trainer-image" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Folders whose paths the pages name in backticks (`manifests/components/gke`, `bench/operator_scale.py`).
+NAMED_ROOTS = ("manifests/", "examples/", "crds/", "docs/", "images/", "bench/")
 
 
 def _slug(heading: str) -> str:
