@@ -269,7 +269,9 @@ def optimum(job: ReplayJob, case: Case) -> Outcome:
 
     Backward induction: ``value[s, c][p]`` is the least cost to finish from progress ``p`` (a share of the
     steps, on the grid) at the start of a tick, with ``s`` (spot on or off) and ``c`` catch-up workers run in
-    the tick before. The finishing tick is billed for its share only, as in the replay.
+    the tick before. The finishing tick is billed for its share only, as in the replay. Progress between grid
+    points is valued by linear interpolation, except next to an infeasible point, where the next point up is
+    taken: optimistic by at most a grid step (1/800 of the job), so the optimum errs low, never high.
     """
     up = case.up(job)
     deadline = case.slack * job.on_demand_seconds
@@ -291,7 +293,14 @@ def optimum(job: ReplayJob, case: Case) -> Outcome:
                     gain /= job.steps
                     bill = job.usd_per_tick(spot, catch_up)
                     following = after[spot_choices.index(spot), catch_up]
-                    cost = bill + np.interp(grid + gain, grid, following, right=0.0)
+                    reached = grid + gain
+                    blended = np.interp(reached, grid, following, right=0.0)
+                    # Between an infeasible grid point and a feasible one, the feasible (upper) one's value: a
+                    # lower bound (more progress never costs more), where the blend would be neither.
+                    upper = following[
+                        np.minimum(np.ceil(reached * (PROGRESS_POINTS - 1)), PROGRESS_POINTS - 1).astype(int)
+                    ]
+                    cost = bill + np.where(blended > _SURELY_INFEASIBLE, upper, blended)
                     if gain > 0:
                         share = (1.0 - grid) / gain
                         cost = np.where(share <= 1.0, np.where(share <= room, bill * share, _INFEASIBLE), cost)
