@@ -55,9 +55,6 @@ PROGRESS_POINTS = 801
 ETA_SAMPLE_SECONDS = 3600.0
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _INFEASIBLE = 1e18
-#: Any cost above this is a blend of an infeasible grid point with a feasible one: infeasible (no real job costs
-#: a billion dollars), so that interpolation does not carry a finite remnant of it back through the ticks.
-_SURELY_INFEASIBLE = 1e9
 
 
 @dataclass(frozen=True)
@@ -267,23 +264,27 @@ def _view(job: ReplayJob, case: Case, run: _Run, index: int, spot: int, *, escal
 def optimum(job: ReplayJob, case: Case) -> Outcome:
     """The cheapest schedule knowing the whole trace (the module's docstring), and its cost.
 
-    Backward induction: ``value[s, c][p]`` is the least cost to finish from progress ``p`` (a share of the
-    steps, on the grid) at the start of a tick, with ``s`` (spot on or off) and ``c`` catch-up workers run in
-    the tick before. The finishing tick is billed for its share only, as in the replay. Progress between grid
-    points is valued by linear interpolation, except next to an infeasible point, where the next point up is
-    taken: optimistic by at most a grid step (1/800 of the job), so the optimum errs low, never high.
+    Backward induction over the ticks. ``least[s, c]`` is the least progress (a share of the steps) from which
+    the job can still finish by the deadline at the start of a tick, with ``s`` (spot on or off) and ``c``
+    catch-up workers run in the tick before: exact, no grid. ``value[s, c][p]`` is the least cost to finish
+    from progress ``p`` on the grid; the finishing tick is billed for its share only, as in the replay. Between
+    grid points the cost is interpolated linearly, or, where the lower point cannot finish, extrapolated from
+    the two above (the cost falls with progress, convexly: this errs low by a hair, never high).
     """
     up = case.up(job)
     deadline = case.slack * job.on_demand_seconds
+    last = PROGRESS_POINTS - 1
     grid = np.linspace(0.0, 1.0, PROGRESS_POINTS)
     spot_choices = (0, job.spot_workers)
     counts = range(job.catch_up_max + 1)
-    shape = (len(spot_choices), len(counts), PROGRESS_POINTS)
-    after = np.full(shape, _INFEASIBLE)
+    shape = (len(spot_choices), len(counts))
+    after = np.full((*shape, PROGRESS_POINTS), _INFEASIBLE)
+    least_after = np.full(shape, math.inf)
     for index in reversed(range(len(up))):
         # the share of this tick the deadline still leaves for finishing in it
         room = min(1.0, (deadline - index * job.join_seconds) / job.join_seconds)
-        value = np.full(shape, _INFEASIBLE)
+        value = np.full((*shape, PROGRESS_POINTS), _INFEASIBLE)
+        least = np.full(shape, math.inf)
         actions = [(s, c) for s in (spot_choices if up[index] else (0,)) for c in counts]
         for before_spot, spot_before in enumerate(spot_choices):
             for catch_up_before in counts:
@@ -292,24 +293,37 @@ def optimum(job: ReplayJob, case: Case) -> Outcome:
                     gain = job.rate(min(spot, spot_before), min(catch_up, catch_up_before)) * job.join_seconds
                     gain /= job.steps
                     bill = job.usd_per_tick(spot, catch_up)
-                    following = after[spot_choices.index(spot), catch_up]
-                    reached = grid + gain
-                    blended = np.interp(reached, grid, following, right=0.0)
-                    # Between an infeasible grid point and a feasible one, the feasible (upper) one's value: a
-                    # lower bound (more progress never costs more), where the blend would be neither.
-                    upper = following[
-                        np.minimum(np.ceil(reached * (PROGRESS_POINTS - 1)), PROGRESS_POINTS - 1).astype(int)
-                    ]
-                    cost = bill + np.where(blended > _SURELY_INFEASIBLE, upper, blended)
+                    following, enough = (
+                        after[spot_choices.index(spot), catch_up],
+                        least_after[spot_choices.index(spot), catch_up],
+                    )
+                    threshold = min(enough - gain, 1.0 - gain * room if gain > 0 else math.inf)
+                    least[before_spot, catch_up_before] = min(least[before_spot, catch_up_before], threshold)
+                    cost = bill + _between(following, grid + gain, enough, last)
                     if gain > 0:
                         share = (1.0 - grid) / gain
                         cost = np.where(share <= 1.0, np.where(share <= room, bill * share, _INFEASIBLE), cost)
                     np.minimum(best, cost, out=best)
-        after = np.where(value > _SURELY_INFEASIBLE, _INFEASIBLE, value)
-    cost = float(after[0, 0, 0])
-    if cost > _SURELY_INFEASIBLE:
+        after, least_after = value, least
+    if least_after[0, 0] > 0.0:
         return Outcome("optimum", math.inf, math.inf, False)
-    return Outcome("optimum", cost, math.nan, True)
+    return Outcome("optimum", float(after[0, 0, 0]), math.nan, True)
+
+
+def _between(values: np.ndarray, reached: np.ndarray, enough: float, last: int) -> np.ndarray:
+    """``values`` (on the grid of ``last`` + 1 points over [0, 1]) at the progress ``reached``: infeasible below
+    ``enough``; interpolated between feasible grid points; extrapolated from the two points above where the
+    point below is infeasible."""
+    position = np.clip(reached, 0.0, 1.0) * last
+    below = np.minimum(np.floor(position).astype(int), last)
+    above = np.minimum(below + 1, last)
+    further = np.minimum(above + 1, last)
+    fraction = position - below
+    low, high, higher = values[below], values[above], values[further]
+    interpolated = low + fraction * (high - low)
+    extrapolated = high + (high - higher) * (1.0 - fraction)
+    feasible_below = below / last >= enough
+    return np.where(reached < enough, _INFEASIBLE, np.where(feasible_below, interpolated, extrapolated))
 
 
 @dataclass(frozen=True)
