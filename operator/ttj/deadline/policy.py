@@ -11,9 +11,9 @@ straight line from start to deadline. The rules, in the order they are tried:
    workers train beside them while there are any, so the end comes closer and fewer are needed: the extra
    ones are released a join late, and all of them once the slack is twice the guard (hysteresis).
 3. **Uniform progress**, once the catch-up workers alone can no longer finish (spot must carry part of the
-   job): behind the line *and* the p90 ETA without catch-up workers (spot's outages included) after the
-   deadline, the fewest catch-up workers that bring the p90 ETA back before it, held until the job is ahead
-   of the line by ``release_margin`` of its steps and the p90 ETA without them is in time again.
+   job): behind the line, or the p90 ETA without catch-up workers (spot's outages included) after the deadline,
+   the fewest catch-up workers (at least one) that bring the p90 ETA back before it, held until the job is
+   ahead of the line by ``release_margin`` of its steps and the p90 ETA without them is in time again.
 4. Otherwise spot alone (or waiting for it while it is out): ``OnTrack``.
 
 Why the line does not add workers while on-demand alone can still finish: the workers' speeds add, so spot
@@ -262,7 +262,7 @@ def decide(view: DeadlineView) -> DeadlineDecision:
             message=f"{line}: holding {count} catch-up workers until ahead by {view.release_margin:.0%} of the "
             "steps and spot alone makes it",
         )
-    if behind and not in_time(0):
+    if behind or not in_time(0):
         count = _or(_fewest(range(1, most + 1), in_time), most)
         return _decision(
             view,
@@ -270,7 +270,7 @@ def decide(view: DeadlineView) -> DeadlineDecision:
             DeadlineState.AT_RISK,
             before,
             expected,
-            message=f"{line}, and without catch-up workers the p90 ETA is after the deadline: {count} catch-up workers",
+            message=f"{line}: behind it, or late at p90 without catch-up workers: {count} catch-up workers",
         )
     return _decision(
         view,

@@ -15,7 +15,8 @@ deadline is that time times the slack. Every policy keeps its spot workers whene
 spot steps are the cheap ones; what the policies choose is the catch-up workers.
 
 - **ttj**: :func:`ttj.deadline.policy.decide` at every tick, with the availability and mean outage observed in
-  the trace up to that moment (nothing later).
+  the trace up to that moment (nothing later): the lower availability and the longer outage of the whole trace
+  so far and of its last day.
 - **on-demand**: ``on_demand_workers`` on-demand workers from the start, no spot.
 - **greedy**: no catch-up worker until the slack left is what ``catch_up_max`` of them need (the policy's own
   safety net, :data:`ttj.deadline.policy.COMMIT_GUARD_JOINS`), then all of them to the end.
@@ -51,6 +52,8 @@ from ttj.simulate.traces import SpotTrace
 POLICIES = ("ttj", "on-demand", "greedy", "uniform", "optimum")
 #: Points of the optimum's progress grid: its interpolation error is a small share of a tick's progress.
 PROGRESS_POINTS = 801
+#: ttj is told the lower availability (and the longer mean outage) of the whole trace so far and of this last span.
+RECENT_SECONDS = 86400.0
 #: The ETA is sampled for the calibration about once an hour of a run.
 ETA_SAMPLE_SECONDS = 3600.0
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -242,7 +245,13 @@ def _seconds(moment: datetime) -> float:
 
 def _view(job: ReplayJob, case: Case, run: _Run, index: int, spot: int, *, escalated: bool) -> DeadlineView:
     now = index * job.join_seconds
-    availability, mean_outage = case.trace.observed(case.start_seconds + now)
+    # capacity is not steady: the more pessimistic of all that was seen and of the last day
+    moment = case.start_seconds + now
+    (long_up, long_outage), (recent_up, recent_outage) = (
+        case.trace.observed(moment),
+        case.trace.observed(moment, moment - RECENT_SECONDS),
+    )
+    availability, mean_outage = min(long_up, recent_up), max(long_outage, recent_outage)
     return DeadlineView(
         now=_EPOCH + timedelta(seconds=now),
         started=_EPOCH,

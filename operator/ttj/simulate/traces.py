@@ -57,16 +57,20 @@ class SpotTrace:
         first, last = int(start // self.gap_seconds), min(len(self.capacity), int(end // self.gap_seconds))
         return (self._up_before[last] - self._up_before[first]) / (last - first) if last > first else 0.0
 
-    def observed(self, until: float) -> tuple[float, float]:
-        """What could be known at ``until`` seconds: the share of time with capacity so far, and the mean
-        outage so far in seconds (0 when none was seen)."""
+    def observed(self, until: float, since: float = 0.0) -> tuple[float, float]:
+        """What could be known at ``until`` seconds of the samples from ``since``: the share of time with
+        capacity, and the mean outage in seconds (0 when none was seen; an outage already under way at
+        ``since`` counts from there)."""
         samples = min(len(self.capacity), int(until // self.gap_seconds))
-        if samples == 0:
+        first = min(samples, max(0, int(since // self.gap_seconds)))
+        if samples == first:
             return 1.0, 0.0
-        up = self._up_before[samples]
-        outages = self._outages_before[samples]
-        mean_outage = (samples - up) * self.gap_seconds / outages if outages else 0.0
-        return up / samples, mean_outage
+        up = self._up_before[samples] - self._up_before[first]
+        outages = self._outages_before[samples] - self._outages_before[first]
+        if first > 0 and self.capacity[first] == 0 and self.capacity[first - 1] == 0:
+            outages += 1
+        down = samples - first - up
+        return up / (samples - first), down * self.gap_seconds / outages if outages else 0.0
 
 
 def load_trace(path: Path, name: str | None = None) -> SpotTrace:

@@ -73,12 +73,15 @@ LINE_DECISIONS = [
         1,
         DeadlineState.AT_RISK,
     ),
+    ("behind the line, spot up: catch up", view(5_000, 45_000, catch_up_max=1), 1, DeadlineState.AT_RISK),
+    # 49,500 steps left: one catch-up worker alone needs 5,010 s of the 5,000 left
     (
-        "behind the line but spot alone makes it",
-        view(5_000, 45_000, spot_availability=1.0, catch_up_max=1),
-        0,
-        DeadlineState.ON_TRACK,
+        "ahead of the line, spot out, late at p90",
+        view(5_000, 50_500, spot_workers=0, **SPOT_NEEDED),
+        1,
+        DeadlineState.AT_RISK,
     ),
+    ("ahead of the line and in time at p90", view(5_000, 50_500, catch_up_max=1), 0, DeadlineState.ON_TRACK),
     (
         "held until ahead by the margin",
         view(5_000, 52_000, catch_up_workers=1, escalated=True, **SPOT_NEEDED),
