@@ -16,13 +16,12 @@ straight line from start to deadline. The rules, in the order they are tried:
    ahead of the line by ``release_margin`` of its steps and the p90 ETA without them is in time again.
 4. Otherwise spot alone (or waiting for it while it is out): ``OnTrack``.
 
-Why the line does not add workers while on-demand alone can still finish: the workers' speeds add, so spot
-workers train beside catch-up workers, and nothing is lost by taking on-demand at the last safe moment; taken
-earlier, on the line, it pays for steps that spot would have made (the replays of measured traces in
-docs/simulate.md: the paper's line rule, adapted to a fleet, costs more at every slack).
-
-The paper plans one instance; here the workers' speeds add up (through :class:`FleetRate`, which the operator
-feeds from the live step rates and the simulator from its fitted throughput), so the policy chooses a count.
+The paper plans one instance, which must choose between spot and on-demand; here the workers' speeds add up
+(through :class:`FleetRate`, which the operator feeds from the live step rates and the simulator from its
+fitted throughput), so the policy chooses a count, and spot workers train beside catch-up workers. That is why
+the line does not add workers while on-demand alone can still finish: nothing is lost by taking on-demand at
+the last safe moment, and taken earlier, on the line, it pays for steps that spot would have made (replayed on
+measured traces, docs/simulate.md: the paper's line rule run by a fleet costs more at every slack).
 
 The ETA: the p50 is the mean time to finish with the fleet decided, spot's outages and the workers'
 preemptions included (:mod:`ttj.deadline.eta`); the p90 adds :data:`ETA_SPREAD` standard deviations. Rule 2
