@@ -203,7 +203,7 @@ def replay(job: ReplayJob, case: Case, policy: str, *, eta_spread: float = ETA_S
     run = _Run(job, case.slack * job.on_demand_seconds)
     samples: list[tuple[float, float, float]] = []
     every = max(1, round(ETA_SAMPLE_SECONDS / job.join_seconds))
-    escalated = False
+    escalated = committed = False
     for index, has_capacity in enumerate(up):
         if run.done >= job.steps:
             break
@@ -213,7 +213,8 @@ def replay(job: ReplayJob, case: Case, policy: str, *, eta_spread: float = ETA_S
             continue
         view = replace(_view(job, case, run, index, spot, escalated=escalated), eta_spread=eta_spread)
         if policy in ("greedy", "uniform"):
-            escalated = _baseline(policy, view, escalated=escalated)
+            committed = committed or _safety_net(view)
+            escalated = committed or (policy == "uniform" and _behind_the_line(view, escalated=escalated))
             run.tick(index, spot, job.catch_up_max if escalated else 0)
             continue
         decision = decide(view)
@@ -226,13 +227,16 @@ def replay(job: ReplayJob, case: Case, policy: str, *, eta_spread: float = ETA_S
     return run.outcome(policy, etas)
 
 
-def _baseline(policy: str, view: DeadlineView, *, escalated: bool) -> bool:
-    """Whether greedy or the paper's uniform progress holds all the catch-up workers in this tick."""
+def _safety_net(view: DeadlineView) -> bool:
+    """Greedy's (and the paper's) safety net: all the catch-up workers, to the end, once the slack left is only
+    what they need."""
     left = (view.deadline - view.now).total_seconds()
-    if left - on_demand_seconds(view, view.catch_up_max) <= COMMIT_GUARD_JOINS * view.join_seconds:
-        return True  # the safety net: to the end
-    if policy == "greedy":
-        return escalated
+    return left - on_demand_seconds(view, view.catch_up_max) <= COMMIT_GUARD_JOINS * view.join_seconds
+
+
+def _behind_the_line(view: DeadlineView, *, escalated: bool) -> bool:
+    """The paper's uniform progress: on-demand while spot is out and the job is behind the line, held until it is
+    ahead by the release margin."""
     expected = uniform_steps(view)
     if escalated:
         return view.steps_done < expected + view.release_margin * view.steps_total
