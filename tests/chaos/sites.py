@@ -3,7 +3,8 @@
 :class:`LocalSite` is what ``make test`` runs: a fresh local cluster whose API server injects the faults.
 :class:`RealSite` is an existing cluster (e.g. a real kube-apiserver with etcd, kube-scheduler and
 kube-controller-manager) with ``ttj local-cluster --nodes-only --simulate-pods`` attached: the operators
-reach it through :class:`~tests.chaos.proxy.DroppingProxy` (connections refused and cut), and the
+reach it through :class:`~tests.chaos.proxy.FaultyApiProxy` (requests answered 429/5xx/409, connections reset
+and cut), and the
 "forced re-list" of the local run becomes a real restart of kube-apiserver or of etcd (SIGKILL, then the
 control plane's own start script brings back what is not running).
 """
@@ -17,16 +18,16 @@ import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-import yaml
 from kubernetes import client, config
+
+from tests.chaos.proxy import STATUS_FAULTS, FaultyApiProxy
 
 if TYPE_CHECKING:
     from tests.chaos.harness import ChaosPlan
 
 #: On every verb; 409 only on writes, as kube-apiserver (a read or a watch never conflicts).
-FAULT_CODES = [429, 500, 503, 504]
+FAULT_CODES = sorted(STATUS_FAULTS)
 WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
 
 
@@ -142,21 +143,14 @@ class RealSite:
         self.restarts: dict[str, int] = dict.fromkeys(self.COMPONENTS, 0)
 
     def __enter__(self) -> RealSite:
-        from tests.chaos.proxy import DroppingProxy
         from ttj_localcluster.nodes.control import ControlClient
 
         self.api = config.new_client_from_config(config_file=self.kubeconfig)
         self.control = ControlClient.from_kubeconfig(self.kubeconfig)
-        document = yaml.safe_load(Path(self.kubeconfig).read_text())
-        server = urlsplit(document["clusters"][0]["cluster"]["server"])
-        self.proxy = DroppingProxy(server.hostname or "127.0.0.1", server.port or 443, seed=self.plan.seed)
-        port = self.proxy.start()
-        # The server's certificate names 127.0.0.1 (up.sh's), so TLS verifies through the proxy unchanged.
-        for entry in document["clusters"]:
-            entry["cluster"]["server"] = f"https://{server.hostname}:{port}"
-        self.operator_kubeconfig = str(self.logs / "kubeconfig-through-proxy")
-        Path(self.operator_kubeconfig).write_text(yaml.safe_dump(document))
-        os.chmod(self.operator_kubeconfig, 0o600)
+        self.proxy = FaultyApiProxy(self.kubeconfig, seed=self.plan.seed)
+        self.proxy.start()
+        through = self.proxy.kubeconfig_through(self.kubeconfig, self.logs / "kubeconfig-through-proxy")
+        self.operator_kubeconfig = str(through)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -168,8 +162,14 @@ class RealSite:
         self.api.close()
 
     def faults_on(self) -> None:
+        """The local site's odds: a share of requests answered 429/500/503/504, half that share of writes 409,
+        watch streams cut per chunk; and a third of the share reset before any answer."""
+        plan = self.plan
         self.proxy.configure(
-            refuse_probability=self.plan.fault_probability, cut_probability=self.plan.watch_drop_probability
+            refuse_probability=plan.fault_probability / 3,
+            status_probability=plan.fault_probability,
+            conflict_probability=plan.fault_probability / 2,
+            cut_probability=plan.watch_drop_probability,
         )
 
     def faults_off(self) -> None:
@@ -207,4 +207,4 @@ class RealSite:
         self.control.restore_pool(pool)
 
     def injected(self) -> tuple[int, int]:
-        return self.proxy.refused, self.proxy.cut
+        return self.proxy.refused + self.proxy.answered, self.proxy.cut

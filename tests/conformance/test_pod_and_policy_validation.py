@@ -16,7 +16,7 @@ from kubernetes import client
 from tests.api.test_pod_template import TEMPLATE
 from tests.pod_prerequisites import named_objects, pod_spec_of
 from tests.unit.planner.builders import job
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.planner import children
 
 GOOD_POLICY: dict[str, Any] = {
@@ -103,8 +103,11 @@ def ttj_manifests(namespace: str, **spec: Any) -> list[dict[str, Any]]:
     manifest = job(**spec)
     manifest["metadata"]["namespace"] = namespace
     parsed = TransientTrainingJobSpec.model_validate(manifest["spec"])
-    objects = [children.worker_pod(manifest, parsed, 0, 1), children.ps_deployment(manifest, parsed, 0)]
-    objects.append(children.network_policy(manifest))
+    objects = [
+        children.worker_pod(JobRef.of(manifest), parsed, 0, 1),
+        children.ps_deployment(JobRef.of(manifest), parsed, 0),
+    ]
+    objects.append(children.network_policy(JobRef.of(manifest)))
     for obj in objects:
         obj["metadata"].pop("ownerReferences", None)  # no job object behind them here
         obj["metadata"].pop("finalizers", None)

@@ -16,7 +16,7 @@ import yaml
 
 from tests.pod_prerequisites import collection_path, named_objects, template_pod_specs
 from ttj import kubeapi
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.kubeapi import KubeClient
 from ttj.planner.children import ps_deployment, trainer_rbac, worker_pod
 from ttj_localcluster.nodes.pools import DEFAULT_CPU_POOL, DEFAULT_GPU_NODES, DEFAULT_GPU_POOL, default_pools
@@ -127,7 +127,7 @@ def create_trainer_identity(kube: KubeClient, namespace: str, job: dict[str, Any
     for obj in named_objects(template_pod_specs(job["spec"])):
         kube.create(collection_path(obj, namespace), obj)  # None when it exists already
     spec = TransientTrainingJobSpec.model_validate(job["spec"])
-    for child in trainer_rbac(job, spec):
+    for child in trainer_rbac(JobRef.of(job), spec):
         kube.request("POST", kubeapi.path(child["kind"], namespace), body=child)
 
 
@@ -145,13 +145,15 @@ def test_the_examples_schedule_on_the_default_pools(default_cluster: KubeClient)
         create_trainer_identity(kube, namespace, job)
         for index in range(spec.parameter_servers.replicas):
             kube.request(
-                "POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", body=ps_deployment(job, spec, index)
+                "POST",
+                f"/apis/apps/v1/namespaces/{namespace}/deployments",
+                body=ps_deployment(JobRef.of(job), spec, index),
             )
         for slot in range(spec.workers.replicas):
             kube.request(
                 "POST",
                 f"/api/v1/namespaces/{namespace}/pods",
-                body=without_operator_finalizer(worker_pod(job, spec, slot, 0)),
+                body=without_operator_finalizer(worker_pod(JobRef.of(job), spec, slot, 0)),
             )
         expected_workers += spec.workers.replicas
     assert expected_workers <= DEFAULT_GPU_NODES
@@ -198,7 +200,7 @@ def test_the_full_example_at_max_replicas_fits_the_t4_spot_pool(default_cluster:
         kube.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/pods",
-            body=without_operator_finalizer(worker_pod(job, spec, slot, 0)),
+            body=without_operator_finalizer(worker_pod(JobRef.of(job), spec, slot, 0)),
         )
     workers = wait_for(
         lambda: (

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ttj.api.models import JobRef
+
 promql = pytest.importorskip("promql_parser")
 
 COMPONENT = Path(__file__).resolve().parents[2] / "manifests" / "components" / "monitoring"
@@ -255,6 +257,7 @@ def test_the_component_covers_what_the_issue_asks() -> None:
         "TTJRecoverySlow",
         "TTJChiefElectionsFlapping",
         "TTJOperatorDown",
+        "TTJDeadlineAtRisk",
     } <= alerts
     titles = {where.split("'")[1] for where, _ in dashboard_queries() if where.startswith("panel")}
     assert {"Workers", "Preemptions and replacements", "Chief elections", "Global step rate", "Cost"} <= titles
@@ -312,6 +315,6 @@ def test_trainer_pods_name_the_port_the_pod_monitor_scrapes() -> None:
 
     job = {"metadata": {"name": "train", "namespace": "ns", "uid": "u"}}
     spec = TransientTrainingJobSpec.model_validate({"trainSteps": 10, "checkpoint": {"uri": "/ck"}})
-    ports = worker_pod(job, spec, 0, 1)["spec"]["containers"][0]["ports"]
+    ports = worker_pod(JobRef.of(job), spec, 0, 1)["spec"]["containers"][0]["ports"]
     monitor = yaml.safe_load((COMPONENT / "podmonitor.yaml").read_text())["spec"]["podMetricsEndpoints"][0]
     assert {"name": monitor["port"], "containerPort": METRICS_PORT} in ports

@@ -8,14 +8,17 @@ and model validators here, so the operator refuses them too when a cluster let t
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from ttj.api.objects import JobStatusBody
 from ttj.api.podtemplate import (
     DNS_1123_LABEL,
     DNS_1123_SUBDOMAIN,
@@ -25,6 +28,7 @@ from ttj.api.podtemplate import (
     ResourceRequirements,
     Toleration,
 )
+from ttj.deadline.policy import DeadlineState
 from ttj_contract import (
     API_VERSION,
     BUILTIN_DATASETS,
@@ -38,6 +42,7 @@ from ttj_contract import (
     SIGTERM_EXIT_MARGIN_SECONDS,
     LearningRateScaling,
     Provisioning,
+    parse_time,
 )
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
@@ -60,6 +65,48 @@ CHECKPOINT_URI_PATTERN = r"^(gs://[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9](/.*)?|/.*)$
 def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
     """CEL rules for ``x-kubernetes-validations``, each with the message users see."""
     return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+
+
+class Accrues:
+    """Marks a status field that grows with time alone (cost as pods run): a change of such fields alone is not
+    worth a status write of its own (the planner writes it with the next other change, or after a cent or a
+    while)."""
+
+
+ACCRUES = Accrues()
+
+
+def without_accruing(model: type[BaseModel], data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data``, ``model`` as JSON, without the fields marked :data:`ACCRUES`, at any depth."""
+    fields = _json_fields(model)
+    kept: dict[str, Any] = {}
+    for key, value in data.items():
+        accrues, inner = fields.get(key, (False, None))
+        if accrues:
+            continue
+        if inner is not None and isinstance(value, Mapping):
+            kept[key] = without_accruing(inner, value)
+        elif inner is not None and isinstance(value, list):
+            kept[key] = [without_accruing(inner, item) if isinstance(item, Mapping) else item for item in value]
+        else:
+            kept[key] = value
+    return kept
+
+
+@functools.cache
+def _json_fields(model: type[BaseModel]) -> dict[str, tuple[bool, type[BaseModel] | None]]:
+    """Each field of ``model`` by its JSON name: whether it accrues, and the model it holds (alone, optional or
+    in a list), if any."""
+    return {
+        info.alias or name: (ACCRUES in info.metadata, _held_model(info.annotation))
+        for name, info in model.model_fields.items()
+    }
+
+
+def _held_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_held_model, typing.get_args(annotation)) if m is not None), None)
 
 
 class _Model(BaseModel):
@@ -112,6 +159,8 @@ class ConditionType(StrEnum):
     #: True while new workers skip a group for want of capacity, or a worker (the chief aside) runs in a less
     #: preferred group than one with room.
     CAPACITY_FALLBACK = "CapacityFallback"
+    #: With spec.deadline: True while the job is behind the uniform line or cannot finish in time.
+    DEADLINE_AT_RISK = "DeadlineAtRisk"
 
 
 class Reason(StrEnum):
@@ -156,6 +205,12 @@ class Reason(StrEnum):
     #: CapacityFallback True: no group is skipped, but workers still run in a less preferred group than one with
     #: room (they move back one at a time, make-before-break).
     FALLBACK_WORKERS = "FallbackWorkers"
+    #: DeadlineAtRisk, by the deadline's state (:class:`ttj.deadline.policy.DeadlineState`).
+    BEHIND_UNIFORM_PROGRESS = "BehindUniformProgress"
+    DEADLINE_INFEASIBLE = "DeadlineInfeasible"
+    ON_TRACK = "OnTrack"
+    DEADLINE_MET = "DeadlineMet"
+    DEADLINE_MISSED = "DeadlineMissed"
 
 
 # The names are the contract's (the trainer reads the same tuples); the schema lists them as an enum.
@@ -618,6 +673,69 @@ class BudgetSpec(_Model):
     )
 
 
+#: The implicit catch-up group of a job with a deadline and no on-demand group to catch up with.
+IMPLICIT_CATCH_UP_GROUP = "catch-up"
+
+
+def _rfc3339(value: str) -> str:
+    if parse_time(value) is None:
+        raise ValueError("must be an RFC 3339 date-time")
+    return value
+
+
+class DeadlineSpec(_Model):
+    """When the job must be done by, and the on-demand workers it may add to get there."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.completeBy) || has(self.completeWithinSeconds)",
+                "deadline needs completeBy or completeWithinSeconds",
+            )
+        )
+    )
+
+    complete_by: Annotated[str, AfterValidator(_rfc3339)] | None = Field(
+        default=None,
+        max_length=64,
+        description="Finish training by this time (RFC 3339, e.g. 2026-12-04T09:00:00Z). With "
+        "completeWithinSeconds too, the earlier of the two counts.",
+        json_schema_extra={"format": "date-time"},
+    )
+    complete_within_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT32,
+        description="Finish training this many seconds after the job started (status.startTime, else its "
+        "creation; as activeDeadlineSeconds, it counts again from a resume). With completeBy too, the earlier of "
+        "the two counts.",
+    )
+    catch_up_group: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=DNS_1123_LABEL,
+        description="The workers.groups entry the deadline may add workers to, on top of replicas, when spot "
+        "alone would finish too late; not the first group. Default: the last on-demand group after the first, "
+        f"else an implicit on-demand twin of the first group named {IMPLICIT_CATCH_UP_GROUP}. It holds only the "
+        "workers the deadline adds: the other groups' workers do not fall back to it.",
+    )
+    max_catch_up_workers: int | None = Field(
+        default=None,
+        ge=0,
+        le=256,
+        description="The most catch-up workers at once. They always stay within the free worker slots "
+        "(workers.maxReplicas minus replicas), the catch-up group's maxReplicas and the budget, which stays a "
+        "hard cap: a deadline the budget cannot meet is said at once in the DeadlineAtRisk condition.",
+    )
+
+    @model_validator(mode="after")
+    def _a_time(self) -> DeadlineSpec:
+        if self.complete_by is None and self.complete_within_seconds is None:
+            raise ValueError("deadline needs completeBy or completeWithinSeconds")
+        return self
+
+
 def _unchanged(path: str, default: object) -> str:
     """CEL transition rule: the field keeps its value (its default when unset) across updates."""
     now = _or_default(path, default)
@@ -658,6 +776,16 @@ IMMUTABLE_RULES = (
 )
 
 
+_CATCH_UP_GROUP_RULE = (
+    "!has(self.deadline) || !has(self.deadline.catchUpGroup) || (has(self.workers) && has(self.workers.groups) && "
+    "self.workers.groups[0].name != self.deadline.catchUpGroup && "
+    "self.workers.groups.exists(g, g.name == self.deadline.catchUpGroup))"
+)
+_CATCH_UP_GROUP_MESSAGE = (
+    "deadline.catchUpGroup must name a workers.groups entry other than the first (the first holds the replicas)"
+)
+
+
 class TransientTrainingJobSpec(_Model):
     """What to train, on which workers, and how to survive preemptions."""
 
@@ -668,6 +796,7 @@ class TransientTrainingJobSpec(_Model):
                 "!has(self.program) || (!has(self.model) && !has(self.dataset))",
                 "program is exclusive with model and dataset: the program brings its own",
             ),
+            (_CATCH_UP_GROUP_RULE, _CATCH_UP_GROUP_MESSAGE),
         )
     )
 
@@ -723,6 +852,12 @@ class TransientTrainingJobSpec(_Model):
     )
     workers: WorkerSpec = Field(default_factory=WorkerSpec, description="The workers and their nodes.")
     budget: BudgetSpec | None = Field(default=None, description="Optional cost ceiling.")
+    deadline: DeadlineSpec | None = Field(
+        default=None,
+        description="Finish by a time at the least cost: train on spot while it keeps up with the straight line "
+        "from start to deadline, add on-demand catch-up workers when it falls behind, release them once safely "
+        "ahead. Unlike activeDeadlineSeconds it never fails the job.",
+    )
     backoff_limit: int = Field(
         default=3,
         ge=0,
@@ -757,6 +892,16 @@ class TransientTrainingJobSpec(_Model):
         description="Pods deleted when the job finishes: All, Running (those still running, e.g. the "
         "parameter servers), or None.",
     )
+
+    @model_validator(mode="after")
+    def _catch_up_group_is_listed(self) -> TransientTrainingJobSpec:
+        name = self.deadline.catch_up_group if self.deadline is not None else None
+        if name is None:
+            return self
+        names = [g.name for g in self.workers.groups or []]
+        if name not in names[1:]:
+            raise ValueError(_CATCH_UP_GROUP_MESSAGE)
+        return self
 
     @model_validator(mode="after")
     def _program_is_exclusive(self) -> TransientTrainingJobSpec:
@@ -837,7 +982,9 @@ class WorkerGroupStatus(_Model):
     desired: int = Field(default=0, ge=0, description="Worker slots the group is to hold now.")
     active: int = Field(default=0, ge=0, description="The group's workers running.")
     pending: int = Field(default=0, ge=0, description="The group's workers created but not yet running.")
-    usd: float = Field(default=0.0, ge=0, description="Cost accrued by the group's workers so far, in US dollars.")
+    usd: Annotated[float, ACCRUES] = Field(
+        default=0.0, ge=0, description="Cost accrued by the group's workers so far, in US dollars."
+    )
     settled_usd: float = Field(
         default=0.0,
         ge=0,
@@ -902,6 +1049,16 @@ EvaluationMetrics = Annotated[
 ]
 
 
+class EtaStatus(_Model):
+    """When training is projected to reach trainSteps."""
+
+    p50: str = Field(description="Median projected completion (RFC 3339).", json_schema_extra={"format": "date-time"})
+    p90: str = Field(
+        description="Completion projected at 90 % confidence (RFC 3339): the later of the two.",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
 class ProgressStatus(_Model):
     """Training progress as last reported by the chief."""
 
@@ -949,6 +1106,28 @@ class ProgressStatus(_Model):
         description="The training loss the chief last reported: the mean of its own steps' losses since its report "
         "before (the chief's batches only; the held-out loss is evaluation.loss).",
     )
+    eta: EtaStatus | None = Field(
+        default=None,
+        description="When training is projected to reach trainSteps, from the live step rate (and, with a "
+        "deadline, the catch-up workers decided); unset while the rate is unknown.",
+    )
+
+
+class DeadlineStatus(_Model):
+    """Where the job stands against spec.deadline."""
+
+    at: str = Field(description="The deadline (RFC 3339).", json_schema_extra={"format": "date-time"})
+    state: DeadlineState = Field(description="OnTrack, AtRisk (catch-up workers held), Infeasible, Met or Missed.")
+    catch_up_workers: int = Field(default=0, ge=0, description="Catch-up workers the job is to hold now.")
+    slack_seconds: int | None = Field(
+        default=None, description="Seconds from the p90 completion projected with them to the deadline (<0: late)."
+    )
+    escalated_at: str | None = Field(
+        default=None,
+        description="Since when catch-up workers are held for the deadline (RFC 3339); unset while none are.",
+        json_schema_extra={"format": "date-time"},
+    )
+    message: str | None = Field(default=None, description="The policy's reasoning, with the numbers.")
 
 
 class CheckpointIntervalStatus(_Model):
@@ -987,8 +1166,10 @@ class PodCost(_Model):
     on_demand_usd_per_hour: float = Field(
         ge=0, alias="onDemandUSDPerHour", description="The same at on-demand prices, in US dollars."
     )
-    usd: float = Field(default=0.0, ge=0, description="Cost accrued by this pod so far, in US dollars.")
-    on_demand_equivalent_usd: float = Field(
+    usd: Annotated[float, ACCRUES] = Field(
+        default=0.0, ge=0, description="Cost accrued by this pod so far, in US dollars."
+    )
+    on_demand_equivalent_usd: Annotated[float, ACCRUES] = Field(
         default=0.0, ge=0, alias="onDemandEquivalentUSD", description="The same pod-seconds at on-demand prices."
     )
     cross_zone_usd: float = Field(
@@ -1021,8 +1202,10 @@ class CrossZoneStatus(_Model):
 class CostStatus(_Model):
     """Money spent so far."""
 
-    usd: float = Field(default=0.0, ge=0, description="Cost accrued per second of pod run time, in US dollars.")
-    on_demand_equivalent_usd: float = Field(
+    usd: Annotated[float, ACCRUES] = Field(
+        default=0.0, ge=0, description="Cost accrued per second of pod run time, in US dollars."
+    )
+    on_demand_equivalent_usd: Annotated[float, ACCRUES] = Field(
         default=0.0,
         ge=0,
         alias="onDemandEquivalentUSD",
@@ -1055,10 +1238,10 @@ class CostStatus(_Model):
     notes: list[Annotated[str, Field(description="One reason, in words.")]] | None = Field(
         default=None, description="Why a figure is an estimate (e.g. a machine type missing from the price table)."
     )
-    summary: str | None = Field(
+    summary: Annotated[str | None, ACCRUES] = Field(
         default=None, description="The cost so far as people read it, e.g. $0.0023 (the COST column of kubectl get)."
     )
-    accrued_at: str | None = Field(
+    accrued_at: Annotated[str | None, ACCRUES] = Field(
         default=None,
         description="When the cost was last computed (RFC 3339).",
         json_schema_extra={"format": "date-time"},
@@ -1129,14 +1312,14 @@ class PreemptionCost(_Model):
 class SavingsStatus(_Model):
     """Savings against on-demand prices, net of what preemptions cost (the paper's Table IV, live)."""
 
-    on_demand_usd: float = Field(
+    on_demand_usd: Annotated[float, ACCRUES] = Field(
         default=0.0,
         ge=0,
         alias="onDemandUSD",
         description="What the work done so far would have cost on on-demand nodes, without preemptions: "
         "cost.onDemandEquivalentUSD less the on-demand price of the losses.",
     )
-    gross_usd: float = Field(
+    gross_usd: Annotated[float, ACCRUES] = Field(
         default=0.0,
         alias="grossUSD",
         description="cost.onDemandEquivalentUSD less cost.usd: the price difference alone.",
@@ -1153,10 +1336,10 @@ class SavingsStatus(_Model):
         alias="preemptionLossOnDemandUSD",
         description="The same losses at on-demand prices (sum of the losses' onDemandEquivalentUSD).",
     )
-    net_usd: float = Field(
+    net_usd: Annotated[float, ACCRUES] = Field(
         default=0.0, alias="netUSD", description="onDemandUSD less cost.usd: what running on spot saved, net."
     )
-    net_percent: float | None = Field(
+    net_percent: Annotated[float | None, ACCRUES] = Field(
         default=None, description="netUSD as a percentage of onDemandUSD (empty while it is 0)."
     )
     steps_lost: int = Field(default=0, ge=0, description="Global steps trained again, over all losses.")
@@ -1200,6 +1383,7 @@ class TransientTrainingJobStatus(_Model):
     chief_elections: int = Field(default=0, ge=0, description="Chiefs elected over the job's life.")
     failures: int = Field(default=0, ge=0, description="Failures of the training code (counted against backoffLimit).")
     progress: ProgressStatus | None = Field(default=None, description="Progress reported by the chief.")
+    deadline: DeadlineStatus | None = Field(default=None, description="With spec.deadline: where the job stands.")
     checkpoint_interval: CheckpointIntervalStatus | None = Field(
         default=None, description="The adaptive checkpoint interval in force (checkpoint.adaptive)."
     )
@@ -1255,6 +1439,26 @@ class TransientTrainingJob(_Model):
     status: TransientTrainingJobStatus | None = None
 
 
-def status_body(status: TransientTrainingJobStatus) -> JobStatusBody:
+@dataclass(frozen=True)
+class JobRef:
+    """Who a job is, as its children name and own it: what builders need of it, and nothing of its spec."""
+
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+
+    @classmethod
+    def of(cls, job: Mapping[str, Any]) -> JobRef:
+        """The reference of a job as the API returns it."""
+        metadata = job.get("metadata") or {}
+        return cls(metadata["name"], metadata.get("namespace"), metadata.get("uid"))
+
+    @property
+    def dns_namespace(self) -> str:
+        """The namespace its pods' DNS names live in ("default" for a job read without one)."""
+        return self.namespace or "default"
+
+
+def status_body(status: TransientTrainingJobStatus) -> dict[str, Any]:
     """``status`` as the JSON the status subresource holds."""
-    return cast(JobStatusBody, status.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -77,28 +77,3 @@ class LeaseSpecBody(TypedDict, total=False):
     acquireTime: str
     renewTime: str
     leaseTransitions: int
-
-
-class JobStatusBody(TypedDict, total=False):
-    """``status`` of a TransientTrainingJob (the keys of :class:`ttj.api.models.TransientTrainingJobStatus`)."""
-
-    observedGeneration: int
-    phase: str
-    conditions: list[ConditionBody]
-    chief: dict[str, Any]
-    workers: dict[str, Any]
-    preemptions: int
-    replacements: int
-    migrations: int
-    chiefElections: int
-    failures: int
-    progress: dict[str, Any]
-    checkpointInterval: dict[str, Any]
-    cost: dict[str, Any]
-    startTime: str
-    completionTime: str
-    accountedPods: list[str]
-    slotIncarnations: list[int]
-    parameterServerPods: list[str]
-    preemptionCosts: list[dict[str, Any]]
-    savings: dict[str, Any]

@@ -26,6 +26,8 @@ COUNTERS = {
 }
 #: The phases ttj_job_phase reports.
 PHASES = tuple(phase.value for phase in Phase)
+#: A finished job's deadline has no slack left to watch.
+FINISHED = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
 
 
 class Metrics:
@@ -107,6 +109,13 @@ class Metrics:
         self.phase = Gauge(
             "ttj_job_phase", "1 for the job's phase now, 0 for the others.", (*LABELS, "phase"), registry=registry
         )
+        self.deadline_slack = Gauge(
+            "ttj_deadline_slack_seconds",
+            "With spec.deadline: seconds from the completion projected at p90, with the catch-up workers decided, "
+            "to the deadline (status.deadline.slackSeconds; below 0: late); absent once the job finished.",
+            LABELS,
+            registry=registry,
+        )
         self.steps_lost = Counter(
             "ttj_steps_lost_total", "Global steps trained again after losses.", LABELS, registry=registry
         )
@@ -180,6 +189,12 @@ class Metrics:
         self._set_evaluation(namespace, job, progress)
         for phase in PHASES:
             self.phase.labels(namespace, job, phase).set(1 if new.get("phase") == phase else 0)
+        slack = (new.get("deadline") or {}).get("slackSeconds")
+        if slack is not None and new.get("phase") not in FINISHED:
+            self.deadline_slack.labels(namespace, job).set(float(slack))
+        else:
+            with contextlib.suppress(KeyError):
+                self.deadline_slack.remove(namespace, job)
         limit = ((spec or {}).get("budget") or {}).get("maxCostUSD")
         if limit is not None:
             self.budget.labels(namespace, job).set(float(limit))
@@ -216,6 +231,7 @@ class Metrics:
             self.checkpoint_step,
             self.checkpoint_time,
             self.evaluation_step,
+            self.deadline_slack,
             self.steps_lost,
             self.slot_empty,
             self.reconcile,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ttj.api.models import ChiefStatus
+from ttj.api.models import ChiefStatus, JobRef
 from ttj.planner.actions import EmitEvent, Observation, Write
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
@@ -46,7 +46,7 @@ from ttj_contract import format_micro_time, format_time, parse_time
 class ChiefInputs:
     """What the chief stage reads: the job's workers and their verdicts, the Lease, the status's chief."""
 
-    job: Obj
+    job: JobRef
     workers: tuple[Obj, ...]
     verdicts: Mapping[str, PodVerdict]
     nodes: Mapping[str, Obj]

@@ -13,9 +13,9 @@ import hashlib
 import json
 from typing import Any
 
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.api.podtemplate import PodTemplate
-from ttj.planner.observed import Obj, meta
+from ttj.planner.observed import Obj
 from ttj.planner.template_merge import merged_under, worker_template
 from ttj_contract import (
     ACCELERATOR_LABEL,
@@ -70,26 +70,24 @@ TRAINER_UID = 10001
 SCRATCH_VOLUMES = {"ttj-tmp": "/tmp", "ttj-home": "/home/trainer"}
 
 
-def _owner(job: Obj) -> list[Obj]:
-    metadata = meta(job)
+def _owner(job: JobRef) -> list[Obj]:
     return [
         {
             "apiVersion": API_VERSION,
             "kind": KIND,
-            "name": metadata.get("name"),
-            "uid": metadata.get("uid"),
+            "name": job.name,
+            "uid": job.uid,
             "controller": True,
             "blockOwnerDeletion": True,
         }
     ]
 
 
-def _metadata(job: Obj, name: str, labels: dict[str, str] | None = None) -> Obj:
-    metadata = meta(job)
+def _metadata(job: JobRef, name: str, labels: dict[str, str] | None = None) -> Obj:
     return {
         "name": name,
-        "namespace": metadata.get("namespace"),
-        "labels": {LABEL_JOB: metadata["name"], **(labels or {})},
+        "namespace": job.namespace,
+        "labels": {LABEL_JOB: job.name, **(labels or {})},
         "ownerReferences": _owner(job),
     }
 
@@ -244,7 +242,7 @@ def _data_volume(spec: TransientTrainingJobSpec) -> tuple[list[Obj], list[Obj]]:
 
 
 def worker_pod(
-    job: Obj,
+    job: JobRef,
     spec: TransientTrainingJobSpec,
     slot: int,
     incarnation: int,
@@ -282,7 +280,7 @@ def _placement(spec: TransientTrainingJobSpec, compute_class: str | None) -> tup
 
 
 def bare_worker_pod(
-    job: Obj,
+    job: JobRef,
     spec: TransientTrainingJobSpec,
     slot: int,
     incarnation: int,
@@ -291,8 +289,7 @@ def bare_worker_pod(
     job_batch_size: int | None = None,
 ) -> Obj:
     """What ttj owns of a worker pod."""
-    name = job["metadata"]["name"]
-    namespace = job["metadata"].get("namespace") or "default"
+    name, namespace = job.name, job.dns_namespace
     workers = spec.workers
     node_selector, tolerations = _placement(spec, compute_class)
     volumes, mounts = _checkpoint_volume(spec)
@@ -355,12 +352,11 @@ def ps_template_fingerprint(spec: TransientTrainingJobSpec) -> str:
 
 
 def ps_deployment(
-    job: Obj, spec: TransientTrainingJobSpec, index: int, *, with_template: bool = True, replicas: int = 1
+    job: JobRef, spec: TransientTrainingJobSpec, index: int, *, with_template: bool = True, replicas: int = 1
 ) -> Obj:
     """The Deployment of parameter server ``index``, ``parameterServers.template`` merged under ttj's pod;
     ``replicas`` 0 while the job is suspended."""
-    name = job["metadata"]["name"]
-    namespace = job["metadata"].get("namespace") or "default"
+    name, namespace = job.name, job.dns_namespace
     labels = {LABEL_JOB: name, LABEL_ROLE: Role.PS.value, LABEL_PS_INDEX: str(index)}
     template = spec.parameter_servers.template
     scratch, scratch_mounts = _scratch_volumes()
@@ -401,8 +397,8 @@ def ps_deployment(
     }
 
 
-def headless_service(job: Obj) -> Obj:
-    name = job["metadata"]["name"]
+def headless_service(job: JobRef) -> Obj:
+    name = job.name
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -417,11 +413,11 @@ def headless_service(job: Obj) -> Obj:
     }
 
 
-def network_policy(job: Obj) -> Obj:
+def network_policy(job: JobRef) -> Obj:
     """Only the job's own pods may reach its pods' TensorFlow port (a TF server runs whatever graph a client
     sends); the metrics port is open to pods of namespaces labelled ``LABEL_METRICS_SCRAPER=true``; nothing
     else gets in. Egress stays open (GCS, the API server, DNS)."""
-    name = job["metadata"]["name"]
+    name = job.name
     own_pods = {"matchLabels": {LABEL_JOB: name}}
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -441,8 +437,8 @@ def network_policy(job: Obj) -> Obj:
     }
 
 
-def lease(job: Obj, duration_seconds: int, active_workers: int, desired_workers: int) -> Obj:
-    name = job["metadata"]["name"]
+def lease(job: JobRef, duration_seconds: int, active_workers: int, desired_workers: int) -> Obj:
+    name = job.name
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -457,12 +453,12 @@ def lease(job: Obj, duration_seconds: int, active_workers: int, desired_workers:
     }
 
 
-def trainer_rbac(job: Obj, spec: TransientTrainingJobSpec | None = None) -> list[Obj]:
+def trainer_rbac(job: JobRef, spec: TransientTrainingJobSpec | None = None) -> list[Obj]:
     """A ServiceAccount that may get, watch and patch the job's Lease and nothing else; the workers' own
     service account (``workers.template.spec.serviceAccountName``) is bound to the same Role."""
-    name = job["metadata"]["name"]
+    name = job.name
     account = trainer_account_name(name)
-    namespace = job["metadata"].get("namespace") or "default"
+    namespace = job.dns_namespace
     subjects = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
     template = spec.workers.template if spec is not None else None
     own = template.spec.service_account_name if template is not None and template.spec is not None else None

@@ -24,6 +24,8 @@ from ttj.api.models import (
     ChiefStatus,
     CleanPodPolicy,
     ConditionType,
+    DeadlineStatus,
+    JobRef,
     Phase,
     ProgressStatus,
     Reason,
@@ -33,16 +35,18 @@ from ttj.api.models import (
     WorkerCounts,
     WorkerGroupStatus,
     status_body,
+    without_accruing,
 )
-from ttj.api.objects import JobStatusBody
+from ttj.deadline.policy import DeadlineState
 from ttj.planner.actions import EmitEvent, LabelPod, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
 from ttj.planner.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.conditions import TERMINAL, Derived, Ended, Finished, InProgress, InvalidSpec, derive
+from ttj.planner.conditions import TERMINAL, Derived, Ended, Finished, InProgress, InvalidSpec, Standing, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import Costing, cost_and_budget
+from ttj.planner.deadline import DeadlineInputs, DeadlinePlan, deadline_at, plan_deadline
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
 from ttj.planner.evaluation import progress_events
 from ttj.planner.groups import (
@@ -53,6 +57,7 @@ from ttj.planner.groups import (
     groups_status,
     next_capacity_retry,
     recorded_unavailable,
+    with_catch_up_workers,
 )
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
@@ -82,7 +87,7 @@ class Plan:
     #: Events about the job, posted after the status write.
     events: list[EmitEvent] = field(default_factory=list)
     #: The full new status, camelCase JSON as written to the status subresource.
-    status: JobStatusBody = field(default_factory=JobStatusBody)
+    status: dict[str, Any] = field(default_factory=dict)
     #: Histogram samples measured from cluster state (e.g. chief handover).
     observations: list[Observation] = field(default_factory=list)
     delete_job: bool = False
@@ -101,9 +106,11 @@ class Plan:
 class _Pass:
     """The inputs of one pass."""
 
-    job: dict[str, Any]
-    name: str
+    ref: JobRef
     generation: int | None
+    #: The job's creationTimestamp, and its status as read (JSON), which the planned one is compared with.
+    created: datetime | None
+    seen_status: Mapping[str, Any]
     previous: TransientTrainingJobStatus
     observed: Observed
     now: datetime
@@ -114,6 +121,10 @@ class _Pass:
     @property
     def now_text(self) -> str:
         return format_time(self.now)
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
 
 
 def plan(
@@ -137,9 +148,18 @@ def plan(
         previous = TransientTrainingJobStatus.model_validate(_known_conditions(job.get("status") or {}))
     except ValidationError:
         previous = TransientTrainingJobStatus()
-    name = str(meta(job).get("name", ""))
+    metadata = meta(job)
+    name = str(metadata.get("name", ""))
     run = _Pass(
-        job, name, meta(job).get("generation"), previous, observed, now, config or PlannerConfig(), tuple(refused)
+        JobRef(name, metadata.get("namespace"), metadata.get("uid")),
+        metadata.get("generation"),
+        parse_time(metadata.get("creationTimestamp")),
+        job.get("status") or {},
+        previous,
+        observed,
+        now,
+        config or PlannerConfig(),
+        tuple(refused),
     )
     try:
         spec = TransientTrainingJobSpec.model_validate(job.get("spec") or {})
@@ -259,6 +279,7 @@ class _Decisions:
     servers: ParameterServers
     #: The status with this pass's losses counted, the parameter servers' included.
     counted: TransientTrainingJobStatus
+    deadline: DeadlinePlan
     slots: WorkerSlots
     stall: Stall
     chief: ChiefPlan
@@ -268,11 +289,12 @@ class _Decisions:
 
 
 def _decide(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> _Decisions:
-    """The parameter servers, the worker slots, a stall, the chief (kept as it is while suspended) and the
-    checkpoint interval, each stage from the values the earlier ones returned."""
+    """The parameter servers, the deadline's catch-up workers, the worker slots, a stall, the chief (kept as it is
+    while suspended) and the checkpoint interval, each stage from the values the earlier ones returned."""
     servers = _servers(run, spec)
     counted = _counted(run, reading, server_preemptions=servers.preemptions)
-    slots = _slots(run, spec, reading)
+    deadline = _deadline(run, spec, reading)
+    slots = _slots(run, spec, reading, catch_up_workers=deadline.catch_up_workers)
     stall = _stall(run, spec, reading)
     chief = (
         _kept_while_suspended(run)
@@ -282,6 +304,7 @@ def _decide(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> _D
     return _Decisions(
         servers=servers,
         counted=counted,
+        deadline=deadline,
         slots=slots,
         stall=stall,
         chief=chief,
@@ -307,6 +330,7 @@ def _goes_on(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, deci
             *slots.events,
             *chief.events,
             *derived.events,
+            *decided.deadline.events,
             *losses.events,
         ],
         observations=chief.observations,
@@ -335,8 +359,11 @@ def _running_status(
 ) -> TransientTrainingJobStatus:
     """The status a running pass writes: the counted status with what the stages decided."""
     servers, slots = decided.servers, decided.slots
+    progress = decided.counted.progress
     return decided.counted.model_copy(
         update={
+            "progress": progress.model_copy(update={"eta": decided.deadline.eta}) if progress is not None else None,
+            "deadline": decided.deadline.status,
             "preemption_costs": losses.costs,
             "savings": losses.savings,
             "phase": derived.phase,
@@ -386,7 +413,7 @@ def _read(run: _Pass, spec: TransientTrainingJobSpec) -> _Reading:
     return _Reading(
         # as in batch/v1, a resumed job starts again: activeDeadlineSeconds counts from now
         start_time=run.now_text if suspension.resuming else previous.start_time or run.now_text,
-        statics=static_children(run.job, spec, observed.children, ps_replicas=suspension.parameter_server_replicas),
+        statics=static_children(run.ref, spec, observed.children, ps_replicas=suspension.parameter_server_replicas),
         assessed=assessed,
         holder=operators_chief(previous.chief),  # never a holder someone else wrote into the Lease
         progress=progress,
@@ -475,7 +502,18 @@ def _end(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, failu
     )
     suspension = reading.suspension
     resumed = suspension.ever and not suspension.suspended
-    return Ended(end, _budget_limited(spec), resumed=resumed) if end is not None else None
+    if end is None:
+        return None
+    return Ended(end, _budget_limited(spec), resumed=resumed, deadline=_met(run, spec, reading, end.phase))
+
+
+def _met(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, phase: Phase) -> Standing | None:
+    """A job with a deadline that succeeds in this pass met it or missed it."""
+    at = deadline_at(spec, parse_time(reading.start_time), run.created)
+    if at is None or phase != Phase.SUCCEEDED:
+        return None
+    state = DeadlineState.MET if run.now <= at else DeadlineState.MISSED
+    return Standing(state, f"succeeded at {run.now_text}, deadline {format_time(at)}")
 
 
 def _budget_limited(spec: TransientTrainingJobSpec) -> bool:
@@ -495,17 +533,39 @@ def _servers(run: _Pass, spec: TransientTrainingJobSpec) -> ParameterServers:
     )
 
 
-def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> WorkerSlots:
+def _deadline(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> DeadlinePlan:
+    return plan_deadline(
+        DeadlineInputs(
+            spec=spec,
+            progress=reading.progress,
+            previous=run.previous,
+            groups=reading.groups,
+            workers=reading.assessed.workers,
+            verdicts=reading.assessed.verdicts,
+            unavailable=reading.unavailable,
+            lease=run.observed.lease,
+            holder=reading.holder,
+            budget=reading.costing.budget,
+            group_prices=reading.costing.group_rates,
+            started=parse_time(reading.start_time),
+            created=run.created,
+            suspended=reading.suspension.suspended,
+            now=run.now,
+        )
+    )
+
+
+def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, catch_up_workers: int) -> WorkerSlots:
     return fill_worker_slots(
         SlotInputs(
-            job=run.job,
+            job=run.ref,
             spec=spec,
             workers=reading.assessed.workers,
             verdicts=reading.assessed.verdicts,
             holder=reading.holder,
             budget=reading.costing.budget,
             placement=run.observed.placement,
-            groups=reading.groups,
+            groups=with_catch_up_workers(reading.groups, catch_up_workers),
             recorded=run.previous.slot_incarnations or (),
             # a chief that ended without the model leaves its slot to be filled again
             refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
@@ -531,7 +591,7 @@ def _chief(
     observed = run.observed
     return keep_chief(
         ChiefInputs(
-            job=run.job,
+            job=run.ref,
             workers=tuple(reading.assessed.workers),
             verdicts=reading.assessed.verdicts,
             nodes=observed.nodes,
@@ -614,7 +674,14 @@ def _situation(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, de
         fallback_workers=slots.fallback_workers,
         waiting_workers=waiting_workers(reading.assessed.workers, reading.assessed.verdicts),
         waiting_servers=waiting_parameter_servers(run.observed.pods, spec.parameter_servers.replicas),
+        deadline=_standing(decided.deadline),
+        placement_warnings="; ".join(run.observed.placement.warnings if run.observed.placement else ()),
     )
+
+
+def _standing(deadline: DeadlinePlan) -> Standing | None:
+    status = deadline.status
+    return None if status is None else Standing(DeadlineState(status.state), status.message or "")
 
 
 def _capacity_fallback(spec: TransientTrainingJobSpec, slots: WorkerSlots) -> str | None:
@@ -650,9 +717,25 @@ def _ends_now(
             "completion_time": run.now_text,
             "workers": _counts(run, spec, active=active, pending=pending),
             "conditions": derived.conditions,
+            "deadline": _finished_deadline(counted.deadline, situation.deadline),
         }
     )
     return _plan(run, status, writes=writes, events=[*events, *derived.events, *losses.events], wake=assessed.wake)
+
+
+def _finished_deadline(status: DeadlineStatus | None, standing: Standing | None) -> DeadlineStatus | None:
+    """status.deadline of a job that succeeds in this pass: met or missed, nothing held, no slack to watch."""
+    if status is None or standing is None:
+        return status
+    return status.model_copy(
+        update={
+            "state": standing.state,
+            "catch_up_workers": 0,
+            "slack_seconds": None,
+            "escalated_at": None,
+            "message": standing.message,
+        }
+    )
 
 
 def _losses(
@@ -718,7 +801,7 @@ def _plan(
         observations=list(observations),
         delete_job=delete_job,
         requeue_after=_requeue_after(run.now, run.config.resync_seconds, wake),
-        status_due=status_due(run.job.get("status") or {}, body, run.now),
+        status_due=status_due(run.seen_status, body, run.now),
     )
 
 
@@ -727,14 +810,6 @@ def _plan(
 COST_WRITE_USD = 0.01
 #: ... or the cost seen was accrued this long ago (seconds).
 COST_WRITE_SECONDS = 30.0
-#: The status fields that grow with time alone while pods run: the accrued cost and the figures made from it.
-_ACCRUING = {
-    "cost": ("usd", "onDemandEquivalentUSD", "summary", "accruedAt"),
-    "savings": ("onDemandUSD", "grossUSD", "netUSD", "netPercent"),
-}
-#: The same in each entry of status.cost.pods and of status.workerGroups.
-_ACCRUING_PER_POD = ("usd", "onDemandEquivalentUSD")
-_ACCRUING_PER_GROUP = ("usd",)
 
 
 def status_due(seen: Mapping[str, Any], planned: Mapping[str, Any], now: datetime) -> bool:
@@ -748,27 +823,12 @@ def status_due(seen: Mapping[str, Any], planned: Mapping[str, Any], now: datetim
     """
     if planned == seen:
         return False
-    if _without_accrual(planned) != _without_accrual(seen):
+    if without_accruing(TransientTrainingJobStatus, planned) != without_accruing(TransientTrainingJobStatus, seen):
         return True
     before, after = seen.get("cost") or {}, planned.get("cost") or {}
     moved = max(abs(after.get(f, 0.0) - before.get(f, 0.0)) for f in ("usd", "onDemandEquivalentUSD"))
     accrued_at = parse_time(before.get("accruedAt"))
     return moved >= COST_WRITE_USD or accrued_at is None or (now - accrued_at).total_seconds() >= COST_WRITE_SECONDS
-
-
-def _without_accrual(status: Mapping[str, Any]) -> dict[str, Any]:
-    """``status`` without the fields that grow with time alone."""
-    rest = {key: _without(value, _ACCRUING.get(key, ())) for key, value in status.items()}
-    cost = rest.get("cost")
-    if isinstance(cost, dict) and isinstance(cost.get("pods"), list):
-        cost["pods"] = [_without(pod, _ACCRUING_PER_POD) for pod in cost["pods"]]
-    if isinstance(rest.get("workerGroups"), list):
-        rest["workerGroups"] = [_without(group, _ACCRUING_PER_GROUP) for group in rest["workerGroups"]]
-    return rest
-
-
-def _without(part: Any, fields: tuple[str, ...]) -> Any:
-    return {k: v for k, v in part.items() if k not in fields} if isinstance(part, dict) and fields else part
 
 
 def _requeue_after(now: datetime, resync_seconds: float, moments: Iterable[datetime | None]) -> float:

@@ -14,6 +14,7 @@ from ttj.api.models import (
     MAX_METRIC_NAME_LENGTH,
     MAX_PATH_LENGTH,
     ChiefStatus,
+    JobRef,
     ProgressStatus,
 )
 from ttj.planner import children
@@ -129,7 +130,7 @@ def lease_expiry(lease: Obj | None, config: PlannerConfig, observed_at: datetime
 
 
 def lease_write(
-    job: Obj,
+    job: JobRef,
     lease: Obj | None,
     config: PlannerConfig,
     now: datetime,
@@ -158,7 +159,7 @@ def lease_write(
     if not moved and not duration_changed and not annotations:
         return None
     return UpdateLease(
-        name=lease_name(name_of(job)),
+        name=lease_name(job.name),
         resource_version=meta(lease).get("resourceVersion") if moved else None,
         holder=holder if moved else None,
         epoch=epoch if moved else None,

@@ -7,7 +7,7 @@ import functools
 import json
 import re
 
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.api.podtemplate import PodTemplate
 from ttj.planner.children import SCRATCH_VOLUMES, bare_worker_pod, ps_deployment
 from ttj.planner.observed import Obj, meta
@@ -63,7 +63,7 @@ def _cached_ownership_problems(name: str, namespace: str, spec_json: str) -> tup
 
 
 def _ownership_problems(name: str, namespace: str, spec: TransientTrainingJobSpec) -> list[str]:
-    job: Obj = {"metadata": {"name": name, "namespace": namespace or None}}
+    job = JobRef(name, namespace or None)
     problems = []
     # With every variable ttj sets on some worker: a group with its own batch size adds the job's.
     own_batch = any(group.batch_size is not None for group in spec.workers.groups or [])

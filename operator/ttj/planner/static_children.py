@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.planner import children
 from ttj.planner.actions import CreateChild, DeleteChild, EmitEvent, ReplaceChild, Write
 from ttj.planner.observed import Obj, annotations_of, name_of, uid_of
@@ -20,7 +20,7 @@ class StaticChildren:
 
 
 def static_children(
-    job: Obj, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj], *, ps_replicas: int = 1
+    job: JobRef, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj], *, ps_replicas: int = 1
 ) -> StaticChildren:
     """Create the missing ones, bring changed PS Deployments up to the spec, delete PS Deployments past
     ``parameterServers.replicas``. ``ps_replicas``: each PS Deployment's replicas (0 while suspended)."""
@@ -37,11 +37,11 @@ def static_children(
 
 
 def _parameter_servers(
-    job: Obj, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj], ps_replicas: int
+    job: JobRef, spec: TransientTrainingJobSpec, observed: Mapping[tuple[str, str], Obj], ps_replicas: int
 ) -> StaticChildren:
     """The PS Deployments, compared by the fingerprint of their template and their replicas: a Deployment is
     built only to be created or replaced."""
-    job_name = name_of(job)
+    job_name = job.name
     fingerprint = children.ps_template_fingerprint(spec)
     writes: list[Write] = []
     events: list[EmitEvent] = []

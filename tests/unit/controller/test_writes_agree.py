@@ -19,6 +19,7 @@ import pytest
 
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
 from tests.unit.planner.builders import T0, job, node
+from ttj.api.models import JobRef
 from ttj.controller.apply import Applier
 from ttj.kubeapi import path
 from ttj.mergepatch import merge_patch_between
@@ -243,7 +244,7 @@ def test_a_jobs_life_leaves_the_same_cluster() -> None:
 
 
 def _lease_create(s: Scenario, holder: str | None) -> list[Write]:
-    manifest = lease_manifest(s.cluster.job(NAME), 30, 3, 3)
+    manifest = lease_manifest(JobRef.of(s.cluster.job(NAME)), 30, 3, 3)
     if holder:
         manifest["spec"]["holderIdentity"] = holder
     return [CreateChild(manifest)]

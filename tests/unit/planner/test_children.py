@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.unit.planner.builders import job
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.planner import children
 from ttj.planner.groups import group_worker_pod, groups_of
 
@@ -345,16 +345,16 @@ class Case:
     given: dict[str, Any]
     want: Any
     build: Callable[[dict[str, Any], TransientTrainingJobSpec], Any] = field(
-        default=lambda j, s: children.worker_pod(j, s, 0, 1)
+        default=lambda j, s: children.worker_pod(JobRef.of(j), s, 0, 1)
     )
 
 
 def ps(j: dict[str, Any], s: TransientTrainingJobSpec) -> Any:
-    return children.ps_deployment(j, s, 0)
+    return children.ps_deployment(JobRef.of(j), s, 0)
 
 
 def first_group_worker(j: dict[str, Any], s: TransientTrainingJobSpec) -> Any:
-    return group_worker_pod(j, groups_of(s)[0], 0, 1)
+    return group_worker_pod(JobRef.of(j), groups_of(s)[0], 0, 1)
 
 
 def batch_sizes(own: int, job_: int) -> Callable[[dict[str, Any]], None]:
@@ -587,15 +587,17 @@ CASES = [
         ),
         ps,
     ),
-    Case("the headless Service", {}, SERVICE, lambda j, s: children.headless_service(j)),
+    Case("the headless Service", {}, SERVICE, lambda j, s: children.headless_service(JobRef.of(j))),
     Case(
         "the NetworkPolicy: only the job's pods reach the TensorFlow port, scrapers the metrics port",
         {},
         NETWORK_POLICY,
-        lambda j, s: children.network_policy(j),
+        lambda j, s: children.network_policy(JobRef.of(j)),
     ),
-    Case("the chief's Lease", {}, LEASE, lambda j, s: children.lease(j, 30, 2, 3)),
-    Case("the trainers' account, Role and binding", {}, TRAINER_RBAC, children.trainer_rbac),
+    Case("the chief's Lease", {}, LEASE, lambda j, s: children.lease(JobRef.of(j), 30, 2, 3)),
+    Case(
+        "the trainers' account, Role and binding", {}, TRAINER_RBAC, lambda j, s: children.trainer_rbac(JobRef.of(j), s)
+    ),
     Case(
         "the workers' own service account bound to the Lease Role too",
         {"workers": {"template": {"spec": {"serviceAccountName": "team-vision"}}}},
@@ -612,7 +614,7 @@ CASES = [
                 ),
             ),
         ],
-        children.trainer_rbac,
+        lambda j, s: children.trainer_rbac(JobRef.of(j), s),
     ),
 ]
 

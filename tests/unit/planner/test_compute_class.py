@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, pods, renew, start, terminate
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.cost.prices import load_price_table
 from ttj.planner import CreateChild, PlannerConfig, plan
 from ttj.planner.children import worker_pod
@@ -82,9 +82,9 @@ def test_a_compute_class_worker_is_the_plain_worker_placed_by_its_class(
     manifest = classy(groups=[group], **workers)
     spec = TransientTrainingJobSpec.model_validate(manifest["spec"])
     [the_group] = groups_of(spec)
-    built = group_worker_pod(manifest, the_group, 1, 2)
+    built = group_worker_pod(JobRef.of(manifest), the_group, 1, 2)
 
-    expected = copy.deepcopy(worker_pod(manifest, the_group.spec, 1, 2))
+    expected = copy.deepcopy(worker_pod(JobRef.of(manifest), the_group.spec, 1, 2))
     expected["metadata"]["labels"]["transient.training/worker-group"] = "flex"
     expected["spec"]["nodeSelector"] = node_selector
     expected["spec"]["tolerations"] = tolerations

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, run_ps
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.planner import CreateChild, DeleteChild, plan
 from ttj.planner.children import worker_pod
 from ttj.planner.world import World
@@ -94,7 +94,7 @@ def test_one_group_of_the_workers_fields_makes_the_pods_a_job_without_groups_mak
         assert pod["metadata"]["labels"].pop("transient.training/worker-group") == "only"
     assert with_group == without
     spec = TransientTrainingJobSpec.model_validate(plain["spec"])
-    assert without == [worker_pod(plain, spec, slot, 1) for slot in (0, 1)]
+    assert without == [worker_pod(JobRef.of(plain), spec, slot, 1) for slot in (0, 1)]
     assert "workerGroups" not in plan(plain, World(plain).observed, T0).status
 
 
@@ -615,7 +615,7 @@ def test_budget_projections_price_each_worker_at_its_group() -> None:
         )
         spec = TransientTrainingJobSpec.model_validate(manifest["spec"])
         by_name = {g.name: g for g in groups_of(spec)}
-        made = [group_worker_pod(manifest, by_name[name], slot, 1) for slot, name in enumerate(pending_in)]
+        made = [group_worker_pod(JobRef.of(manifest), by_name[name], slot, 1) for slot, name in enumerate(pending_in)]
         for pod in made:
             pod["status"] = {"phase": "Pending"}
         observed = Observed(pods=made)
@@ -817,7 +817,7 @@ def release_case(
     by_name = {g.name: g for g in groups_of(spec)}
     filled, nodes, names = {}, {}, {}
     for slot, (group, state, started) in enumerate(workers):
-        pod = group_worker_pod(manifest, by_name[group], slot, 1)
+        pod = group_worker_pod(JobRef.of(manifest), by_name[group], slot, 1)
         if state == "running":
             assert started is not None
             at = T0 + timedelta(seconds=started)

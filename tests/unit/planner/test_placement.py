@@ -51,3 +51,19 @@ def test_a_job_that_fits_is_planned_as_before() -> None:
     result = world.reconcile(T0)
     assert len([a for a in result.of_type(CreateChild) if a.kind == "Pod"]) == 3
     assert condition(result.status, "Running")["reason"] == "WaitingForWorkers"
+
+
+def test_pools_too_small_for_the_slots_are_said_in_the_created_condition() -> None:
+    cpu = node("cpu-0", "on-demand")
+    cpu["metadata"]["labels"] = {"node.kubernetes.io/instance-type": "e2-standard-4"}
+    world = World(job())
+    placement_for(world, [node("gpu-0", age=timedelta(hours=3)), cpu])
+    assert world.observed.placement is not None
+    slots = TransientTrainingJobSpec.model_validate(world.job["spec"]).workers.slots
+    status = world.reconcile(T0).status
+    created = condition(status, "Created")
+    assert (created["status"], created["reason"]) == ("True", "ChildrenCreated")
+    assert created["message"] == (
+        f"the matching node pools hold at most 1 worker(s), fewer than the job's {slots} worker slot(s): "
+        f"{world.observed.placement.worker_pools[0].describe()}"
+    )

@@ -10,7 +10,7 @@ import pytest
 from tests.api.test_pod_template import TEMPLATE
 from tests.unit.planner.builders import T0, job
 from tests.unit.planner.pod_security import restricted_violations
-from ttj.api.models import TransientTrainingJobSpec
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.planner import CreateChild, Observed, children, plan
 
 
@@ -19,11 +19,13 @@ def spec_of(**fields: Any) -> TransientTrainingJobSpec:
 
 
 def worker(**fields: Any) -> dict[str, Any]:
-    return children.worker_pod(job(**fields), spec_of(**fields), 0, 1)
+    return children.worker_pod(JobRef.of(job(**fields)), spec_of(**fields), 0, 1)
 
 
 def ps_pod_spec(**fields: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = children.ps_deployment(job(**fields), spec_of(**fields), 0)["spec"]["template"]["spec"]
+    spec: dict[str, Any] = children.ps_deployment(JobRef.of(job(**fields)), spec_of(**fields), 0)["spec"]["template"][
+        "spec"
+    ]
     return spec
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.unit.planner.builders import T0, job, node, pods, start, terminate
-from ttj.api.models import ChiefStatus, CostStatus, Phase, ProgressStatus, TransientTrainingJobSpec
+from ttj.api.models import ChiefStatus, CostStatus, JobRef, Phase, ProgressStatus, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.planner import CreateChild, DeleteChild, LabelPod, Observed, PlannerConfig, RemoveFinalizer, UpdateLease
 from ttj.planner.assess import assess_workers
@@ -26,6 +26,7 @@ from ttj_contract import FINALIZER, LeaseProgress, format_micro_time, format_tim
 S = timedelta(seconds=1)
 GRACE = timedelta(seconds=30)
 JOB = job()
+REF = JobRef.of(JOB)
 SPEC = TransientTrainingJobSpec.model_validate(JOB["spec"])  # 3 replicas in 4 slots, at least 2
 
 
@@ -203,7 +204,7 @@ def test_two_pods_in_one_slot_keep_the_chief_and_empty_slots_are_filled_lowest_f
     pods = [worker(0, 1), worker(0, 2), worker(3, 1)]
     slots = fill_worker_slots(
         SlotInputs(
-            JOB,
+            REF,
             SPEC,
             tuple(pods),
             verdicts(*pods),
@@ -224,7 +225,7 @@ def test_scale_down_spares_the_chief_and_running_pods() -> None:
     pods = [worker(0), worker(1), worker(2, phase="Pending"), worker(3)]
     slots = fill_worker_slots(
         SlotInputs(
-            JOB,
+            REF,
             SPEC,
             tuple(pods),
             verdicts(*pods),
@@ -243,7 +244,7 @@ def test_the_budget_caps_new_workers(allow: int | None, created: int) -> None:
     pods = [worker(0)]
     slots = fill_worker_slots(
         SlotInputs(
-            JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None, groups=groups_of(SPEC)
+            REF, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None, groups=groups_of(SPEC)
         )
     )
     assert len([w for w in slots.writes if isinstance(w, CreateChild)]) == created
@@ -254,7 +255,7 @@ def test_an_exceeded_budget_stops_every_worker() -> None:
     pods = [worker(0), worker(1, phase="Pending")]
     slots = fill_worker_slots(
         SlotInputs(
-            JOB, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None, groups=groups_of(SPEC)
+            REF, SPEC, tuple(pods), verdicts(*pods), holder=None, budget=budget, placement=None, groups=groups_of(SPEC)
         )
     )
     assert [w.name for w in slots.writes if isinstance(w, DeleteChild) and w.reason == "BudgetExceeded"] == [
@@ -278,7 +279,7 @@ def chief_of(pods: list[dict[str, Any]], **given: Any) -> Any:
         **given,
     }
     nodes = {f"gpu-{i}": node(f"gpu-{i}", "on-demand" if i == 1 else "spot") for i in range(4)}
-    return keep_chief(ChiefInputs(JOB, tuple(pods), verdicts(*pods), nodes, **args))
+    return keep_chief(ChiefInputs(REF, tuple(pods), verdicts(*pods), nodes, **args))
 
 
 def test_the_first_chief_is_the_least_likely_to_be_preempted() -> None:
@@ -386,7 +387,7 @@ def test_a_missing_lease_is_recreated_as_the_status_says() -> None:
     recorded = ChiefStatus(pod="mnist-worker-0-1", epoch=4)
     assert lease_holder(None, recorded) == "mnist-worker-0-1"
     write = lease_write(
-        JOB,
+        REF,
         None,
         PlannerConfig(),
         T0,
@@ -405,8 +406,8 @@ def test_a_missing_lease_is_recreated_as_the_status_says() -> None:
 def test_a_lease_as_it_should_be_is_left_alone_and_new_counts_are_published() -> None:
     current = lease("mnist-worker-0-1", 1)
     same: dict[str, Any] = {"holder_before": "mnist-worker-0-1", "holder": "mnist-worker-0-1", "epoch": 1}
-    assert lease_write(JOB, current, PlannerConfig(), T0, elected=False, active=3, desired=3, **same) is None
-    update = lease_write(JOB, current, PlannerConfig(), T0, elected=False, active=2, desired=3, **same)
+    assert lease_write(REF, current, PlannerConfig(), T0, elected=False, active=3, desired=3, **same) is None
+    update = lease_write(REF, current, PlannerConfig(), T0, elected=False, active=2, desired=3, **same)
     assert update == UpdateLease(name="mnist-chief", annotations={"transient.training/active-workers": "2"})
 
 

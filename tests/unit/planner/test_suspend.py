@@ -9,8 +9,8 @@ from typing import Any
 
 from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, run_ps, start, terminate
 from ttj.api.models import ConditionType as C
+from ttj.api.models import JobRef, TransientTrainingJobSpec
 from ttj.api.models import Reason as R
-from ttj.api.models import TransientTrainingJobSpec
 from ttj.cost.prices import load_price_table
 from ttj.planner import CreateChild, DeleteChild, EmitEvent, PlannerConfig, ReplaceChild, UpdateLease, Write, plan
 from ttj.planner.children import ps_deployment
@@ -58,7 +58,7 @@ def stops(world: World, names: tuple[str, ...]) -> list[Write]:
 
 def ps_scaled(world: World, replicas: int) -> ReplaceChild:
     spec = TransientTrainingJobSpec.model_validate(world.job["spec"])
-    return ReplaceChild(ps_deployment(world.job, spec, 0, replicas=replicas))
+    return ReplaceChild(ps_deployment(JobRef.of(world.job), spec, 0, replicas=replicas))
 
 
 def kubelet_stops(world: World, names: tuple[str, ...], now: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.unit.planner.builders import T0, renew, terminate
 from tests.unit.planner.test_scenarios import S, settle, started
+from ttj.api.models import JobRef
 from ttj.planner import CreateChild
 from ttj.planner.world import World
 
@@ -147,7 +148,7 @@ def test_a_chief_that_hangs_while_stopping_is_replaced_when_its_grace_period_end
     def at(seconds: int) -> Any:
         return keep_chief(
             ChiefInputs(
-                job(),
+                JobRef.of(job()),
                 (holder, other),
                 verdicts,
                 nodes,
@@ -281,7 +282,7 @@ def worker_of(**spec: Any) -> dict[str, Any]:
 
     manifest = job(**spec)
     manifest["metadata"].setdefault("uid", "u")
-    return worker_pod(manifest, TransientTrainingJobSpec.model_validate(manifest["spec"]), 0, 1)
+    return worker_pod(JobRef.of(manifest), TransientTrainingJobSpec.model_validate(manifest["spec"]), 0, 1)
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -326,7 +327,7 @@ def test_a_program_reaches_the_trainer_in_place_of_model_and_dataset() -> None:
 
     manifest = job(program={"entrypoint": "my_pkg.train:program", "args": {"units": "64", "lr": "0.1"}})
     del manifest["spec"]["model"], manifest["spec"]["dataset"]
-    env = env_of(worker_pod(manifest, TransientTrainingJobSpec.model_validate(manifest["spec"]), 0, 1))
+    env = env_of(worker_pod(JobRef.of(manifest), TransientTrainingJobSpec.model_validate(manifest["spec"]), 0, 1))
     assert env["TTJ_PROGRAM"] == "my_pkg.train:program"
     assert env["TTJ_PROGRAM_ARGS"] == '{"lr":"0.1","units":"64"}'
     assert not {"TTJ_MODEL", "TTJ_DATASET", "TTJ_DATA_CACHE"} & set(env)
