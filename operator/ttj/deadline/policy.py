@@ -9,7 +9,8 @@ straight line from start to deadline. The rules, in the order they are tried:
    (or waiting for it) until the slack left after what they need, their join included, is down to
    :data:`COMMIT_GUARD_JOINS` joins; then the fewest that finish alone in time, whatever spot does. Spot
    workers train beside them while there are any, so the end comes closer and fewer are needed: the extra
-   ones are released a join late, and all of them once the slack is twice the guard (hysteresis).
+   ones are released a join late, and all of them once the slack is twice the guard (hysteresis). Spot never
+   seen out (``spot_availability`` 1, no outage known) that runs and finishes in time alone is trusted: rule 3.
 3. **Uniform progress**, once the catch-up workers alone can no longer finish (spot must carry part of the
    job): behind the line, or the p90 ETA without catch-up workers (spot's outages included) after the deadline,
    the fewest catch-up workers (at least one) that bring the p90 ETA back before it, held until the job is
@@ -210,8 +211,16 @@ def decide(view: DeadlineView) -> DeadlineDecision:
     guard = COMMIT_GUARD_JOINS * view.join_seconds
     held = view.catch_up_workers if view.escalated else 0
     line = f"{done}/{total} steps, {round(expected)} on the uniform line"
+
+    def in_time(count: int) -> bool:
+        eta = project(view, view.spot_workers, count)
+        return eta is not None and eta.p90 <= view.deadline
+
     reserve = left - on_demand_seconds(view, most)
-    if reserve >= 0:
+    # Spot that was never seen out is no risk the safety net can weigh: while it runs and finishes in time
+    # alone, the line decides.
+    never_out = view.spot_availability >= 1.0 or view.spot_outage_mean_seconds <= 0.0
+    if reserve >= 0 and not (never_out and view.spot_workers > 0 and in_time(0)):
         # On-demand alone can still finish: spot until the slack left is the guard (kept one guard longer
         # once workers are held, so that it does not flap), then the fewest that finish alone in time; as
         # spot brings the end closer, fewer are needed, and those held are released one join late.
@@ -243,13 +252,11 @@ def decide(view: DeadlineView) -> DeadlineDecision:
             f"{on_demand_seconds(view, count) / 3600:.2f} h: on-demand for the rest",
         )
 
-    # On-demand alone can no longer finish: spot must carry part of it, and the uniform line says when
-    # it is not carrying enough.
-    def in_time(count: int) -> bool:
-        eta = project(view, view.spot_workers, count)
-        return eta is not None and eta.p90 <= view.deadline
-
-    behind = done < expected
+    # On-demand alone can no longer finish (spot must carry part of it), or spot never seen out finishes
+    # alone: the uniform line says when it is not carrying enough.
+    # a join's lag is no sign of falling behind: every worker starts that late
+    span = (view.deadline - view.started).total_seconds()
+    behind = done < expected - (total / span * view.join_seconds if span > 0 else 0.0)
     ahead = done >= expected + view.release_margin * total
     if held > 0 and not (ahead and in_time(0)):
         count = _or(_fewest(range(held, most + 1), in_time), most)

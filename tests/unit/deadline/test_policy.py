@@ -38,6 +38,9 @@ def view(at: float, done: int, **changes: object) -> DeadlineView:
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
+#: spot seen out before: the safety net weighs the risk of losing it
+OUTAGES = {"spot_availability": 0.9, "spot_outage_mean_seconds": 600.0}
+
 # the uniform line at 5,000 s is 50,000 steps; 4 catch-up workers alone make 40 steps/s
 DECISIONS = [
     ("finished in time", view(9_000, 100_000), 0, DeadlineState.MET),
@@ -51,14 +54,21 @@ DECISIONS = [
     # held, spot trains beside them: 20,000 steps left, the 4 alone need 500 s of the 1,000 left (> 2 guards)
     (
         "released once the slack is twice the guard",
-        view(9_000, 80_000, catch_up_workers=4, escalated=True),
+        view(9_000, 80_000, catch_up_workers=4, escalated=True, **OUTAGES),
         0,
         DeadlineState.ON_TRACK,
+    ),
+    # spot never seen out runs and finishes alone (500 s of 1,000): trusted, the line decides (behind it: held)
+    (
+        "spot never seen out: the line, not the safety net",
+        view(9_000, 80_000, catch_up_workers=4, escalated=True),
+        4,
+        DeadlineState.AT_RISK,
     ),
     # held: 30,000 steps, the 4 alone need 750 s, 950 s left: inside the hysteresis band, kept
     (
         "kept inside the hysteresis band",
-        view(9_050, 70_000, catch_up_workers=4, escalated=True),
+        view(9_050, 70_000, catch_up_workers=4, escalated=True, **OUTAGES),
         4,
         DeadlineState.AT_RISK,
     ),
