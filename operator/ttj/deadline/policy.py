@@ -1,33 +1,59 @@
 """The deadline policy: uniform progress ("Can't Be Late", NSDI 2024) for a fleet of workers.
 
 A job with a deadline should have done ``steps_total · (t - start) / (deadline - start)`` steps at time t: the
-straight line from start to deadline. The policy keeps its progress on or above that line:
+straight line from start to deadline. The rules, in the order they are tried:
 
-- on spot alone while it is there (spot workers cost a fraction of on-demand ones);
-- when it falls behind the line, or when the time left is only what it needs to finish at the pace it can
-  reach with every catch-up worker it may hold (plus a restart's overhead), it adds the fewest catch-up
-  workers that bring its projected completion, at the chosen confidence, back before the deadline;
-- it releases them only once it is ahead of the line by the hysteresis margin *and* the spot workers alone
-  project to finish in time, so it does not flap;
-- a deadline that the most allowed fleet cannot meet is said at once (``Infeasible``), with the numbers.
+1. **Infeasible, at once**: not even every spot worker the job may have plus every catch-up worker it may hold,
+   training without a break from now, finishes by the deadline.
+2. **On-demand for the rest** (the paper's safety net), while the catch-up workers alone can still finish: spot
+   (or waiting for it) until the slack left after what they need, their join included, is down to
+   :data:`COMMIT_GUARD_JOINS` joins; then the fewest that finish alone in time, whatever spot does. Spot
+   workers train beside them while there are any, so the end comes closer and fewer are needed: the extra
+   ones are released a join late, and all of them once the slack is twice the guard (hysteresis). Spot never
+   seen out (``spot_availability`` 1, no outage known) that runs and finishes in time alone is trusted: rule 3.
+3. **Uniform progress**, once the catch-up workers alone can no longer finish (spot must carry part of the
+   job): behind the line, or the p90 ETA without catch-up workers (spot's outages included) after the deadline,
+   the fewest catch-up workers (at least one) that bring the p90 ETA back before it, held until the job is
+   ahead of the line by ``release_margin`` of its steps and the p90 ETA without them is in time again.
+4. Otherwise spot alone (or waiting for it while it is out): ``OnTrack``.
 
-The paper plans one instance; here the workers' speeds add up (through :class:`FleetRate`, which the operator
-feeds from the live step rates and the simulator from its fitted throughput), so the policy chooses a count.
+The paper plans one instance, which must choose between spot and on-demand; here the workers' speeds add up
+(through :class:`FleetRate`, which the operator feeds from the live step rates and the simulator from its
+fitted throughput), so the policy chooses a count, and spot workers train beside catch-up workers. That is why
+the line does not add workers while on-demand alone can still finish: nothing is lost by taking on-demand at
+the last safe moment, and taken earlier, on the line, it pays for steps that spot would have made (replayed on
+measured traces, docs/simulate.md: the paper's line rule run by a fleet costs more at every slack).
+
+The ETA: the p50 is the mean time to finish with the fleet decided, spot's outages and the workers'
+preemptions included (:mod:`ttj.deadline.eta`); the p90 adds :data:`ETA_SPREAD` standard deviations. Rule 2
+bounds the job's completion whatever spot does, so the ETA reported in a decision is capped at the latest
+completion that rule allows. How ETA_SPREAD was calibrated on measured spot traces: docs/simulate.md.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
+from ttj.deadline.eta import SpotCapacity, time_to_finish
+
 #: Ahead of the uniform line by this share of the job's steps before catch-up workers are released.
 DEFAULT_RELEASE_MARGIN = 0.05
 
-#: The z-score of the p90 completion time in a normal approximation of the time left.
-_Z90 = 1.2816
+#: The safety net takes on-demand for the rest once the slack left is this many joins: one for the catch-up
+#: workers it starts, one for the decision that comes a pass late.
+COMMIT_GUARD_JOINS = 2.0
+
+#: The p90 ETA is the mean plus this many standard deviations of the time left: wider than the normal p90
+#: (1.28), because measured outages are longer-tailed and less steady than the exponential ones the spread
+#: assumes. Calibrated by replaying measured spot traces (bench/deadline_traces.py --calibrate,
+#: docs/simulate.md): the smallest of the values tried with at most 10 % of ETAs followed by a later end at
+#: every slack on one campaign of traces (7.3 %), and on the other (8.2 %).
+ETA_SPREAD = 1.6449
 
 
 class FleetRate(Protocol):
@@ -67,6 +93,13 @@ class DeadlineView:
     #: the policy's memory: whether catch-up workers were held for the deadline at the last decision
     escalated: bool = False
     release_margin: float = DEFAULT_RELEASE_MARGIN
+    #: spot workers the job has while its spot group has capacity (None: ``spot_workers``, as now)
+    spot_workers_wanted: int | None = None
+    #: share of time the spot group had capacity, and its mean outage, as observed (1 and 0: never out)
+    spot_availability: float = 1.0
+    spot_outage_mean_seconds: float = 0.0
+    #: standard deviations of the time left between the p50 and the p90 ETA
+    eta_spread: float = ETA_SPREAD
 
 
 @dataclass(frozen=True)
@@ -101,96 +134,189 @@ def uniform_steps(view: DeadlineView) -> float:
     return view.steps_total * share
 
 
+def _remaining(view: DeadlineView) -> int:
+    return max(0, view.steps_total - view.steps_done)
+
+
+def _spot_when_up(view: DeadlineView, spot: int) -> int:
+    return spot if spot > 0 else (view.spot_workers_wanted or 0)
+
+
 def project(view: DeadlineView, spot: int, catch_up: int) -> Eta | None:
-    """Completion of the remaining steps with ``spot`` and ``catch_up`` workers: the spot workers' expected
-    preemptions slow the mean pace; the p90 adds one standard deviation's worth of their Poisson count."""
-    remaining = max(0, view.steps_total - view.steps_done)
+    """Completion of the remaining steps with ``spot`` spot workers (0: out now; they come back, as many as
+    ``spot_workers_wanted``, at the observed availability) and ``catch_up`` catch-up workers. The spot
+    workers' expected preemptions slow the pace and widen the spread (a Poisson count of them)."""
+    remaining = _remaining(view)
     if remaining == 0:
         return Eta(view.now, view.now)
-    rate = view.rate(spot, catch_up)
-    if rate <= 0:
+    up = _spot_when_up(view, spot)
+    lost_per_second = up * view.spot_hazard_per_hour / 3600.0 * view.steps_lost_per_preemption
+    rate_up = view.rate(up, catch_up) - lost_per_second
+    rate_down = view.rate(0, catch_up)
+    capacity = SpotCapacity(view.spot_availability, view.spot_outage_mean_seconds, out_now=spot == 0 and up > 0)
+    duration = time_to_finish(remaining, rate_up, rate_down, capacity, view.join_seconds)
+    if duration is None:
         return None
     joining = view.join_seconds if catch_up > view.catch_up_workers else 0.0
-    seconds = joining + remaining / rate
-    lambda_per_second = spot * view.spot_hazard_per_hour / 3600.0
-    lost_per_second = lambda_per_second * view.steps_lost_per_preemption
-    effective = rate - lost_per_second
-    if effective <= 0:
-        return None
-    mean = joining + remaining / effective
-    expected_losses = lambda_per_second * mean
-    spread = math.sqrt(expected_losses) * view.steps_lost_per_preemption / effective
-    p50 = view.now + timedelta(seconds=max(seconds, mean))
-    return Eta(p50, p50 + timedelta(seconds=_Z90 * spread))
+    preemptions = up * view.spot_hazard_per_hour / 3600.0 * duration.mean
+    spread_of_losses = math.sqrt(preemptions) * view.steps_lost_per_preemption / max(rate_up, 1e-12)
+    deviation = math.hypot(duration.deviation, spread_of_losses)
+    p50 = view.now + timedelta(seconds=joining + duration.mean)
+    return Eta(p50, p50 + timedelta(seconds=view.eta_spread * deviation))
+
+
+def on_demand_seconds(view: DeadlineView, catch_up: int) -> float:
+    """Seconds ``catch_up`` catch-up workers alone need to finish, their join included (inf: never)."""
+    rate = view.rate(0, catch_up)
+    if rate <= 0:
+        return math.inf
+    joining = view.join_seconds if catch_up > view.catch_up_workers else 0.0
+    return joining + _remaining(view) / rate
 
 
 def decide(view: DeadlineView) -> DeadlineDecision:
-    """How many catch-up workers the job should hold now, and why."""
+    """How many catch-up workers the job should hold now, and why (the rules: the module's docstring)."""
     expected = uniform_steps(view)
     before = project(view, view.spot_workers, view.catch_up_workers)
-    if view.steps_done >= view.steps_total:
+    done, total = view.steps_done, view.steps_total
+    left = (view.deadline - view.now).total_seconds()
+    if done >= total:
         state = DeadlineState.MET if view.now <= view.deadline else DeadlineState.MISSED
         return DeadlineDecision(0, state, before, before, None, round(expected), f"finished ({state})")
-    if view.now >= view.deadline:
-        return DeadlineDecision(
-            view.catch_up_max,
+    most = view.catch_up_max
+    if left <= 0:
+        return _decision(
+            view,
+            most,
             DeadlineState.MISSED,
-            *_with(view, view.catch_up_max, before, expected),
-            f"the deadline passed with {view.steps_done}/{view.steps_total} steps done",
+            before,
+            expected,
+            message=f"the deadline passed with {done}/{total} steps done",
         )
+    fastest_rate = view.rate(_spot_when_up(view, view.spot_workers), most)
+    fastest = math.inf
+    if fastest_rate > 0:
+        fastest = (view.join_seconds if most > view.catch_up_workers else 0.0) + _remaining(view) / fastest_rate
+    if fastest > left:
+        words = "no progress" if math.isinf(fastest) else f"{fastest / 3600:.2f} h needed, {left / 3600:.2f} h left"
+        return _decision(
+            view,
+            most,
+            DeadlineState.INFEASIBLE,
+            before,
+            expected,
+            message=f"the deadline cannot be met even with every spot worker and {most} catch-up workers: {words}, "
+            f"{done}/{total} steps done",
+        )
+    guard = COMMIT_GUARD_JOINS * view.join_seconds
+    held = view.catch_up_workers if view.escalated else 0
+    line = f"{done}/{total} steps, {round(expected)} on the uniform line"
 
-    def in_time(count: int, spot: int = view.spot_workers) -> bool:
-        eta = project(view, spot, count)
+    def in_time(count: int) -> bool:
+        eta = project(view, view.spot_workers, count)
         return eta is not None and eta.p90 <= view.deadline
 
-    best = project(view, view.spot_workers, view.catch_up_max)
-    if best is None or best.p90 > view.deadline:
-        words = "no progress" if best is None else f"p90 ETA {best.p90:%Y-%m-%dT%H:%M:%SZ}"
-        return DeadlineDecision(
-            view.catch_up_max,
-            DeadlineState.INFEASIBLE,
-            *_with(view, view.catch_up_max, before, expected),
-            f"the deadline cannot be met even with {view.catch_up_max} catch-up workers: {words}, "
-            f"{view.steps_done}/{view.steps_total} steps done",
+    reserve = left - on_demand_seconds(view, most)
+    # Spot that was never seen out is no risk the safety net can weigh: while it runs and finishes in time
+    # alone, the line decides.
+    never_out = view.spot_availability >= 1.0 or view.spot_outage_mean_seconds <= 0.0
+    if reserve >= 0 and not (never_out and view.spot_workers > 0 and in_time(0)):
+        # On-demand alone can still finish: spot until the slack left is the guard (kept one guard longer
+        # once workers are held, so that it does not flap), then the fewest that finish alone in time; as
+        # spot brings the end closer, fewer are needed, and those held are released one join late.
+        if reserve > guard + (guard if held else 0):
+            when = view.now + timedelta(seconds=reserve - guard)
+            return _decision(
+                view,
+                0,
+                DeadlineState.ON_TRACK,
+                before,
+                expected,
+                message=f"{line}: spot suffices; on-demand takes over at {when:%Y-%m-%dT%H:%M:%SZ} unless spot "
+                "brings the end closer",
+            )
+        count = _or(
+            _fewest(
+                range(most + 1),
+                lambda c: on_demand_seconds(view, c) <= left - guard - (view.join_seconds if c < held else 0.0),
+            ),
+            most,
         )
-    behind = view.steps_done < expected
-    ahead = view.steps_done >= expected + view.release_margin * view.steps_total
-    if view.escalated and not (ahead and in_time(0)):
-        # Hold at least what is held; add if the held fleet no longer makes it.
-        count = next(
-            c for c in range(view.catch_up_workers, view.catch_up_max + 1) if in_time(c) or c == view.catch_up_max
-        )
-        return DeadlineDecision(
+        return _decision(
+            view,
             count,
             DeadlineState.AT_RISK,
-            *_with(view, count, before, expected),
-            f"{view.steps_done}/{view.steps_total} steps, {round(expected)} on the uniform line: holding {count} "
-            "catch-up workers until ahead by the margin and spot alone makes it",
+            before,
+            expected,
+            message=f"{left / 3600:.2f} h left and {count} catch-up workers alone need "
+            f"{on_demand_seconds(view, count) / 3600:.2f} h: on-demand for the rest",
+        )
+
+    # On-demand alone can no longer finish (spot must carry part of it), or spot never seen out finishes
+    # alone: the uniform line says when it is not carrying enough.
+    # a join's lag is no sign of falling behind: every worker starts that late
+    span = (view.deadline - view.started).total_seconds()
+    behind = done < expected - (total / span * view.join_seconds if span > 0 else 0.0)
+    ahead = done >= expected + view.release_margin * total
+    if held > 0 and not (ahead and in_time(0)):
+        count = _or(_fewest(range(held, most + 1), in_time), most)
+        return _decision(
+            view,
+            count,
+            DeadlineState.AT_RISK,
+            before,
+            expected,
+            message=f"{line}: holding {count} catch-up workers until ahead by {view.release_margin:.0%} of the "
+            "steps and spot alone makes it",
         )
     if behind or not in_time(0):
-        count = next(c for c in range(0, view.catch_up_max + 1) if in_time(c))
-        if count == 0 and not behind:
-            count = 0
-        elif count == 0:
-            count = min(1, view.catch_up_max)
-        return DeadlineDecision(
+        count = _or(_fewest(range(1, most + 1), in_time), most)
+        return _decision(
+            view,
             count,
             DeadlineState.AT_RISK,
-            *_with(view, count, before, expected),
-            f"{view.steps_done}/{view.steps_total} steps, {round(expected)} on the uniform line: "
-            f"{count} catch-up workers",
+            before,
+            expected,
+            message=f"{line}: behind it, or late at p90 without catch-up workers: {count} catch-up workers",
         )
-    return DeadlineDecision(
+    return _decision(
+        view,
         0,
         DeadlineState.ON_TRACK,
-        *_with(view, 0, before, expected),
-        f"{view.steps_done}/{view.steps_total} steps, {round(expected)} on the uniform line: spot suffices",
+        before,
+        expected,
+        message=f"{line}: spot suffices (on-demand alone could no longer finish)",
     )
 
 
-def _with(
-    view: DeadlineView, count: int, before: Eta | None, expected: float
-) -> tuple[Eta | None, Eta | None, float | None, int]:
+def _fewest(counts: range, enough: Callable[[int], bool]) -> int | None:
+    return next((c for c in counts if enough(c)), None)
+
+
+def _or(count: int | None, otherwise: int) -> int:
+    return otherwise if count is None else count
+
+
+def eta_under_policy(view: DeadlineView, eta: Eta | None) -> Eta | None:
+    """``eta`` capped by the safety net: the job is on on-demand for the rest no later than when the slack left
+    is the guard, so it ends by then plus a join (the pass that takes it may come one join late)."""
+    latest_seconds = max(
+        (view.deadline - view.now).total_seconds() - (COMMIT_GUARD_JOINS - 1.0) * view.join_seconds,
+        on_demand_seconds(view, view.catch_up_max),
+    )
+    if math.isinf(latest_seconds):
+        return eta
+    latest = view.now + timedelta(seconds=latest_seconds)
+    if eta is None:
+        return Eta(latest, latest)
+    return Eta(min(eta.p50, latest), min(eta.p90, latest))
+
+
+def _decision(
+    view: DeadlineView, count: int, state: DeadlineState, before: Eta | None, expected: float, *, message: str
+) -> DeadlineDecision:
     eta = project(view, view.spot_workers, count)
+    if state in (DeadlineState.ON_TRACK, DeadlineState.AT_RISK):
+        eta = eta_under_policy(view, eta)
     slack = None if eta is None else (view.deadline - eta.p90).total_seconds()
-    return eta, before, slack, round(expected)
+    return DeadlineDecision(count, state, eta, before, slack, round(expected), message)

@@ -104,6 +104,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data", type=Path, default=None, help="refit on this copy of the ICAC'19 data (a folder with training/)"
     )
     _add_plan_arguments(parser)
+    _add_trace_arguments(parser)
+
+
+def _add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    traces = parser.add_argument_group("deadlines on measured spot availability (--traces)")
+    traces.add_argument(
+        "--traces",
+        type=Path,
+        default=None,
+        help="replay these spot availability traces (a JSON file or a folder of them) as the capacity of the "
+        "job's spot group, and compare ttj's deadline policy, always-on-demand, greedy, the paper's uniform "
+        "progress and the hindsight optimum",
+    )
+    traces.add_argument(
+        "--slacks", default="1.1,1.5,2", help="deadlines, in always-on-demand times of the job [1.1,1.5,2]"
+    )
+    traces.add_argument(
+        "--job-hours",
+        type=float,
+        default=None,
+        help="set the job's steps so that always-on-demand takes this long [the manifest's trainSteps]",
+    )
+    traces.add_argument("--starts", type=int, default=4, help="deadlines per trace and slack, spread over it [4]")
+    traces.add_argument(
+        "--catch-up-max", type=int, default=None, help="most catch-up (on-demand) workers [the job's replicas]"
+    )
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -364,6 +390,8 @@ def _report_json(
 def main(args: argparse.Namespace) -> int:
     if args.plan:
         return _plan(args)
+    if args.traces is not None:
+        return _replay_traces(args)
     from ttj.simulate.prices import price_note
     from ttj.simulate.report import draw_chart, validation_table
     from ttj.simulate.study import Study
@@ -397,6 +425,44 @@ def main(args: argparse.Namespace) -> int:
     if args.json is not None:
         payload = _report_json(args, request, price_notes, summaries, validation)
         args.json.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    return 0
+
+
+# --- --traces ---------------------------------------------------------------------------------------------
+
+
+def _replay_traces(args: argparse.Namespace) -> int:
+    from ttj.simulate.deadline_replay import POLICIES, cases_of, replay_cases, replay_job
+    from ttj.simulate.deadline_report import header, table
+    from ttj.simulate.fit import fit
+    from ttj.simulate.icac19 import load_training_data
+    from ttj.simulate.traces import load_traces
+
+    job = _job(args)
+    if isinstance(job, str):
+        return _fail(args, job)
+    try:
+        slacks = [float(s) for s in _csv(args.slacks)]
+    except ValueError:
+        return _fail(args, f"--slacks: expected comma-separated numbers, not {args.slacks!r}")
+    if not slacks or min(slacks) < 1.0 or args.starts < 1:
+        return _fail(args, "--slacks must be at least 1 (always-on-demand's own time) and --starts at least 1")
+    if args.catch_up_max is not None and args.catch_up_max < 1:
+        return _fail(args, "--catch-up-max must be at least 1")
+    try:
+        traces = load_traces(args.traces)
+        fitted = fit(load_training_data(args.data))
+        replayed = replay_job(
+            job.template, fitted, args.price_table, catch_up_max=args.catch_up_max, hours=args.job_hours
+        )
+    except (OSError, ValueError) as exc:
+        return _fail(args, str(exc))
+    cases = cases_of(traces, replayed, slacks, args.starts)
+    if not cases:
+        return _fail(args, "no trace is long enough for the job's deadlines (a day of history + the deadline)")
+    results = replay_cases(replayed, cases)
+    print(header(replayed, len(traces), len(cases)))
+    print(table(replayed, results, POLICIES))
     return 0
 
 

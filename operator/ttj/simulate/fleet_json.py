@@ -6,13 +6,14 @@ import dataclasses
 import math
 from typing import Any
 
-from ttj.simulate.fleet_manifests import GROUPS_NOTE
+from ttj.simulate.fleet_manifests import GROUPS_NOTE, deadline_spec
 from ttj.simulate.fleet_search import Evaluation, FleetPlan
 
 
 def plan_document(plan: FleetPlan, grouped: dict[str, Any] | None, today: dict[str, Any] | None) -> dict[str, Any]:
     """What ``--json`` writes: the plan, and its manifests (none without a plan)."""
-    return plan_json(plan) | {"manifest": grouped, "manifestToday": today, "note": GROUPS_NOTE}
+    deadline = deadline_spec(plan.best.mix, plan.target.deadline_s) if plan.best is not None else None
+    return plan_json(plan) | {"manifest": grouped, "manifestToday": today, "deadline": deadline, "note": GROUPS_NOTE}
 
 
 def evaluation_json(evaluation: Evaluation) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -39,6 +40,19 @@ def manifests(plan_mix: Mix, context: PlanContext, name: str) -> tuple[dict[str,
         if manifest is not None:
             TransientTrainingJob.model_validate(manifest)
     return grouped, today
+
+
+def deadline_spec(plan_mix: Mix, deadline_s: float | None) -> dict[str, Any] | None:
+    """The ``spec.deadline`` that holds the planned job to the deadline it was planned for: the operator's deadline
+    policy then adds on-demand catch-up workers (up to the plan's size, in its on-demand group when it has one)
+    when spot falls short. None without a deadline, or for a plan without spot workers (nothing to catch up)."""
+    if deadline_s is None or all(g.provisioning == "on-demand" for g in plan_mix.groups):
+        return None
+    spec: dict[str, Any] = {"completeWithinSeconds": math.ceil(deadline_s), "maxCatchUpWorkers": plan_mix.workers}
+    on_demand = [g.name for g in plan_mix.groups if g.provisioning == "on-demand"]
+    if on_demand:
+        spec["catchUpGroup"] = on_demand[0]
+    return spec
 
 
 def manifests_yaml(grouped: dict[str, Any], today: dict[str, Any] | None) -> str:

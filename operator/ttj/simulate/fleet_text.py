@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ttj.simulate.fleet_manifests import GROUPS_NOTE
+from ttj.simulate.fleet_manifests import GROUPS_NOTE, deadline_spec
 from ttj.simulate.fleet_search import Evaluation, FleetPlan, PlanContext, Target, short_gpu
 from ttj.simulate.prices import price_note, price_table
 from ttj.simulate.report import revocation_table
@@ -34,6 +34,7 @@ def render(plan: FleetPlan, context: PlanContext, name: str, derived: str, polic
         *_header(plan, context, name, derived, policy_label),
         *_candidate_lines(plan),
         *(_best_lines(plan.best, plan.target, context) if plan.best is not None else _no_plan_lines(plan, context)),
+        *_deadline_lines(plan),
         *_reference_lines(plan),
         *_extrapolated_lines(plan, context),
     ]
@@ -115,6 +116,17 @@ def _best_lines(best: Evaluation, target: Target, context: PlanContext) -> list[
             "more --plan-runs would tell"
         )
     return lines
+
+
+def _deadline_lines(plan: FleetPlan) -> list[str]:
+    spec = deadline_spec(plan.best.mix, plan.target.deadline_s) if plan.best is not None else None
+    if spec is None:
+        return []
+    fields = ", ".join(f"{key}: {value}" for key, value in spec.items())
+    return [
+        "  to have the operator hold the job to this deadline (its deadline policy adds on-demand catch-up workers "
+        f"when spot falls short), add to its spec: deadline: {{{fields}}}"
+    ]
 
 
 def _reference_lines(plan: FleetPlan) -> list[str]:
