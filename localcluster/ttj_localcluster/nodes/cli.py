@@ -22,7 +22,8 @@ POOL_HELP = (
     "add a node pool: name=NAME,nodes=N,provisioning=on-demand|spot|preemptible,accelerator=TYPE,gpus=N,"
     "cpu=Q,memory=Q,machine-type=T,zone=Z,preemption=none|scripted|lifetime,preempt-at=S[:S...],seed=N,"
     "time-scale=X,grace=S,stop-seconds=S,restore-after=S|never,speed=X,step-seconds=S,stocked-out=true|false,"
-    "stock-out-window=FROM:UNTIL,compute-class=NAME (repeatable; replaces the default pools)"
+    "stock-out-window=FROM:UNTIL,trace=FILE,trace-start=S,compute-class=NAME (repeatable; replaces the default "
+    "pools; trace: the pool's stock follows a spot availability trace at time-scale trace seconds per second)"
 )
 
 
