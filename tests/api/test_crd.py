@@ -82,6 +82,7 @@ def test_contract_names_subresources_and_columns() -> None:
         "Step",
         "Of",
         "Cost",
+        "ETA",
         "Age",
     ]
 

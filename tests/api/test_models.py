@@ -80,6 +80,21 @@ def test_bad_worker_specs_are_refused_with_a_clear_message(workers: dict[str, An
         ({"cleanPodPolicy": "Some"}, "'All', 'Running' or 'None'"),
         ({"budget": {"maxCostUSD": 0}}, "greater than 0"),
         ({"backoffLimit": -1}, "greater than or equal to 0"),
+        ({"deadline": {}}, "deadline needs completeBy or completeWithinSeconds"),
+        ({"deadline": {"completeBy": "friday 9am"}}, "Invalid isoformat string"),
+        ({"deadline": {"completeWithinSeconds": 0}}, "greater than or equal to 1"),
+        ({"deadline": {"completeWithinSeconds": 60, "maxCatchUpWorkers": -1}}, "greater than or equal to 0"),
+        (
+            {"deadline": {"completeWithinSeconds": 60, "catchUpGroup": "on-demand"}},
+            "deadline.catchUpGroup must name a workers.groups entry other than the first",
+        ),
+        (
+            {
+                "deadline": {"completeWithinSeconds": 60, "catchUpGroup": "spot"},
+                "workers": {"groups": [{"name": "spot"}, {"name": "on-demand", "provisioning": "on-demand"}]},
+            },
+            "deadline.catchUpGroup must name a workers.groups entry other than the first",
+        ),
     ],
 )
 def test_bad_specs_are_refused(overrides: dict[str, Any], message: str) -> None:

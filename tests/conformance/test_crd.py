@@ -239,3 +239,54 @@ def test_out_of_range_and_malformed_values_are_refused(
     with pytest.raises(client.ApiException) as info:
         _create(custom, namespace, minimal_job("oor", **spec))
     assert info.value.status == 422
+
+
+_GROUPS = {"groups": [{"name": "spot"}, {"name": "on-demand", "provisioning": "on-demand"}]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"deadline": {}}, "deadline needs completeBy or completeWithinSeconds"),
+        (
+            {"deadline": {"completeWithinSeconds": 60, "catchUpGroup": "on-demand"}},
+            "deadline.catchUpGroup must name a workers.groups entry other than the first",
+        ),
+        (
+            {"deadline": {"completeWithinSeconds": 60, "catchUpGroup": "spot"}, "workers": _GROUPS},
+            "deadline.catchUpGroup must name a workers.groups entry other than the first",
+        ),
+    ],
+)
+def test_bad_deadlines_are_refused(
+    custom: client.CustomObjectsApi, namespace: str, spec: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(client.ApiException) as info:
+        _create(custom, namespace, minimal_job("baddl", **spec))
+    assert info.value.status == 422
+    assert words in json.loads(info.value.body)["message"]
+
+
+def test_a_deadline_and_where_the_job_stands_are_stored(custom: client.CustomObjectsApi, namespace: str) -> None:
+    deadline = {"completeBy": "2026-12-04T09:00:00Z", "catchUpGroup": "on-demand", "maxCatchUpWorkers": 2}
+    created = _create(custom, namespace, minimal_job("dl", deadline=deadline, workers=_GROUPS))
+    assert created["spec"]["deadline"] == deadline
+    standing = {
+        "at": "2026-12-04T09:00:00Z",
+        "state": "AtRisk",
+        "catchUpWorkers": 1,
+        "slackSeconds": -30,
+        "escalatedAt": "2026-12-01T09:00:00Z",
+        "message": "behind",
+    }
+    eta = {"p50": "2026-12-04T08:00:00Z", "p90": "2026-12-04T09:00:30Z"}
+    written = custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "dl",
+        {"status": {"deadline": standing, "progress": {"globalStep": 10, "eta": eta}}},
+    )
+    assert written["status"]["deadline"] == standing
+    assert written["status"]["progress"]["eta"] == eta

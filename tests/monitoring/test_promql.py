@@ -255,6 +255,7 @@ def test_the_component_covers_what_the_issue_asks() -> None:
         "TTJRecoverySlow",
         "TTJChiefElectionsFlapping",
         "TTJOperatorDown",
+        "TTJDeadlineAtRisk",
     } <= alerts
     titles = {where.split("'")[1] for where, _ in dashboard_queries() if where.startswith("panel")}
     assert {"Workers", "Preemptions and replacements", "Chief elections", "Global step rate", "Cost"} <= titles

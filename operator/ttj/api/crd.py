@@ -134,6 +134,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     # beside Step, so progress reads at a glance: step 12000 of 64000
     {"name": "Of", "type": "integer", "jsonPath": ".spec.trainSteps", "description": "Global steps to reach."},
     {"name": "Cost", "type": "string", "jsonPath": ".status.cost.summary", "description": "Cost so far."},
+    # a time, not kubectl's date type: that prints an age and shows a future time as <invalid>
+    {
+        "name": "ETA",
+        "type": "string",
+        "jsonPath": ".status.progress.eta.p90",
+        "description": "Completion projected at 90 % confidence.",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

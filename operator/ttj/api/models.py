@@ -25,6 +25,7 @@ from ttj.api.podtemplate import (
     ResourceRequirements,
     Toleration,
 )
+from ttj.deadline.policy import DeadlineState
 from ttj_contract import (
     API_VERSION,
     BUILTIN_DATASETS,
@@ -38,6 +39,7 @@ from ttj_contract import (
     SIGTERM_EXIT_MARGIN_SECONDS,
     LearningRateScaling,
     Provisioning,
+    parse_time,
 )
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/transient-training/ttj-trainer:0.1.0"
@@ -112,6 +114,8 @@ class ConditionType(StrEnum):
     #: True while new workers skip a group for want of capacity, or a worker (the chief aside) runs in a less
     #: preferred group than one with room.
     CAPACITY_FALLBACK = "CapacityFallback"
+    #: With spec.deadline: True while the job is behind the uniform line or cannot finish in time.
+    DEADLINE_AT_RISK = "DeadlineAtRisk"
 
 
 class Reason(StrEnum):
@@ -156,6 +160,12 @@ class Reason(StrEnum):
     #: CapacityFallback True: no group is skipped, but workers still run in a less preferred group than one with
     #: room (they move back one at a time, make-before-break).
     FALLBACK_WORKERS = "FallbackWorkers"
+    #: DeadlineAtRisk, by the deadline's state (:class:`ttj.deadline.policy.DeadlineState`).
+    BEHIND_UNIFORM_PROGRESS = "BehindUniformProgress"
+    DEADLINE_INFEASIBLE = "DeadlineInfeasible"
+    ON_TRACK = "OnTrack"
+    DEADLINE_MET = "DeadlineMet"
+    DEADLINE_MISSED = "DeadlineMissed"
 
 
 # The names are the contract's (the trainer reads the same tuples); the schema lists them as an enum.
@@ -618,6 +628,68 @@ class BudgetSpec(_Model):
     )
 
 
+#: The implicit catch-up group of a job with a deadline and no on-demand group to catch up with.
+IMPLICIT_CATCH_UP_GROUP = "catch-up"
+
+
+def _rfc3339(value: str) -> str:
+    if parse_time(value) is None:
+        raise ValueError("must be an RFC 3339 date-time")
+    return value
+
+
+class DeadlineSpec(_Model):
+    """When the job must be done by, and the on-demand workers it may add to get there."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.completeBy) || has(self.completeWithinSeconds)",
+                "deadline needs completeBy or completeWithinSeconds",
+            )
+        )
+    )
+
+    complete_by: Annotated[str, AfterValidator(_rfc3339)] | None = Field(
+        default=None,
+        max_length=64,
+        description="Finish training by this time (RFC 3339, e.g. 2026-12-04T09:00:00Z). With "
+        "completeWithinSeconds too, the earlier of the two counts.",
+        json_schema_extra={"format": "date-time"},
+    )
+    complete_within_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_INT32,
+        description="Finish training this many seconds after the job started (status.startTime, else its "
+        "creation). With completeBy too, the earlier of the two counts.",
+    )
+    catch_up_group: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=DNS_1123_LABEL,
+        description="The workers.groups entry the deadline may add workers to, on top of replicas, when spot "
+        "alone would finish too late; not the first group. Default: the last on-demand group after the first, "
+        f"else an implicit on-demand twin of the first group named {IMPLICIT_CATCH_UP_GROUP}. Without a "
+        "deadline's need it holds no worker.",
+    )
+    max_catch_up_workers: int | None = Field(
+        default=None,
+        ge=0,
+        le=256,
+        description="The most catch-up workers at once. They always stay within the free worker slots "
+        "(workers.maxReplicas minus replicas), the catch-up group's maxReplicas and the budget, which stays a "
+        "hard cap: a deadline the budget cannot meet is said at once in the DeadlineAtRisk condition.",
+    )
+
+    @model_validator(mode="after")
+    def _a_time(self) -> DeadlineSpec:
+        if self.complete_by is None and self.complete_within_seconds is None:
+            raise ValueError("deadline needs completeBy or completeWithinSeconds")
+        return self
+
+
 def _unchanged(path: str, default: object) -> str:
     """CEL transition rule: the field keeps its value (its default when unset) across updates."""
     now = _or_default(path, default)
@@ -658,6 +730,16 @@ IMMUTABLE_RULES = (
 )
 
 
+_CATCH_UP_GROUP_RULE = (
+    "!has(self.deadline) || !has(self.deadline.catchUpGroup) || (has(self.workers) && has(self.workers.groups) && "
+    "self.workers.groups[0].name != self.deadline.catchUpGroup && "
+    "self.workers.groups.exists(g, g.name == self.deadline.catchUpGroup))"
+)
+_CATCH_UP_GROUP_MESSAGE = (
+    "deadline.catchUpGroup must name a workers.groups entry other than the first (the first holds the replicas)"
+)
+
+
 class TransientTrainingJobSpec(_Model):
     """What to train, on which workers, and how to survive preemptions."""
 
@@ -668,6 +750,7 @@ class TransientTrainingJobSpec(_Model):
                 "!has(self.program) || (!has(self.model) && !has(self.dataset))",
                 "program is exclusive with model and dataset: the program brings its own",
             ),
+            (_CATCH_UP_GROUP_RULE, _CATCH_UP_GROUP_MESSAGE),
         )
     )
 
@@ -723,6 +806,12 @@ class TransientTrainingJobSpec(_Model):
     )
     workers: WorkerSpec = Field(default_factory=WorkerSpec, description="The workers and their nodes.")
     budget: BudgetSpec | None = Field(default=None, description="Optional cost ceiling.")
+    deadline: DeadlineSpec | None = Field(
+        default=None,
+        description="Finish by a time at the least cost: train on spot while it keeps up with the straight line "
+        "from start to deadline, add on-demand catch-up workers when it falls behind, release them once safely "
+        "ahead. Unlike activeDeadlineSeconds it never fails the job.",
+    )
     backoff_limit: int = Field(
         default=3,
         ge=0,
@@ -757,6 +846,16 @@ class TransientTrainingJobSpec(_Model):
         description="Pods deleted when the job finishes: All, Running (those still running, e.g. the "
         "parameter servers), or None.",
     )
+
+    @model_validator(mode="after")
+    def _catch_up_group_is_listed(self) -> TransientTrainingJobSpec:
+        name = self.deadline.catch_up_group if self.deadline is not None else None
+        if name is None:
+            return self
+        names = [g.name for g in self.workers.groups or []]
+        if name not in names[1:]:
+            raise ValueError(_CATCH_UP_GROUP_MESSAGE)
+        return self
 
     @model_validator(mode="after")
     def _program_is_exclusive(self) -> TransientTrainingJobSpec:
@@ -902,6 +1001,16 @@ EvaluationMetrics = Annotated[
 ]
 
 
+class EtaStatus(_Model):
+    """When training is projected to reach trainSteps."""
+
+    p50: str = Field(description="Median projected completion (RFC 3339).", json_schema_extra={"format": "date-time"})
+    p90: str = Field(
+        description="Completion projected at 90 % confidence (RFC 3339): the later of the two.",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
 class ProgressStatus(_Model):
     """Training progress as last reported by the chief."""
 
@@ -949,6 +1058,28 @@ class ProgressStatus(_Model):
         description="The training loss the chief last reported: the mean of its own steps' losses since its report "
         "before (the chief's batches only; the held-out loss is evaluation.loss).",
     )
+    eta: EtaStatus | None = Field(
+        default=None,
+        description="When training is projected to reach trainSteps, from the live step rate (and, with a "
+        "deadline, the catch-up workers decided); unset while the rate is unknown.",
+    )
+
+
+class DeadlineStatus(_Model):
+    """Where the job stands against spec.deadline."""
+
+    at: str = Field(description="The deadline (RFC 3339).", json_schema_extra={"format": "date-time"})
+    state: DeadlineState = Field(description="OnTrack, AtRisk (catch-up workers held), Infeasible, Met or Missed.")
+    catch_up_workers: int = Field(default=0, ge=0, description="Catch-up workers the job is to hold now.")
+    slack_seconds: int | None = Field(
+        default=None, description="Seconds from the p90 completion projected with them to the deadline (<0: late)."
+    )
+    escalated_at: str | None = Field(
+        default=None,
+        description="Since when catch-up workers are held for the deadline (RFC 3339); unset while none are.",
+        json_schema_extra={"format": "date-time"},
+    )
+    message: str | None = Field(default=None, description="The policy's reasoning, with the numbers.")
 
 
 class CheckpointIntervalStatus(_Model):
@@ -1200,6 +1331,7 @@ class TransientTrainingJobStatus(_Model):
     chief_elections: int = Field(default=0, ge=0, description="Chiefs elected over the job's life.")
     failures: int = Field(default=0, ge=0, description="Failures of the training code (counted against backoffLimit).")
     progress: ProgressStatus | None = Field(default=None, description="Progress reported by the chief.")
+    deadline: DeadlineStatus | None = Field(default=None, description="With spec.deadline: where the job stands.")
     checkpoint_interval: CheckpointIntervalStatus | None = Field(
         default=None, description="The adaptive checkpoint interval in force (checkpoint.adaptive)."
     )

@@ -12,6 +12,8 @@ from ttj.api.models import Phase
 from ttj_contract import parse_time
 
 LABELS = ("namespace", "job")
+#: The deadline's gauge names the job ``name``, as agreed with the deadline simulator and end-to-end tests.
+DEADLINE_LABELS = ("namespace", "name")
 #: Seconds; recoveries and handovers span a pod start-up, so the buckets reach minutes.
 RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -26,6 +28,8 @@ COUNTERS = {
 }
 #: The phases ttj_job_phase reports.
 PHASES = tuple(phase.value for phase in Phase)
+#: A finished job's deadline has no slack left to watch.
+FINISHED = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
 
 
 class Metrics:
@@ -107,6 +111,13 @@ class Metrics:
         self.phase = Gauge(
             "ttj_job_phase", "1 for the job's phase now, 0 for the others.", (*LABELS, "phase"), registry=registry
         )
+        self.deadline_slack = Gauge(
+            "ttj_deadline_slack_seconds",
+            "With spec.deadline: seconds from the completion projected at p90, with the catch-up workers decided, "
+            "to the deadline (status.deadline.slackSeconds; below 0: late); absent once the job finished.",
+            DEADLINE_LABELS,
+            registry=registry,
+        )
         self.steps_lost = Counter(
             "ttj_steps_lost_total", "Global steps trained again after losses.", LABELS, registry=registry
         )
@@ -180,6 +191,12 @@ class Metrics:
         self._set_evaluation(namespace, job, progress)
         for phase in PHASES:
             self.phase.labels(namespace, job, phase).set(1 if new.get("phase") == phase else 0)
+        slack = (new.get("deadline") or {}).get("slackSeconds")
+        if slack is not None and new.get("phase") not in FINISHED:
+            self.deadline_slack.labels(namespace, job).set(float(slack))
+        else:
+            with contextlib.suppress(KeyError):
+                self.deadline_slack.remove(namespace, job)
         limit = ((spec or {}).get("budget") or {}).get("maxCostUSD")
         if limit is not None:
             self.budget.labels(namespace, job).set(float(limit))
@@ -216,6 +233,7 @@ class Metrics:
             self.checkpoint_step,
             self.checkpoint_time,
             self.evaluation_step,
+            self.deadline_slack,
             self.steps_lost,
             self.slot_empty,
             self.reconcile,

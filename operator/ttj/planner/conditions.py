@@ -14,6 +14,7 @@ from typing import Literal
 
 from ttj.api.models import ChiefStatus, Condition, ConditionType, Phase, Reason
 from ttj.cost.budget import BudgetDecision
+from ttj.deadline.policy import DeadlineState
 from ttj.planner.actions import EmitEvent, Refusal
 
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
@@ -45,12 +46,22 @@ class Ending:
 
 
 @dataclass(frozen=True)
+class Standing:
+    """Where a job with spec.deadline stands (status.deadline), for its DeadlineAtRisk condition."""
+
+    state: DeadlineState
+    message: str
+
+
+@dataclass(frozen=True)
 class Ended:
     ending: Ending
     #: The spec sets budget.maxCostUSD.
     budget_limited: bool
     #: The job was suspended before and has been resumed: its Suspended condition stays False, as batch/v1's.
     resumed: bool = False
+    #: With spec.deadline: met or missed.
+    deadline: Standing | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,8 @@ class InProgress:
     #: :mod:`ttj.planner.waiting`); "" when none.
     waiting_workers: str = ""
     waiting_servers: str = ""
+    #: With spec.deadline, once a step rate is known: where the job stands.
+    deadline: Standing | None = None
 
     @property
     def training(self) -> bool:
@@ -266,6 +279,23 @@ def _capacity_fallback(s: Situation) -> Holds | None:
     return False, Reason.PREFERRED_GROUPS, "no worker group is skipped for want of capacity"
 
 
+_DEADLINE_REASONS = {
+    DeadlineState.ON_TRACK: Reason.ON_TRACK,
+    DeadlineState.AT_RISK: Reason.BEHIND_UNIFORM_PROGRESS,
+    DeadlineState.INFEASIBLE: Reason.DEADLINE_INFEASIBLE,
+    DeadlineState.MET: Reason.DEADLINE_MET,
+    DeadlineState.MISSED: Reason.DEADLINE_MISSED,
+}
+
+
+def _deadline_at_risk(s: Situation) -> Holds | None:
+    standing = s.deadline if isinstance(s, Ended | InProgress) else None
+    if standing is None:
+        return None
+    at_risk = standing.state in (DeadlineState.AT_RISK, DeadlineState.INFEASIBLE)
+    return at_risk, _DEADLINE_REASONS[DeadlineState(standing.state)], standing.message
+
+
 def _succeeded(s: Situation) -> Holds | None:
     if isinstance(s, Ended) and s.ending.phase == Phase.SUCCEEDED:
         return True, s.ending.reason, s.ending.message
@@ -306,6 +336,8 @@ CONDITION_RULES: dict[ConditionType, Rule] = {
     ConditionType.SUSPENDED: Rule(_suspended, warns=False),
     # the slots stage posts the Event, naming the slot, the group it left, why, and the group it went to
     ConditionType.CAPACITY_FALLBACK: Rule(_capacity_fallback, warns=True, evented=False),
+    # the deadline stage posts DeadlineEscalated, DeadlineReleased and DeadlineInfeasible, with the numbers
+    ConditionType.DEADLINE_AT_RISK: Rule(_deadline_at_risk, warns=True, evented=False),
     ConditionType.SUCCEEDED: Rule(_succeeded, warns=False),
     ConditionType.FAILED: Rule(_failed, warns=True),
     ConditionType.REPLICA_FAILURE: Rule(_replica_failure, warns=True),

@@ -24,6 +24,7 @@ from ttj.api.models import (
     ChiefStatus,
     CleanPodPolicy,
     ConditionType,
+    DeadlineStatus,
     Phase,
     ProgressStatus,
     Reason,
@@ -35,14 +36,16 @@ from ttj.api.models import (
     status_body,
 )
 from ttj.api.objects import JobStatusBody
+from ttj.deadline.policy import DeadlineState
 from ttj.planner.actions import EmitEvent, LabelPod, Observation, Refusal, Write
 from ttj.planner.assess import Assessment, assess_workers
 from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
 from ttj.planner.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.conditions import TERMINAL, Derived, Ended, Finished, InProgress, InvalidSpec, derive
+from ttj.planner.conditions import TERMINAL, Derived, Ended, Finished, InProgress, InvalidSpec, Standing, derive
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.costing import Costing, cost_and_budget
+from ttj.planner.deadline import DeadlineInputs, DeadlinePlan, deadline_at, plan_deadline
 from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
 from ttj.planner.evaluation import progress_events
 from ttj.planner.groups import (
@@ -53,6 +56,7 @@ from ttj.planner.groups import (
     groups_status,
     next_capacity_retry,
     recorded_unavailable,
+    with_catch_up_workers,
 )
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
 from ttj.planner.losses import LossAccounting, account_losses
@@ -259,6 +263,7 @@ class _Decisions:
     servers: ParameterServers
     #: The status with this pass's losses counted, the parameter servers' included.
     counted: TransientTrainingJobStatus
+    deadline: DeadlinePlan
     slots: WorkerSlots
     stall: Stall
     chief: ChiefPlan
@@ -268,11 +273,12 @@ class _Decisions:
 
 
 def _decide(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> _Decisions:
-    """The parameter servers, the worker slots, a stall, the chief (kept as it is while suspended) and the
-    checkpoint interval, each stage from the values the earlier ones returned."""
+    """The parameter servers, the deadline's catch-up workers, the worker slots, a stall, the chief (kept as it is
+    while suspended) and the checkpoint interval, each stage from the values the earlier ones returned."""
     servers = _servers(run, spec)
     counted = _counted(run, reading, server_preemptions=servers.preemptions)
-    slots = _slots(run, spec, reading)
+    deadline = _deadline(run, spec, reading)
+    slots = _slots(run, spec, reading, catch_up_workers=deadline.catch_up_workers)
     stall = _stall(run, spec, reading)
     chief = (
         _kept_while_suspended(run)
@@ -282,6 +288,7 @@ def _decide(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> _D
     return _Decisions(
         servers=servers,
         counted=counted,
+        deadline=deadline,
         slots=slots,
         stall=stall,
         chief=chief,
@@ -307,6 +314,7 @@ def _goes_on(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, deci
             *slots.events,
             *chief.events,
             *derived.events,
+            *decided.deadline.events,
             *losses.events,
         ],
         observations=chief.observations,
@@ -335,8 +343,11 @@ def _running_status(
 ) -> TransientTrainingJobStatus:
     """The status a running pass writes: the counted status with what the stages decided."""
     servers, slots = decided.servers, decided.slots
+    progress = decided.counted.progress
     return decided.counted.model_copy(
         update={
+            "progress": progress.model_copy(update={"eta": decided.deadline.eta}) if progress is not None else None,
+            "deadline": decided.deadline.status,
             "preemption_costs": losses.costs,
             "savings": losses.savings,
             "phase": derived.phase,
@@ -475,7 +486,18 @@ def _end(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, failu
     )
     suspension = reading.suspension
     resumed = suspension.ever and not suspension.suspended
-    return Ended(end, _budget_limited(spec), resumed=resumed) if end is not None else None
+    if end is None:
+        return None
+    return Ended(end, _budget_limited(spec), resumed=resumed, deadline=_met(run, spec, reading, end.phase))
+
+
+def _met(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, phase: Phase) -> Standing | None:
+    """A job with a deadline that succeeds in this pass met it or missed it."""
+    at = deadline_at(spec, parse_time(reading.start_time), _created_at(run))
+    if at is None or phase != Phase.SUCCEEDED:
+        return None
+    state = DeadlineState.MET if run.now <= at else DeadlineState.MISSED
+    return Standing(state, f"succeeded at {run.now_text}, deadline {format_time(at)}")
 
 
 def _budget_limited(spec: TransientTrainingJobSpec) -> bool:
@@ -495,7 +517,33 @@ def _servers(run: _Pass, spec: TransientTrainingJobSpec) -> ParameterServers:
     )
 
 
-def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> WorkerSlots:
+def _deadline(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> DeadlinePlan:
+    return plan_deadline(
+        DeadlineInputs(
+            spec=spec,
+            progress=reading.progress,
+            previous=run.previous,
+            groups=reading.groups,
+            workers=reading.assessed.workers,
+            verdicts=reading.assessed.verdicts,
+            unavailable=reading.unavailable,
+            lease=run.observed.lease,
+            holder=reading.holder,
+            budget=reading.costing.budget,
+            group_prices=reading.costing.group_rates,
+            started=parse_time(reading.start_time),
+            created=_created_at(run),
+            suspended=reading.suspension.suspended,
+            now=run.now,
+        )
+    )
+
+
+def _created_at(run: _Pass) -> datetime | None:
+    return parse_time(meta(run.job).get("creationTimestamp"))
+
+
+def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, *, catch_up_workers: int) -> WorkerSlots:
     return fill_worker_slots(
         SlotInputs(
             job=run.job,
@@ -505,7 +553,7 @@ def _slots(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading) -> Wor
             holder=reading.holder,
             budget=reading.costing.budget,
             placement=run.observed.placement,
-            groups=reading.groups,
+            groups=with_catch_up_workers(reading.groups, catch_up_workers),
             recorded=run.previous.slot_incarnations or (),
             # a chief that ended without the model leaves its slot to be filled again
             refill_finished=reading.holder_is(PodState.SUCCEEDED) and not reading.has_model,
@@ -614,7 +662,13 @@ def _situation(run: _Pass, spec: TransientTrainingJobSpec, reading: _Reading, de
         fallback_workers=slots.fallback_workers,
         waiting_workers=waiting_workers(reading.assessed.workers, reading.assessed.verdicts),
         waiting_servers=waiting_parameter_servers(run.observed.pods, spec.parameter_servers.replicas),
+        deadline=_standing(decided.deadline),
     )
+
+
+def _standing(deadline: DeadlinePlan) -> Standing | None:
+    status = deadline.status
+    return None if status is None else Standing(DeadlineState(status.state), status.message or "")
 
 
 def _capacity_fallback(spec: TransientTrainingJobSpec, slots: WorkerSlots) -> str | None:
@@ -650,9 +704,25 @@ def _ends_now(
             "completion_time": run.now_text,
             "workers": _counts(run, spec, active=active, pending=pending),
             "conditions": derived.conditions,
+            "deadline": _finished_deadline(counted.deadline, situation.deadline),
         }
     )
     return _plan(run, status, writes=writes, events=[*events, *derived.events, *losses.events], wake=assessed.wake)
+
+
+def _finished_deadline(status: DeadlineStatus | None, standing: Standing | None) -> DeadlineStatus | None:
+    """status.deadline of a job that succeeds in this pass: met or missed, nothing held, no slack to watch."""
+    if status is None or standing is None:
+        return status
+    return status.model_copy(
+        update={
+            "state": standing.state,
+            "catch_up_workers": 0,
+            "slack_seconds": None,
+            "escalated_at": None,
+            "message": standing.message,
+        }
+    )
 
 
 def _losses(

@@ -17,7 +17,7 @@ from ttj.cost.traffic import ZonedWorker, add_cross_zone, cross_zone_traffic, se
 from ttj.planner.children import WORKER_TERMINATION_GRACE_SECONDS
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.config import PlannerConfig
-from ttj.planner.groups import Group, Unavailable, choose_group, group_of, worker_gpus
+from ttj.planner.groups import Group, Unavailable, choose_group, group_of, in_catch_up_group, worker_gpus
 from ttj.planner.observed import (
     Obj,
     Observed,
@@ -199,7 +199,9 @@ def _priced(
     cost = priced_traffic(cost, pods, observed, now=now, prices=prices)
     new_worker = _next_group(groups, alive_pods, unavailable)
     pending = [pod for pod in alive_pods if alive[name_of(pod)].state == PodState.PENDING]
-    requested = max(0, min(spec.workers.replicas, spec.workers.slots) - len(alive))
+    # the deadline's catch-up workers are on top of replicas: they leave no replica's place taken
+    replicas_alive = len(alive) - sum(in_catch_up_group(groups, pod) for pod in alive_pods)
+    requested = max(0, min(spec.workers.replicas, spec.workers.slots) - replicas_alive)
 
     def decide(new_workers: int) -> BudgetDecision:
         return budget_decision(

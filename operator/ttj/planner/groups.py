@@ -23,12 +23,13 @@ the wait is needed as the fallback anyway, and it alone keeps the planner a func
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from ttj.api.models import (
     DEFAULT_CAPACITY_RETRY_SECONDS,
     DEFAULT_FALLBACK_AFTER_SECONDS,
+    IMPLICIT_CATCH_UP_GROUP,
     ZONE_LABEL,
     PodCost,
     TransientTrainingJobSpec,
@@ -44,6 +45,7 @@ from ttj_contract import (
     LABEL_WORKER_GROUP,
     PREEMPTIBLE_LABEL,
     SPOT_LABEL,
+    Provisioning,
     format_time,
     parse_time,
 )
@@ -63,6 +65,10 @@ class Group:
     compute_class: str | None = None
     #: spec.batchSize when the group sets its own batchSize: its pods get it as TTJ_JOB_BATCH_SIZE (updateShare).
     job_batch_size: int | None = None
+    #: The deadline's catch-up group: it holds only the workers the deadline decides (``max_slots``, 0 until a
+    #: pass decides), on top of replicas; new workers go to it first while it has room, a scale-down releases its
+    #: workers first, and they are never fallback workers to move back.
+    catch_up: bool = False
 
     def has_room(self, held: int) -> bool:
         return self.max_slots is None or held < self.max_slots
@@ -77,19 +83,67 @@ class Unavailable:
 
 
 def groups_of(spec: TransientTrainingJobSpec) -> tuple[Group, ...]:
-    """The job's worker groups in order of preference."""
+    """The job's worker groups in order of preference; with spec.deadline, its catch-up group marked (or the
+    implicit one added last, :func:`catch_up_group_name`), holding no worker until the deadline decides."""
     if not spec.workers.groups:
-        return (Group(None, spec),)
-    return tuple(
-        Group(
-            g.name,
-            group_spec(spec, g),
-            g.max_replicas,
-            g.compute_class,
-            spec.batch_size if g.batch_size is not None else None,
+        groups: tuple[Group, ...] = (Group(None, spec),)
+    else:
+        groups = tuple(
+            Group(
+                g.name,
+                group_spec(spec, g),
+                g.max_replicas,
+                g.compute_class,
+                spec.batch_size if g.batch_size is not None else None,
+            )
+            for g in spec.workers.groups
         )
-        for g in spec.workers.groups
-    )
+    catch_up = catch_up_group_name(spec)
+    if catch_up is None:
+        return groups
+    if catch_up == IMPLICIT_CATCH_UP_GROUP and all(g.name != catch_up for g in groups):
+        first = groups[0]
+        workers = first.spec.workers.model_copy(update={"provisioning": Provisioning.ON_DEMAND})
+        twin = first.spec.model_copy(update={"workers": workers})
+        groups = (*groups, replace(first, name=catch_up, spec=twin, max_slots=None, compute_class=None))
+    return tuple(replace(g, max_slots=0, catch_up=True) if g.name == catch_up else g for g in groups)
+
+
+def catch_up_group_name(spec: TransientTrainingJobSpec) -> str | None:
+    """The group spec.deadline may add workers to: deadline.catchUpGroup, else the last on-demand group after the
+    first (the first holds the replicas), else the implicit on-demand twin of the first group; None without a
+    deadline."""
+    if spec.deadline is None:
+        return None
+    if spec.deadline.catch_up_group is not None:
+        return spec.deadline.catch_up_group
+    on_demand = _on_demand_after_first(spec)
+    return on_demand[-1] if on_demand else IMPLICIT_CATCH_UP_GROUP
+
+
+def _on_demand_after_first(spec: TransientTrainingJobSpec) -> list[str]:
+    return [
+        g.name
+        for g in (spec.workers.groups or [])[1:]
+        if g.compute_class is None and group_spec(spec, g).workers.provisioning == Provisioning.ON_DEMAND
+    ]
+
+
+def catch_up_cap(spec: TransientTrainingJobSpec) -> int | None:
+    """The catch-up group's own maxReplicas (None: no cap; the implicit group has none)."""
+    name = catch_up_group_name(spec)
+    return next((g.max_replicas for g in spec.workers.groups or [] if g.name == name), None)
+
+
+def in_catch_up_group(groups: Iterable[Group], pod: Obj) -> bool:
+    """Whether ``pod`` is a worker of the deadline's catch-up group."""
+    name = group_of(pod)
+    return any(g.catch_up and g.name == name for g in groups)
+
+
+def with_catch_up_workers(groups: tuple[Group, ...], count: int) -> tuple[Group, ...]:
+    """``groups`` with room for ``count`` workers in the catch-up group (the deadline's decision)."""
+    return tuple(replace(g, max_slots=count) if g.catch_up else g for g in groups)
 
 
 def group_spec(spec: TransientTrainingJobSpec, group: WorkerGroupSpec) -> TransientTrainingJobSpec:
@@ -116,13 +170,20 @@ def group_spec(spec: TransientTrainingJobSpec, group: WorkerGroupSpec) -> Transi
 
 
 def group_problems(spec: TransientTrainingJobSpec) -> list[str]:
-    """Why a group's nodeSelector would override ttj's placement."""
-    return [
+    """Why a group's nodeSelector would override ttj's placement; why the implicit catch-up group cannot be."""
+    problems = [
         f"workers.groups[{i}] ({g.name}): nodeSelector may not set {key}: ttj places the pods by provisioning and "
         "acceleratorType, or computeClass"
         for i, g in enumerate(spec.workers.groups or [])
         for key in sorted(set(g.node_selector or {}) & set(GROUP_PLACEMENT_LABELS))
     ]
+    implicit = spec.deadline is not None and spec.deadline.catch_up_group is None and not _on_demand_after_first(spec)
+    if implicit and IMPLICIT_CATCH_UP_GROUP in [g.name for g in spec.workers.groups or []]:
+        problems.append(
+            f"workers.groups: a group is named {IMPLICIT_CATCH_UP_GROUP}, the name of the deadline's implicit "
+            "catch-up group: name the catch-up group in deadline.catchUpGroup, or rename the group"
+        )
+    return problems
 
 
 def group_of(pod: Obj) -> str | None:
@@ -203,8 +264,10 @@ def choose_group(
     groups: tuple[Group, ...], held: Mapping[str | None, int], unavailable: Mapping[str, Unavailable]
 ) -> Group | None:
     """The group a new worker goes to: the first with room whose capacity is not known to be out, else the first
-    with room (every group with room is out: try the preferred one again); None when no group has room."""
-    roomy = [g for g in groups if g.has_room(held.get(g.name, 0))]
+    with room (every group with room is out: try the preferred one again); None when no group has room. The
+    deadline's catch-up group comes first: it has room only for the workers the deadline decided."""
+    ordered = sorted(groups, key=lambda g: not g.catch_up)
+    roomy = [g for g in ordered if g.has_room(held.get(g.name, 0))]
     available = [g for g in roomy if g.name not in unavailable]
     candidates = available or roomy
     return candidates[0] if candidates else None

@@ -41,6 +41,7 @@ from ttj.planner.groups import (
     fallback_after,
     group_of,
     group_worker_pod,
+    in_catch_up_group,
     scheduled_at,
     unschedulable_since,
 )
@@ -168,7 +169,9 @@ def _new_workers(
     """A new worker in each empty slot, as far as the budget allows; and, in a pass where nothing else changes,
     one more to move back (:func:`_may_move_back`)."""
     spec = given.spec
-    empty = _empty_slots(spec.workers.slots, filled, _missing(kept.desired, filled, given.budget, len(fallen.slots)))
+    catching_up = max(0, _catch_up_room(groups) - sum(in_catch_up_group(groups, pod) for pod in filled.values()))
+    missing = _missing(kept.desired, filled, given.budget, len(fallen.slots), catching_up=catching_up)
+    empty = _empty_slots(spec.workers.slots, filled, missing)
     created = _created(given.job, groups, occupancy, filled, fallen.marks, slots=empty, recorded=given.recorded)
     moves_back = given.extra_allowed and _may_move_back(
         given.workers, given.verdicts, kept, fallen, filled=filled, created=created
@@ -207,7 +210,7 @@ def _kept(
 ) -> _Kept:
     """One pod per slot, scaled down to the desired count (one more while a worker moves back); none when the
     job stops (suspended, or the budget is spent: SIGTERM every worker, the chief writes its checkpoint)."""
-    desired = min(spec.workers.replicas, spec.workers.slots)
+    desired = min(spec.workers.replicas + _catch_up_room(groups), spec.workers.slots)
     filled, duplicates = _one_per_slot(occupancy, verdicts, holder, spec.workers.slots)
     extra = _moving_back(filled, desired, verdicts, holder, groups)
     scaled, scaled_down = _scaled_down(filled, desired + (extra is not None), verdicts, holder, groups, prices=prices)
@@ -218,13 +221,22 @@ def _kept(
     return _Kept({}, 0, extra, (*duplicates, *scaled_down, *stops), moved_back)
 
 
-def _missing(desired: int, filled: Mapping[int, Obj], budget: BudgetDecision | None, fallen: int) -> int:
+def _missing(
+    desired: int, filled: Mapping[int, Obj], budget: BudgetDecision | None, fallen: int, *, catching_up: int = 0
+) -> int:
     """Workers to create, as far as the budget allows. A slot that falls back swaps a pending worker the budget
-    already counted for another: no new worker."""
+    already counted for another: no new worker. The deadline's catch-up workers (``catching_up`` still to add)
+    were counted against the budget when the deadline decided them."""
     missing = desired - len(filled)
     if budget is None:
         return missing
-    return budget.cap(missing - fallen) + fallen
+    catching_up = min(catching_up, max(0, missing - fallen))
+    return budget.cap(missing - fallen - catching_up) + fallen + catching_up
+
+
+def _catch_up_room(groups: tuple[Group, ...]) -> int:
+    """The workers the deadline decided the catch-up group holds, on top of replicas (0 without a deadline)."""
+    return sum(g.max_slots or 0 for g in groups if g.catch_up)
 
 
 def _empty_slots(slots: int, filled: Mapping[int, Obj], missing: int) -> list[int]:
@@ -499,7 +511,10 @@ def _fallen_back(
 
 
 def _rank(groups: tuple[Group, ...], pod: Obj) -> int:
-    """A worker's group's place in the order of preference (0: the most preferred)."""
+    """A worker's group's place in the order of preference (0: the most preferred; -1 for the deadline's
+    catch-up group, whose workers are there by decision, never to move back from)."""
+    if in_catch_up_group(groups, pod):
+        return -1
     names = [group.name for group in groups]
     name = group_of(pod)
     return names.index(name) if name in names else len(groups)
@@ -521,7 +536,11 @@ def _moving_back(
     if len(waiting) != 1:
         return None
     extra = filled[waiting[0]]
-    if verdicts[name_of(extra)].state != PodState.PENDING or name_of(extra) == holder:
+    if (
+        verdicts[name_of(extra)].state != PodState.PENDING
+        or name_of(extra) == holder
+        or in_catch_up_group(groups, extra)
+    ):
         return None
     worst = max(
         (_rank(groups, pod) for pod in filled.values() if name_of(pod) != holder and pod is not extra), default=-1
@@ -580,7 +599,9 @@ def _move_back_target(
     if groups[0].name is None:
         return None
     held = Counter(group_of(pod) for pod in filled.values())
-    target = next((g for g in groups if g.name not in marks and g.has_room(held.get(g.name, 0))), None)
+    target = next(
+        (g for g in groups if not g.catch_up and g.name not in marks and g.has_room(held.get(g.name, 0))), None
+    )
     worst = max((_rank(groups, pod) for pod in filled.values() if name_of(pod) != holder), default=-1)
     if target is None or groups.index(target) >= worst:
         return None
@@ -599,7 +620,7 @@ def _fallback_workers(
     if groups[0].name is None:
         return ""
     held = Counter(group_of(pod) for pod in filled.values())
-    first = next((i for i, g in enumerate(groups) if g.has_room(held.get(g.name, 0))), len(groups))
+    first = next((i for i, g in enumerate(groups) if not g.catch_up and g.has_room(held.get(g.name, 0))), len(groups))
     behind = Counter(
         group_of(pod)
         for pod in filled.values()
@@ -670,15 +691,16 @@ def release_order(
     running workers in a less preferred group than the one that started last (the worker created to move back,
     once it runs), the dearest per hour at its group's price first (an on-demand fallback before a spot one,
     wherever the job lists it); then the others, least preferred group first; ties in a tier by the order of
-    preference (least preferred first), then the highest slot. The chief comes last: it is never released while
-    another worker can be. Only workers below the one that started last are priced, so the worker that moved
-    back is never the one it replaces, however dear its group."""
+    preference (least preferred first), then the highest slot. Running workers of the deadline's catch-up group
+    go before all other running ones. The chief comes last: it is never released while another worker can be.
+    Only workers below the one that started last are priced, so the worker that moved back is never the one it
+    replaces, however dear its group."""
     rank = {group.name: index for index, group in enumerate(groups)}
     running = [pod for pod in filled.values() if verdicts[name_of(pod)].state == PodState.RUNNING]
     newest = _newest(running)
     newest_rank = rank.get(group_of(newest), len(groups)) if newest is not None else len(groups)
 
-    def order(item: tuple[int, Obj]) -> tuple[bool, bool, bool, float, int, int]:
+    def order(item: tuple[int, Obj]) -> tuple[bool, bool, bool, bool, float, int, int]:
         slot, pod = item
         group_rank = rank.get(group_of(pod), len(groups))
         is_running = verdicts[name_of(pod)].state == PodState.RUNNING
@@ -686,6 +708,7 @@ def release_order(
         return (
             name_of(pod) == holder,
             is_running,
+            not in_catch_up_group(groups, pod),
             not behind,
             -prices.get(group_of(pod), 0.0) if behind else 0.0,
             -group_rank,

@@ -86,3 +86,23 @@ def test_the_latest_evaluation_follows_the_status_and_goes_with_the_job() -> Non
     assert value(registry, "ttj_job_evaluation", metric="loss") is None
     assert value(registry, "ttj_job_evaluation_step") is None
     assert registry.get_sample_value("ttj_job_evaluation", {"namespace": "ns", "job": "other", "metric": "auc"}) == 0.75
+
+
+def test_the_deadlines_slack_follows_the_status_until_the_job_finishes() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+
+    def slack() -> float | None:
+        return registry.get_sample_value("ttj_deadline_slack_seconds", {"namespace": "ns", "name": "j"})
+
+    running = {"phase": "Running", "deadline": {"state": "AtRisk", "slackSeconds": -120}}
+    metrics.status_written("ns", "j", {}, running)
+    assert slack() == -120.0
+    metrics.status_written("ns", "j", running, {"phase": "Running"})
+    assert slack() is None, "a deadline taken out of the spec is no longer reported"
+    metrics.status_written("ns", "j", {}, running)
+    metrics.status_written("ns", "j", running, {**running, "phase": "Succeeded"})
+    assert slack() is None, "a finished job has no slack to watch"
+    metrics.status_written("ns", "j", {}, running)
+    metrics.forget("ns", "j")
+    assert slack() is None
