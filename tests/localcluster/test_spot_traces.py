@@ -16,13 +16,14 @@ import pytest
 from ttj.kubeapi import KubeClient
 from ttj.preemption.traces import SpotTrace, StockChange, load_trace, parse_trace
 from ttj_localcluster.cluster import LocalCluster
+from ttj_localcluster.nodes import cli as nodes_cli
 from ttj_localcluster.nodes.control import ControlClient
 from ttj_localcluster.nodes.fleet import NodeFleet
 from ttj_localcluster.nodes.pools import NodePool, load_pools_file, parse_pool_option
 from ttj_localcluster.nodes.scheduler import Scheduler
 from ttj_localcluster.nodes.trace_stock import TimedStockChange, timed_changes
 
-from .conftest import NodesCluster, wait_for
+from .conftest import NodesCluster, local_cluster_options, wait_for
 
 POOL = "cloud.google.com/gke-nodepool"
 
@@ -159,3 +160,26 @@ def test_a_pool_starts_as_its_trace_says(traced_cluster: NodesCluster) -> None:
     assert status["resumed"]["stockedOut"] is False
     with pytest.raises(ValueError, match="pool late is stocked out"):
         c.fleet.restore_pool("late")
+
+
+def test_a_trace_is_replayed_over_from_now_on_demand(traced_cluster: NodesCluster) -> None:
+    c = traced_cluster
+    [before] = wait_for(lambda: c.fleet.nodes_of("resumed"), timeout=60, what="the resumed pool's node")
+    answer = ControlClient.from_kubeconfig(c.kubeconfig).replay_trace("resumed", 0)
+    # the trace's first hour is out: out now, back in an hour
+    assert (answer["fromSeconds"], answer["stockedOut"], answer["changes"]) == (
+        0.0,
+        True,
+        [{"afterSeconds": 3600.0, "inStock": True}],
+    )
+    [record] = [r for r in c.fleet.preemptions if r.node == before]
+    assert record.cause == "stock-out of pool resumed (trace hour-out at 0s)"
+    assert c.fleet.registry.stocked_out("resumed") is True
+    # from the pool's own trace-start (in stock for good): back at once, through the command's option
+    args = local_cluster_options("--kubeconfig", c.kubeconfig, "--replay-trace", "resumed")
+    assert nodes_cli.run_command(args) == 0
+    [after] = wait_for(lambda: c.fleet.nodes_of("resumed"), timeout=60, what="the restock")
+    assert after != before
+    assert c.fleet.registry.stocked_out("resumed") is False
+    with pytest.raises(ValueError, match="pool cpu follows no trace"):
+        c.fleet.replay_trace("cpu")

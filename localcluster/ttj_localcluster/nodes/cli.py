@@ -107,6 +107,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep-nodes", action="store_true", help="with --stock-out: the pool's running nodes stay (no new ones)"
     )
     control.add_argument("--restock", metavar="POOL", help="capacity is back: the pool returns to its size; and exit")
+    control.add_argument(
+        "--replay-trace",
+        metavar="POOL",
+        help="replay the pool's spot availability trace over from now (from its trace-start, or --trace-from); "
+        "and exit",
+    )
+    control.add_argument(
+        "--trace-from", type=float, metavar="SECONDS", help="with --replay-trace: the trace second to replay from"
+    )
     control.add_argument("--status", action="store_true", help="print pools, nodes and preemptions as JSON, and exit")
     control.add_argument(
         "--wait", action="store_true", help="with --preempt-* or --migrate-node: return once the node is gone"
@@ -181,6 +190,7 @@ def run_command(args: argparse.Namespace) -> int | None:
         args.restore_pool,
         getattr(args, "stock_out", None),
         getattr(args, "restock", None),
+        getattr(args, "replay_trace", None),
         args.status or None,
     ]
     if not any(wanted):
@@ -188,7 +198,7 @@ def run_command(args: argparse.Namespace) -> int | None:
     if sum(1 for w in wanted if w) > 1:
         print(
             "ttj local-cluster: give one of --preempt-node, --preempt-pod, --migrate-node, --restore-pool, "
-            "--stock-out, --restock, --status",
+            "--stock-out, --restock, --replay-trace, --status",
             file=sys.stderr,
         )
         return 2
@@ -216,6 +226,8 @@ def run_command(args: argparse.Namespace) -> int | None:
             answer = control.stock_out(args.stock_out, keep_nodes=args.keep_nodes)
         elif getattr(args, "restock", None):
             answer = control.restock(args.restock)
+        elif getattr(args, "replay_trace", None):
+            answer = control.replay_trace(args.replay_trace, args.trace_from)
         else:
             answer = control.status()
     except Exception as exc:

@@ -20,6 +20,7 @@ The parts, each with one job:
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import threading
@@ -109,6 +110,7 @@ class NodeFleet:
         self._stop = threading.Event()
         self._timers = Timers(self._stop)
         self._started: _Started | None = None
+        self._trace_stocks: dict[str, TraceStock] = {}
 
     @property
     def network(self) -> PodNetwork:
@@ -216,14 +218,17 @@ class NodeFleet:
                 if end is not None:
                     self._timers.later(end, self.restock, pool.name)
         for name, trace in self.traces.items():
-            TraceStock(
+            stock = TraceStock(
                 self.pools[name],
                 trace,
                 timers=self._timers,
                 stop=self._stop,
                 stock_out=self._traced_stock_out,
                 restock=self.restock,
-            ).start()
+                stocked_out=functools.partial(self.registry.stocked_out, name),
+            )
+            self._trace_stocks[name] = stock
+            stock.start()
 
     def stop(self) -> None:
         """Withdraws the control ConfigMap, stops every pod process (SIGTERM, then SIGKILL after 5 s), deletes
@@ -292,6 +297,15 @@ class NodeFleet:
         created = parts.lifecycle.restore(pool)
         log.info("pool %s restocked (%d new nodes)", pool, len(created))
         return {"pool": pool, "stockedOut": False, "nodes": created}
+
+    def replay_trace(self, pool: str, from_seconds: float | None = None) -> JSON:
+        """Replays the pool's trace over from now, from ``from_seconds`` trace seconds (default: its
+        ``trace-start``): its stock becomes what the trace says there, and follows the trace from then on."""
+        self.registry.pool(pool)
+        stock = self._trace_stocks.get(pool)
+        if stock is None:
+            raise ValueError(f"pool {pool} follows no trace (give it trace=FILE)")
+        return stock.replay(self.pools[pool].trace_start if from_seconds is None else from_seconds)
 
     def _scheduled_stock_out(self, pool: str) -> None:
         if not self._stop.is_set():
