@@ -43,6 +43,8 @@ TRACE = {"metadata": {"gap_seconds": 30}, "data": [0, 0, 0, 1]}
 TRACE_END = 90
 #: simulated GPU seconds per step on both pools: a worker makes at most 4 steps/s
 STEP_SECONDS = 0.25
+#: Set to a path to keep the outage's timeline picture there.
+TIMELINE_ENV = "TTJ_DEADLINE_TIMELINE"
 #: Far enough that the uniform line never runs ahead of a job still starting (its first report's steps).
 GENEROUS_SECONDS = 7200
 
@@ -187,7 +189,7 @@ def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack
     assert len(records) >= 2, records  # both spot workers went with the outage
 
     # The timeline draws the deadline and the escalation.
-    picture = tmp_path / "deadline-timeline.png"
+    picture = Path(os.environ.get(TIMELINE_ENV) or tmp_path / "deadline-timeline.png")
     drawn = subprocess.run(
         [sys.executable, "-m", "ttj", "timeline", f"default/{name}", "-o", str(picture), "--text"],
         env={**os.environ, "KUBECONFIG": str(stack.kubeconfig)},

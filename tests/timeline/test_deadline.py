@@ -160,6 +160,20 @@ def test_the_picture_draws_the_uniform_line_the_deadline_and_the_workers(tmp_pat
         plt.close(fig)
 
 
+def test_a_far_deadline_is_named_at_the_edge_not_stretched_to() -> None:
+    run, _ = behind_and_back()
+    timeline = run.timeline(710)
+    assert timeline.deadline is not None
+    timeline.deadline.at = 7200.0
+    fig = figure(timeline, "ns/mnist")
+    try:
+        steps = fig.axes[1]
+        assert steps.get_xlim()[1] < 1000.0
+        assert "deadline at 7200 s →" in [t.get_text() for t in steps.texts]
+    finally:
+        plt.close(fig)
+
+
 def test_a_job_without_a_deadline_is_drawn_as_before() -> None:
     timeline = Timeline(pods={"w": PodSpan("w", "worker", 0, running=1.0)}, steps=[(0.0, 0), (5.0, 10)], end=5.0)
     assert timeline.deadline is None

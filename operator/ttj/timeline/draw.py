@@ -22,6 +22,8 @@ OUTCOME_COLOURS = {
 }
 EVALUATION = "#ad1457"
 DEADLINE, ETA, SPOT, ON_DEMAND = "#37474f", "#00838f", "#1565c0", "#d84315"
+#: The time axis stretches to a deadline at most this many times the run's length away.
+DEADLINE_REACH = 3.0
 #: Evaluations labelled with their metrics on the picture (the latest ones; more would overlap).
 MAX_LABELLED_EVALUATIONS = 6
 #: Drawing order: bars, then the chief's bar on them, then every marker on top of both.
@@ -59,9 +61,7 @@ def figure(timeline: Timeline, title: str) -> Any:
     if timeline.cost:
         _draw_money(axes[-1], timeline)
     axes[-1].set_xlim(left=0)
-    ahead = _deadline_times(timeline)
-    if ahead and max(ahead) > end:  # the deadline and the ETA are in the picture while the job is far from them
-        axes[-1].set_xlim(right=max(ahead) * 1.03)
+    _reach_the_deadline(axes, timeline, end)
     axes[-1].set_xlabel("seconds since the job was applied")
     return fig
 
@@ -76,12 +76,28 @@ def _right_edge(timeline: Timeline) -> float:
     )
 
 
-def _deadline_times(timeline: Timeline) -> list[float]:
-    """The deadline and the ETA, in seconds since the origin."""
+def _reach_the_deadline(axes: Any, timeline: Timeline, end: float) -> None:
+    """The time axis reaches the deadline and the ETA when they are near (within :data:`DEADLINE_REACH` times
+    what the job has run); a farther deadline would squeeze the run to a sliver, so it is named at the right
+    edge instead."""
     track = timeline.deadline
     if track is None:
-        return []
-    return [track.at, *(track.eta or ())]
+        return
+    ahead = max([track.at, *(track.eta or ())])
+    if ahead <= end:
+        return
+    if ahead <= DEADLINE_REACH * end:
+        axes[-1].set_xlim(right=ahead * 1.03)
+        return
+    axes[-1].set_xlim(right=end * 1.03)
+    axes[1].annotate(
+        f"deadline at {track.at:.0f} s →",
+        (1.0, 0.02),
+        xycoords="axes fraction",
+        ha="right",
+        fontsize=8,
+        color=DEADLINE,
+    )
 
 
 def _panels(*, with_workers: bool, with_cost: bool) -> tuple[Any, Any]:
