@@ -79,8 +79,11 @@ def behind_and_back() -> tuple[DeadlineRun, list[dict[str, Any]]]:
 
 def test_the_deadline_and_the_policys_moves_are_read_from_the_status_and_the_events() -> None:
     run, _ = behind_and_back()
-    track = run.timeline(710).deadline
+    timeline = run.timeline(710)
+    track = timeline.deadline
     assert track is not None
+    # the step at each of the policy's Events, between the start and now
+    assert timeline.steps == [(0.0, 0), (500.0, 300), (700.0, 800), (710.0, 800)]
     assert (track.started, track.at, track.steps_total, track.state, track.catch_up_group) == (
         0.0,
         1000.0,

@@ -15,7 +15,7 @@ Nothing here was recorded while the job ran, so the picture is as complete as th
   loss and now. Between those points the picture draws straight lines.
 - the deadline (spec.deadline) from ``status.deadline``, the DeadlineAtRisk condition and ``status.progress.eta``;
   the catch-up workers the policy held from its DeadlineEscalated and DeadlineReleased Events (each says how
-  many are held after it), the deadline's infeasibility from DeadlineInfeasible;
+  many are held after it, and the global step then), the deadline's infeasibility from DeadlineInfeasible;
 - the chief's evaluations come from Evaluated Events (their messages) and the latest, in full, from
   ``status.progress``; the export from the ModelExported Event, else ``status.progress.exportPath``.
 
@@ -63,6 +63,8 @@ _DEADLINE_MOVE = re.compile(
     r"^(?P<verb>adding|releasing) (?P<count>\d+) catch-up worker\(s\) in group (?P<group>\S+) \((?P<held>\d+) held\)"
 )
 DEADLINE_REASONS = ("DeadlineEscalated", "DeadlineReleased", "DeadlineInfeasible")
+#: "DONE/TOTAL steps" in a deadline Event's words: the global step when the policy decided.
+_STEPS_DONE = re.compile(r"\b(?P<done>\d+)/(?P<total>\d+) steps\b")
 #: How much earlier than its CapacityFallback Event the slot's new pod may be created (the same pass made
 #: both; the Event is posted after the writes, its time in whole seconds).
 FALLBACK_EVENT_SLACK_SECONDS = 5.0
@@ -366,7 +368,11 @@ def _deadline(timeline: Timeline, job: dict[str, Any], events: Iterable[dict[str
         if moved is not None and track.catch_up_group is None:
             track.catch_up_group = moved["group"]
         track.moves.append(DeadlineMove(moment, reason, change, held, message))
+        done = _STEPS_DONE.search(message)
+        if done is not None and int(done["total"]) == track.steps_total:
+            timeline.steps.append((moment, int(done["done"])))
     track.moves.sort(key=lambda move: move.time)
+    timeline.steps.sort(key=lambda point: point[0])
     return track
 
 
