@@ -6,10 +6,14 @@ its job trains, so the outage comes at a point of the job's own, whatever the ma
 pool is the implicit catch-up group's.
 
 - A deadline spot alone meets: the job stays on spot, and ends Met without a catch-up worker.
-- The spot pool goes out for 90 s: every spot worker is lost and its replacement unschedulable, so spot alone
-  makes no progress; the policy adds a catch-up worker on on-demand (DeadlineEscalated), which runs; spot comes
-  back, and the job ends Met. Whether the catch-up worker is released before the end depends on which worker is
-  chief (the policy never releases a chief); the test asserts the release, or the status saying why it is kept.
+- A deadline that spot alone misses through a 90 s outage of the spot pool: every spot worker is lost and its
+  replacement unschedulable, and the catch-up worker alone needs most of the time left; the policy adds it on
+  on-demand (DeadlineEscalated), it runs, spot comes back, and the job ends Met. When the policy escalates
+  depends on its rules (behind the uniform line already while the job starts, as soon as spot is out, or once
+  the slack left is what on-demand alone needs); the deadline is tight enough that each of them does, so the test
+  asserts that it did and what followed, not when. Whether the catch-up worker is released before the end
+  depends on which worker is chief (the operator never releases a chief); the test asserts the release, or the
+  status saying why it is kept.
 - A deadline no fleet can meet is said at once: DeadlineAtRisk True, reason DeadlineInfeasible, and its Event.
 
 Local cluster only (the trace replay goes through its control endpoint). Waits are on conditions, never on time.
@@ -41,8 +45,12 @@ CATCH_UP = "catch-up"
 #: 30 s samples: out of stock for 90 s from the replay's start, then in stock (the last sample holds).
 TRACE = {"metadata": {"gap_seconds": 30}, "data": [0, 0, 0, 1]}
 TRACE_END = 90
-#: simulated GPU seconds per step on both pools: a worker makes at most 4 steps/s
-STEP_SECONDS = 0.25
+#: simulated GPU seconds per step on both pools: a worker makes at most one step a second, and close to that
+#: however loaded the machine (the CPU's own step time is a small part of it)
+STEP_SECONDS = 1.0
+#: The outage's job: 240 steps by 500 s after its start. Spot's two workers would take 2 min and the catch-up
+#: worker alone 4 min and a join; with 90 s of spot lost, on-demand is needed.
+OUTAGE_STEPS, OUTAGE_SECONDS = 240, 500
 #: Set to a path to keep the outage's timeline picture there.
 TIMELINE_ENV = "TTJ_DEADLINE_TIMELINE"
 #: Far enough that the uniform line never runs ahead of a job still starting (its first report's steps).
@@ -113,7 +121,7 @@ def met_in_time(final: dict[str, Any]) -> None:
 
 def test_a_deadline_spot_alone_meets_stays_on_spot(stack: Stack, tmp_path: Path) -> None:
     name = f"on-spot-{uuid.uuid4().hex[:6]}"
-    run = Run(stack, deadline_job(name, checkpoint_uri(stack, tmp_path, name), 300, GENEROUS_SECONDS))
+    run = Run(stack, deadline_job(name, checkpoint_uri(stack, tmp_path, name), 120, GENEROUS_SECONDS))
     training = run.wait(
         "the job training with an ETA",
         lambda s: step(s) > 0 and bool((s.get("progress") or {}).get("eta")) and bool(deadline(s)),
@@ -135,13 +143,12 @@ def test_a_deadline_spot_alone_meets_stays_on_spot(stack: Stack, tmp_path: Path)
 
 def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack: Stack, tmp_path: Path) -> None:
     name = f"outage-{uuid.uuid4().hex[:6]}"
-    run = Run(stack, deadline_job(name, checkpoint_uri(stack, tmp_path, name), 1000, GENEROUS_SECONDS))
-    before = run.wait(
-        "the job training on spot with an ETA",
+    checkpoints = checkpoint_uri(stack, tmp_path, name)
+    run = Run(stack, deadline_job(name, checkpoints, OUTAGE_STEPS, OUTAGE_SECONDS))
+    run.wait(
+        "the job training on spot with its deadline judged",
         lambda s: step(s) > 0 and bool(deadline(s)) and len(running_workers(run, None)) == 2,
     )
-    assert deadline(before)["state"] == "OnTrack"
-    assert before["deadline"].get("catchUpWorkers", 0) == 0
 
     # The trace's outage, from now: both spot nodes preempted, none can join for 90 s.
     replayed = control(stack).replay_trace(SPOT, 0)
@@ -150,10 +157,10 @@ def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack
         "a catch-up worker running on on-demand",
         lambda s: deadline(s).get("catchUpWorkers", 0) >= 1 and bool(running_workers(run, CATCH_UP)),
     )
-    assert step(escalated) < 1000, "the training ended before the outage did (raise trainSteps)"
+    assert step(escalated) < OUTAGE_STEPS, "the training ended before the escalation (raise OUTAGE_STEPS)"
     assert deadline(escalated)["escalatedAt"]
     [added] = messages(run, "DeadlineEscalated")[:1]
-    assert added.startswith(f"adding {deadline(escalated)['catchUpWorkers']} catch-up worker(s) in group {CATCH_UP} ")
+    assert added.startswith(f"adding 1 catch-up worker(s) in group {CATCH_UP} "), added  # the free slot
     nodes = {
         p["spec"]["nodeName"] for p in run.pods(Role.WORKER) if p["metadata"]["name"] in running_workers(run, CATCH_UP)
     }
@@ -165,7 +172,7 @@ def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack
         "two spot workers running again",
         lambda s: len(running_workers(run, None)) == 2 and not control(stack).status()["pools"][SPOT]["stockedOut"],
     )
-    assert step(back) < 1000, "the training ended before spot came back (raise trainSteps)"
+    assert step(back) < OUTAGE_STEPS, "the training ended before spot came back (raise OUTAGE_STEPS)"
     settled = run.wait(
         "the catch-up worker released, or kept as the chief",
         lambda s: (
@@ -183,8 +190,9 @@ def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack
         chief = (settled.get("chief") or {}).get("pod")
         pod = next(p for p in run.pods(Role.WORKER) if p["metadata"]["name"] == chief)
         assert pod["metadata"]["labels"].get(LABEL_WORKER_GROUP) == CATCH_UP
+    # (while spot is out, a policy that counts only the workers the job can have now may also call the deadline
+    # infeasible until spot is back: the job still ends Met)
     assert reasons(run)[0] == "DeadlineEscalated"
-    assert "DeadlineInfeasible" not in reasons(run)
     records = {r["pod"]: r for r in final.get("preemptionCosts") or []}
     assert len(records) >= 2, records  # both spot workers went with the outage
 
@@ -201,13 +209,13 @@ def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack
     assert drawn.returncode == 0, drawn.stderr
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "deadline at " in drawn.stdout
-    assert f"DeadlineEscalated: adding {deadline(escalated)['catchUpWorkers']} catch-up worker(s)" in drawn.stdout
+    assert f"DeadlineEscalated: adding 1 catch-up worker(s) in group {CATCH_UP} " in drawn.stdout
     print(drawn.stdout)
 
 
 def test_an_infeasible_deadline_is_said_at_once(stack: Stack, tmp_path: Path) -> None:
     name = f"infeasible-{uuid.uuid4().hex[:6]}"
-    # 200000 steps in 10 minutes: three workers at 4 steps/s at most would take over four hours
+    # 200000 steps in 10 minutes: three workers at a step a second at most would take over 18 hours
     run = Run(stack, deadline_job(name, checkpoint_uri(stack, tmp_path, name), 200_000, 600))
     try:
         judged = run.wait("the deadline judged", lambda s: bool(deadline(s)))
@@ -219,7 +227,8 @@ def test_an_infeasible_deadline_is_said_at_once(stack: Stack, tmp_path: Path) ->
         assert step(said) < 200_000
         [event] = [e for e in run.events() if e.reason == "DeadlineInfeasible"]
         assert event.type == "Warning"
-        assert "cannot be met even with 1 catch-up workers" in str(event.message)
+        assert "cannot be met even with " in str(event.message)
+        assert " 1 catch-up workers" in str(event.message)
         assert [p for p in run.pods() if p["metadata"]["labels"].get(LABEL_ROLE) == Role.WORKER]
     finally:
         run.delete()
