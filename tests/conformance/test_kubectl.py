@@ -72,17 +72,19 @@ def test_kubectl_with_transient_training_jobs(
     manifest.write_text(yaml.safe_dump(job))
     assert "created" in kubectl(kubeconfig, "-n", namespace, "apply", "-f", str(manifest)).stdout
     header = kubectl(kubeconfig, "-n", namespace, "get", "ttj").stdout.split("\n")[0].split()
-    assert header == ["NAME", "PHASE", "REASON", "WORKERS", "CHIEF", "STEP", "OF", "COST", "AGE"]
+    assert header == ["NAME", "PHASE", "REASON", "WORKERS", "CHIEF", "STEP", "OF", "COST", "ETA", "AGE"]
     usd = 0.0023326063027777778
     running = {"type": "Running", "status": "False", "reason": "WaitingForWorkers", "message": "",
                "lastTransitionTime": "2026-11-28T12:00:00Z"}  # fmt: skip
     created = {**running, "type": "Created", "status": "True", "reason": "ChildrenCreated"}
+    eta = {"p50": "2026-12-04T08:00:00Z", "p90": "2026-12-04T09:00:30Z"}
     status = {"status": {"phase": "Running", "cost": {"usd": usd, "summary": format_usd(usd)},
-                         "conditions": [created, running]}}  # fmt: skip
+                         "conditions": [created, running], "progress": {"globalStep": 10, "eta": eta}}}  # fmt: skip
     kubectl(kubeconfig, "-n", namespace, "patch", "ttj", "kjob", "--subresource=status", "--type=merge",
             "-p", json.dumps(status))  # fmt: skip
     row = kubectl(kubeconfig, "-n", namespace, "get", "ttj", "kjob", "--no-headers").stdout.split()
     assert "$0.0023" in row, f"money reads as money in the COST column: {row}"
+    assert "2026-12-04T09:00:30Z" in row, f"the p90 completion in the ETA column: {row}"
     assert row[1:3] == ["Running", "WaitingForWorkers"], f"the Running condition's reason beside the phase: {row}"
     assert "scaled" in kubectl(kubeconfig, "-n", namespace, "scale", "ttj/kjob", "--replicas=4").stdout
     replicas = kubectl(
@@ -116,7 +118,7 @@ def test_kubectl_apply_the_examples_directory(kubeconfig: str, ttj_crd: dict[str
         for name in ("demo", "resnet32-full", "my-model-mixed", "resnet32-cifar10"):
             assert f"transienttrainingjob.transient.training/{name} created" in out
         table = kubectl(kubeconfig, "get", "ttj", "resnet32-full", "demo").stdout.splitlines()
-        assert table[0].split() == ["NAME", "PHASE", "REASON", "WORKERS", "CHIEF", "STEP", "OF", "COST", "AGE"]
+        assert table[0].split() == ["NAME", "PHASE", "REASON", "WORKERS", "CHIEF", "STEP", "OF", "COST", "ETA", "AGE"]
         assert [row.split()[0] for row in table[1:]] == ["resnet32-full", "demo"]
         refused = kubectl(kubeconfig, "scale", "ttj/resnet32-full", "--replicas=9", check=False)
         assert refused.returncode != 0

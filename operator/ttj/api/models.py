@@ -662,7 +662,8 @@ class DeadlineSpec(_Model):
         ge=1,
         le=MAX_INT32,
         description="Finish training this many seconds after the job started (status.startTime, else its "
-        "creation). With completeBy too, the earlier of the two counts.",
+        "creation; as activeDeadlineSeconds, it counts again from a resume). With completeBy too, the earlier of "
+        "the two counts.",
     )
     catch_up_group: str | None = Field(
         default=None,
@@ -671,8 +672,8 @@ class DeadlineSpec(_Model):
         pattern=DNS_1123_LABEL,
         description="The workers.groups entry the deadline may add workers to, on top of replicas, when spot "
         "alone would finish too late; not the first group. Default: the last on-demand group after the first, "
-        f"else an implicit on-demand twin of the first group named {IMPLICIT_CATCH_UP_GROUP}. Without a "
-        "deadline's need it holds no worker.",
+        f"else an implicit on-demand twin of the first group named {IMPLICIT_CATCH_UP_GROUP}. It holds only the "
+        "workers the deadline adds: the other groups' workers do not fall back to it.",
     )
     max_catch_up_workers: int | None = Field(
         default=None,

@@ -1,14 +1,15 @@
 """Finishing by spec.deadline: how many catch-up workers the job holds, its ETA, and where it stands.
 
 The stage reads the job as the policy (:mod:`ttj.deadline.policy`) sees it: the steps done and the live rate of
-each worker (the chief's per-slot report), the spot workers the job can have now (running, or pending and not
-unschedulable: none while the spot pool is out), the catch-up workers it holds, and the most it may hold; it asks
-:func:`~ttj.deadline.policy.decide` and hands the count to the worker slots through the catch-up group's room.
+each worker (the chief's per-slot report), the spot workers the job can have now (running, pending and not
+unschedulable, or replacing a lost one: none while the spot pool is out), the catch-up workers it holds, and the
+most it may hold; it asks :func:`~ttj.deadline.policy.decide` and hands the count to the worker slots through the
+catch-up group's room.
 
-Two rules of its own, both make-before-break: catch-up workers are released only once every other worker the
-job wants runs (a spot worker still pending keeps them), and never the chief (a chief in the catch-up group
-keeps one catch-up worker until it is lost). The policy's only memory, whether it held catch-up workers for the
-deadline, is ``status.deadline.escalatedAt``.
+Two rules of its own, both make-before-break: catch-up workers are released only once the spot workers the
+decision counts on run (one still starting keeps them; an unschedulable one is not counted on), and never the
+chief (a chief in the catch-up group keeps one catch-up worker until it is lost). The policy's only memory,
+whether it held catch-up workers for the deadline, is ``status.deadline.escalatedAt``.
 
 Jobs without a deadline get their ETA here too, and nothing else.
 """
@@ -92,7 +93,7 @@ def plan_deadline(given: DeadlineInputs) -> DeadlinePlan:
         # no rate to project from, or nothing runs: where the job stood last stays
         return DeadlinePlan(0, given.previous.deadline if at is not None else None, _eta_of(given, view))
     decision = decide(view)
-    count, why_kept = _make_before_break(given, decision.catch_up_workers, view.catch_up_workers)
+    count, why_kept = _make_before_break(given, decision.catch_up_workers, view)
     eta = _eta_of(given, view, count)
     infeasible = decision.state == DeadlineState.INFEASIBLE
     words = decision.message + (_cap_note(given, view.catch_up_max) if infeasible else "") + why_kept
@@ -112,9 +113,11 @@ def _view(given: DeadlineInputs) -> DeadlineView | None:
         return None
     spot_rate, catch_up_rate = per_worker
     progress = given.progress or ProgressStatus()
+    # without a deadline the view only projects the ETA: any moment stands in for it
     at = deadline_at(given.spec, given.started, given.created) or given.now
     savings = given.previous.savings
     interval = given.previous.checkpoint_interval
+    most = _catch_up_max(given) if given.spec.deadline is not None else 0
     return DeadlineView(
         now=given.now,
         started=given.started or given.created or given.now,
@@ -122,8 +125,9 @@ def _view(given: DeadlineInputs) -> DeadlineView | None:
         steps_done=progress.global_step,
         steps_total=given.spec.train_steps,
         spot_workers=_spot_workers(given),
-        catch_up_workers=_held(given),
-        catch_up_max=_catch_up_max(given),
+        # more than allowed (a cap lowered, replicas scaled up into the free slots): the slots release the rest
+        catch_up_workers=min(_held(given), most),
+        catch_up_max=most,
         rate=lambda spot, catch_up: spot * spot_rate + catch_up * catch_up_rate,
         spot_hazard_per_hour=(interval.hazard_per_hour or 0.0) if interval is not None else 0.0,
         steps_lost_per_preemption=savings.steps_lost / savings.losses if savings and savings.losses else 0.0,
@@ -140,33 +144,40 @@ def _held(given: DeadlineInputs) -> int:
 
 
 def _spot_workers(given: DeadlineInputs) -> int:
-    """The other workers the job can have now: running, or pending in a group whose capacity is not known to be
-    out and not unschedulable; at most replicas."""
+    """The other workers the job can have now, at most replicas: those running, those pending and not
+    unschedulable in a group whose capacity is not known to be out, and the replacements this pass creates while
+    such a group is left (a preemption alone is no reason to catch up; a spot pool out is)."""
+    others = [pod for pod in _alive(given) if not in_catch_up_group(given.groups, pod)]
     can = 0
-    for pod in _alive(given):
+    for pod in others:
         verdict = given.verdicts[name_of(pod)]
-        if in_catch_up_group(given.groups, pod):
-            continue
         schedulable = not verdict.pending_reason and str(group_of(pod)) not in given.unavailable
         can += verdict.state == PodState.RUNNING or schedulable
-    return min(can, given.spec.workers.replicas)
+    replicas = given.spec.workers.replicas
+    if any(not g.catch_up and str(g.name) not in given.unavailable for g in given.groups):
+        can += max(0, replicas - len(others))
+    return min(can, replicas)
+
+
+def _catch_up_limits(given: DeadlineInputs) -> list[tuple[int, str]]:
+    """What caps the catch-up workers, each with its words: the free slots above replicas,
+    deadline.maxCatchUpWorkers, the group's maxReplicas, and what the budget allows."""
+    workers = given.spec.workers
+    limits = [(max(0, workers.slots - workers.replicas), f"the free worker slots (maxReplicas {workers.slots})")]
+    deadline = given.spec.deadline
+    if deadline is not None and deadline.max_catch_up_workers is not None:
+        limits.append((deadline.max_catch_up_workers, "deadline.maxCatchUpWorkers"))
+    own = catch_up_cap(given.spec)
+    if own is not None:
+        limits.append((own, "the catch-up group's maxReplicas"))
+    budget = _budget_room(given)
+    if budget is not None and given.budget is not None:
+        limits.append((budget, f"the budget (maxCostUSD ${given.budget.max_cost_usd:.2f})"))
+    return limits
 
 
 def _catch_up_max(given: DeadlineInputs) -> int:
-    """The most catch-up workers: the free slots above replicas, deadline.maxCatchUpWorkers, the group's
-    maxReplicas, and what the budget allows."""
-    workers = given.spec.workers
-    limits = [max(0, workers.slots - workers.replicas)]
-    deadline = given.spec.deadline
-    if deadline is not None and deadline.max_catch_up_workers is not None:
-        limits.append(deadline.max_catch_up_workers)
-    own = catch_up_cap(given.spec)
-    if own is not None:
-        limits.append(own)
-    budget = _budget_room(given)
-    if budget is not None:
-        limits.append(budget)
-    return min(limits)
+    return min(count for count, _ in _catch_up_limits(given))
 
 
 def _budget_room(given: DeadlineInputs) -> int | None:
@@ -185,11 +196,9 @@ def _budget_room(given: DeadlineInputs) -> int | None:
 
 
 def _cap_note(given: DeadlineInputs, most: int) -> str:
-    """Words for a catch-up maximum the budget sets."""
-    budget = _budget_room(given)
-    if budget is None or budget > most or given.budget is None:
-        return ""
-    return f"; the budget (maxCostUSD ${given.budget.max_cost_usd:.2f}) allows {most} catch-up worker(s)"
+    """What holds the catch-up workers to ``most``, in words."""
+    capping = [words for count, words in _catch_up_limits(given) if count == most]
+    return f"; {most} catch-up worker(s) at most: {' and '.join(capping)}"
 
 
 def _per_worker_rates(given: DeadlineInputs) -> tuple[float, float] | None:
@@ -209,10 +218,11 @@ def _per_worker_rates(given: DeadlineInputs) -> tuple[float, float] | None:
 
 
 # -- the decision as the slots take it -------------------------------------------------------------
-def _make_before_break(given: DeadlineInputs, decided: int, held: int) -> tuple[int, str]:
-    """The decided count, but fewer than held only once every other worker the job wants runs; and never below
-    one while the chief is a catch-up worker (deleting it would hand over before its checkpoint); with why it
-    keeps more, in words ("" when it does not)."""
+def _make_before_break(given: DeadlineInputs, decided: int, view: DeadlineView) -> tuple[int, str]:
+    """The decided count, but fewer than held only once the spot workers the decision counts on run (not while
+    one is still starting); and never below one while the chief is a catch-up worker (deleting it would hand over
+    before its checkpoint); with why it keeps more, in words ("" when it does not)."""
+    held = view.catch_up_workers
     if decided >= held:
         return decided, ""
     running = sum(
@@ -220,9 +230,8 @@ def _make_before_break(given: DeadlineInputs, decided: int, held: int) -> tuple[
         for pod in _alive(given)
         if not in_catch_up_group(given.groups, pod) and given.verdicts[name_of(pod)].state == PodState.RUNNING
     )
-    wanted = min(given.spec.workers.replicas, given.spec.workers.slots)
-    if running < wanted:
-        return held, f"; {held} kept until the other {wanted} workers run ({running} do)"
+    if running < view.spot_workers:
+        return held, f"; {held} kept until the {view.spot_workers} other workers counted on run ({running} do)"
     chief = any(name_of(pod) == given.holder and in_catch_up_group(given.groups, pod) for pod in _alive(given))
     if chief and decided == 0:
         return 1, "; 1 kept: the chief runs in the catch-up group until it is lost"

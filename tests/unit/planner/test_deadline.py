@@ -16,7 +16,7 @@ from ttj.api.models import DeadlineStatus, ProgressStatus, TransientTrainingJobS
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.deadline import DeadlineInputs, plan_deadline
-from ttj.planner.groups import Unavailable, groups_of
+from ttj.planner.groups import Unavailable, group_problems, groups_of
 from ttj.planner.world import World
 from ttj_contract import format_time
 
@@ -106,6 +106,11 @@ ONE_MORE = BudgetDecision(None, False, "", spent_usd=10.0, max_cost_usd=20.0, pr
         (inputs(step=600, seconds=500, catch_up=1, previous=held(1)), (0, "OnTrack", ("DeadlineReleased",))),
         # ... but not while a spot worker it would rely on is still starting (make-before-break)
         (inputs(step=600, seconds=500, spot="RRP", catch_up=1, previous=held(1)), (1, "OnTrack", ())),
+        # ... but a spot worker that cannot be scheduled is not waited for: spot alone (2) makes it
+        (
+            inputs(step=650, seconds=500, spot="RRU", catch_up=1, previous=held(1)),
+            (0, "OnTrack", ("DeadlineReleased",)),
+        ),
         # ... and never the chief: a chief in the catch-up group keeps one catch-up worker until it is lost
         (
             inputs(step=600, seconds=500, catch_up=2, previous=held(2), chief=3),
@@ -127,6 +132,11 @@ ONE_MORE = BudgetDecision(None, False, "", spent_usd=10.0, max_cost_usd=20.0, pr
             inputs(step=200, seconds=500, the_spec=spec(maxCatchUpWorkers=1)),
             (1, "Infeasible", ("DeadlineEscalated", "DeadlineInfeasible")),
         ),
+        # more held than now allowed (maxCatchUpWorkers lowered): the policy holds what is allowed
+        (
+            inputs(step=300, seconds=500, catch_up=2, previous=held(2), the_spec=spec(maxCatchUpWorkers=1)),
+            (1, "AtRisk", ("DeadlineReleased",)),
+        ),
         # done before the deadline
         (inputs(step=1000, seconds=900, catch_up=1, previous=held(1)), (0, "Met", ("DeadlineReleased",))),
     ],
@@ -136,12 +146,14 @@ ONE_MORE = BudgetDecision(None, False, "", spent_usd=10.0, max_cost_usd=20.0, pr
         "hold",
         "release",
         "release-waits-for-spot",
+        "release-without-unschedulable-spot",
         "chief-stays",
         "spot-out",
         "infeasible",
         "infeasible-once",
         "budget-capped",
         "max-catch-up",
+        "cap-lowered",
         "met",
     ],
 )
@@ -153,11 +165,31 @@ def test_the_deadline_stage_decides_the_catch_up_workers(
     assert (decided.catch_up_workers, decided.status.state, tuple(e.reason for e in decided.events)) == expected
 
 
-def test_an_infeasible_deadline_says_what_capped_the_catch_up_workers() -> None:
-    decided = plan_deadline(inputs(step=200, seconds=500, budget=ONE_MORE))
+NO_FREE_SLOT = TransientTrainingJobSpec.model_validate(
+    job(trainSteps=1000, deadline={"completeWithinSeconds": 1000}, workers={"maxReplicas": 3})["spec"]
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "capped"),
+    [
+        (
+            inputs(step=200, seconds=500, budget=ONE_MORE),
+            "; 1 catch-up worker(s) at most: the budget (maxCostUSD $20.00)",
+        ),
+        (
+            inputs(step=200, seconds=500, the_spec=NO_FREE_SLOT),
+            "; 0 catch-up worker(s) at most: the free worker slots (maxReplicas 3)",
+        ),
+    ],
+    ids=["budget", "no-free-slot"],
+)
+def test_an_infeasible_deadline_says_what_capped_the_catch_up_workers(given: DeadlineInputs, capped: str) -> None:
+    decided = plan_deadline(given)
     assert decided.status is not None
+    assert decided.status.state == "Infeasible"
     assert decided.status.message is not None
-    assert decided.status.message.endswith("; the budget (maxCostUSD $20.00) allows 1 catch-up worker(s)")
+    assert decided.status.message.endswith(capped)
     assert decided.status.slack_seconds is not None
     assert decided.status.slack_seconds < 0
 
@@ -167,7 +199,7 @@ def test_an_infeasible_deadline_says_what_capped_the_catch_up_workers() -> None:
     [
         (
             inputs(step=600, seconds=500, spot="RRP", catch_up=1, previous=held(1)),
-            "; 1 kept until the other 3 workers run (2 do)",
+            "; 1 kept until the 3 other workers counted on run (2 do)",
         ),
         (
             inputs(step=600, seconds=500, catch_up=2, previous=held(2), chief=3),
@@ -210,6 +242,58 @@ def test_without_a_deadline_the_stage_gives_only_the_eta() -> None:
     assert (decided.catch_up_workers, decided.status, decided.events) == (0, None, ())
     assert decided.eta is not None
     assert (decided.eta.p50, decided.eta.p90) == (format_time(T0 + timedelta(seconds=1000)),) * 2
+
+
+SPOT_L4 = {"name": "l4", "acceleratorType": "nvidia-l4"}
+SPOT_T4 = {"name": "t4"}
+ON_DEMAND_T4 = {"name": "t4-od", "provisioning": "on-demand", "maxReplicas": 2}
+
+
+@pytest.mark.parametrize(
+    ("groups", "deadline", "expected"),
+    [
+        # no groups: the job's one group, and its on-demand twin
+        (None, {}, [(None, "spot", False, None), ("catch-up", "on-demand", True, 0)]),
+        # the last on-demand group after the first
+        (
+            [SPOT_L4, ON_DEMAND_T4, SPOT_T4],
+            {},
+            [("l4", "spot", False, None), ("t4-od", "on-demand", True, 0), ("t4", "spot", False, None)],
+        ),
+        # no on-demand group: the first group's on-demand twin, last
+        (
+            [SPOT_L4, SPOT_T4],
+            {},
+            [("l4", "spot", False, None), ("t4", "spot", False, None), ("catch-up", "on-demand", True, 0)],
+        ),
+        # named: any group but the first, on-demand or not
+        (
+            [SPOT_L4, SPOT_T4, ON_DEMAND_T4],
+            {"catchUpGroup": "t4"},
+            [("l4", "spot", False, None), ("t4", "spot", True, 0), ("t4-od", "on-demand", False, 2)],
+        ),
+    ],
+    ids=["no-groups", "last-on-demand", "implicit-twin", "named"],
+)
+def test_the_catch_up_group(
+    groups: list[dict[str, Any]] | None, deadline: dict[str, Any], expected: list[tuple[Any, ...]]
+) -> None:
+    workers: dict[str, Any] = {"groups": groups} if groups else {}
+    the_spec = TransientTrainingJobSpec.model_validate(
+        job(deadline={"completeWithinSeconds": 60, **deadline}, workers=workers)["spec"]
+    )
+    made = [(g.name, str(g.spec.workers.provisioning), g.catch_up, g.max_slots) for g in groups_of(the_spec)]
+    assert made == expected
+
+
+def test_a_group_named_like_the_implicit_catch_up_group_makes_the_job_invalid() -> None:
+    the_spec = TransientTrainingJobSpec.model_validate(
+        job(deadline={"completeWithinSeconds": 60}, workers={"groups": [SPOT_L4, {"name": "catch-up"}]})["spec"]
+    )
+    assert group_problems(the_spec) == [
+        "workers.groups: a group is named catch-up, the name of the deadline's implicit catch-up group: name the "
+        "catch-up group in deadline.catchUpGroup, or rename the group"
+    ]
 
 
 # -- whole passes ------------------------------------------------------------------------------------
@@ -291,6 +375,101 @@ def test_the_last_on_demand_group_catches_up_within_its_max_replicas() -> None:
     ]
     status = world.job["status"]
     assert [(g["name"], g["desired"]) for g in status["workerGroups"]] == [("spot", 3), ("on-demand", 1)]
+
+
+def test_a_spot_pool_out_escalates_to_on_demand_and_its_return_releases_them() -> None:
+    groups = [{"name": "spot"}, {"name": "on-demand", "provisioning": "on-demand"}]
+    world = World(
+        job(
+            trainSteps=1000,
+            workers={"replicas": 3, "maxReplicas": 5, "groups": groups},
+            deadline={"completeWithinSeconds": 1000},
+        )
+    )
+    start(world, [node(f"gpu-{i}") for i in range(3)])
+    seen = []
+
+    def reconcile(seconds: int, step: int, slots: list[int]) -> None:
+        now = T0 + timedelta(seconds=seconds)
+        renew(world, now, {"globalStep": step, "epoch": 1, "slotStepsPerSecond": {str(i): RATE for i in slots}})
+        world.reconcile(now)
+        live = sorted(
+            (p["metadata"]["name"], p["metadata"]["labels"]["transient.training/worker-group"], p["status"]["phase"])
+            for p in pods(world)
+        )
+        deadline = world.job["status"]["deadline"]
+        seen.append((seconds, deadline["state"], deadline["catchUpWorkers"], live))
+
+    def run(group: str, seconds: int) -> None:
+        for pod in pods(world):
+            name = pod["metadata"]["name"]
+            if (
+                pod["metadata"]["labels"]["transient.training/worker-group"] == group
+                and pod["status"]["phase"] != "Running"
+            ):
+                world.observed.nodes[f"{name}-node"] = node(f"{name}-node", "spot" if group == "spot" else "on-demand")
+                run_pod(world, name, f"{name}-node", T0 + timedelta(seconds=seconds))
+
+    reconcile(300, 300, [0, 1, 2])
+    for name in ("mnist-worker-1-1", "mnist-worker-2-1"):
+        terminate(world, name, 137, now=T0 + timedelta(seconds=310))
+    reconcile(310, 310, [0])  # replacements are on their way: a preemption alone is no reason to catch up
+    for pod in pods(world):
+        if pod["status"]["phase"] == "Pending":
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available",
+                    "lastTransitionTime": format_time(T0 + timedelta(seconds=311)),
+                }
+            ]
+    reconcile(311, 311, [0])  # the spot pool is out: only on-demand workers finish in time
+    run("on-demand", 320)
+    reconcile(400, 360, [0, 3, 4])
+    run("spot", 450)
+    reconcile(500, 600, [0, 1, 2, 3, 4])  # spot is back and the job ahead: released, the spot workers running
+    spot = [("mnist-worker-0-1", "spot", "Running")]
+    back = [("mnist-worker-1-2", "spot", "Running"), ("mnist-worker-2-2", "spot", "Running")]
+    waiting = [("mnist-worker-1-2", "spot", "Pending"), ("mnist-worker-2-2", "spot", "Pending")]
+    assert seen == [
+        (
+            300,
+            "OnTrack",
+            0,
+            [*spot, ("mnist-worker-1-1", "spot", "Running"), ("mnist-worker-2-1", "spot", "Running")],
+        ),
+        (310, "OnTrack", 0, [*spot, *waiting]),
+        (
+            311,
+            "AtRisk",
+            2,
+            [
+                *spot,
+                *waiting,
+                ("mnist-worker-3-1", "on-demand", "Pending"),
+                ("mnist-worker-4-1", "on-demand", "Pending"),
+            ],
+        ),
+        (
+            400,
+            "AtRisk",
+            2,
+            [
+                *spot,
+                *waiting,
+                ("mnist-worker-3-1", "on-demand", "Running"),
+                ("mnist-worker-4-1", "on-demand", "Running"),
+            ],
+        ),
+        (500, "OnTrack", 0, [*spot, *back]),
+    ]
+    assert [e.reason for e in world.events if e.reason.startswith("Deadline")] == [
+        "DeadlineEscalated",
+        "DeadlineReleased",
+    ]
+    assert world.job["status"]["chief"]["pod"] == "mnist-worker-0-1"
 
 
 def test_a_job_without_a_deadline_keeps_its_workers_and_gains_an_eta() -> None:
