@@ -46,6 +46,7 @@ def test_a_node_goes_from_registering_to_gone_and_its_name_stays_taken() -> None
         "zone": "us-central1-a",
         "speed": 1.0,
         "stockedOut": False,
+        "trace": None,
     }
     with pytest.raises(KeyError, match="no live node"):
         registry.begin_shutdown(node)

@@ -22,7 +22,8 @@ POOL_HELP = (
     "add a node pool: name=NAME,nodes=N,provisioning=on-demand|spot|preemptible,accelerator=TYPE,gpus=N,"
     "cpu=Q,memory=Q,machine-type=T,zone=Z,preemption=none|scripted|lifetime,preempt-at=S[:S...],seed=N,"
     "time-scale=X,grace=S,stop-seconds=S,restore-after=S|never,speed=X,step-seconds=S,stocked-out=true|false,"
-    "stock-out-window=FROM:UNTIL,compute-class=NAME (repeatable; replaces the default pools)"
+    "stock-out-window=FROM:UNTIL,trace=FILE,trace-start=S,compute-class=NAME (repeatable; replaces the default "
+    "pools; trace: the pool's stock follows a spot availability trace at time-scale trace seconds per second)"
 )
 
 
@@ -106,6 +107,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep-nodes", action="store_true", help="with --stock-out: the pool's running nodes stay (no new ones)"
     )
     control.add_argument("--restock", metavar="POOL", help="capacity is back: the pool returns to its size; and exit")
+    control.add_argument(
+        "--replay-trace",
+        metavar="POOL",
+        help="replay the pool's spot availability trace over from now (from its trace-start, or --trace-from); "
+        "and exit",
+    )
+    control.add_argument(
+        "--trace-from", type=float, metavar="SECONDS", help="with --replay-trace: the trace second to replay from"
+    )
     control.add_argument("--status", action="store_true", help="print pools, nodes and preemptions as JSON, and exit")
     control.add_argument(
         "--wait", action="store_true", help="with --preempt-* or --migrate-node: return once the node is gone"
@@ -180,6 +190,7 @@ def run_command(args: argparse.Namespace) -> int | None:
         args.restore_pool,
         getattr(args, "stock_out", None),
         getattr(args, "restock", None),
+        getattr(args, "replay_trace", None),
         args.status or None,
     ]
     if not any(wanted):
@@ -187,7 +198,7 @@ def run_command(args: argparse.Namespace) -> int | None:
     if sum(1 for w in wanted if w) > 1:
         print(
             "ttj local-cluster: give one of --preempt-node, --preempt-pod, --migrate-node, --restore-pool, "
-            "--stock-out, --restock, --status",
+            "--stock-out, --restock, --replay-trace, --status",
             file=sys.stderr,
         )
         return 2
@@ -215,6 +226,8 @@ def run_command(args: argparse.Namespace) -> int | None:
             answer = control.stock_out(args.stock_out, keep_nodes=args.keep_nodes)
         elif getattr(args, "restock", None):
             answer = control.restock(args.restock)
+        elif getattr(args, "replay_trace", None):
+            answer = control.replay_trace(args.replay_trace, args.trace_from)
         else:
             answer = control.status()
     except Exception as exc:

@@ -15,6 +15,9 @@ can find it:
 - ``POST /ttj-local/stock-out`` ``{"pool": NAME}``, optional ``"keepNodes": true`` → ``{"pool", "stockedOut",
   "preempted": [nodes]}``: the pool has no capacity (``NodeFleet.stock_out``)
 - ``POST /ttj-local/restock`` ``{"pool": NAME}`` → ``{"pool", "stockedOut", "nodes": [new names]}``
+- ``POST /ttj-local/replay-trace`` ``{"pool": NAME}``, optional ``"fromSeconds": S`` → ``{"pool", "trace",
+  "fromSeconds", "stockedOut", "changes": [{"afterSeconds", "inStock"}]}``: the pool's trace replayed over from
+  now (``NodeFleet.replay_trace``)
 
 It is also the nodes' kubelet endpoint (``status.daemonEndpoints.kubeletEndpoint.Port`` of every node,
 at the node's InternalIP 127.0.0.1): ``GET /containerLogs/NAMESPACE/POD/CONTAINER`` with ``tailLines``,
@@ -162,6 +165,16 @@ class _Handlers:
             raise ValueError('give "pool": NAME')
         return web.json_response(await asyncio.to_thread(self.fleet.restock, str(body["pool"])))
 
+    async def replay_trace(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not body.get("pool"):
+            raise ValueError('give "pool": NAME')
+        start = body.get("fromSeconds")
+        answer = await asyncio.to_thread(
+            self.fleet.replay_trace, str(body["pool"]), None if start is None else float(start)
+        )
+        return web.json_response(answer)
+
     async def container_log(self, request: web.Request) -> web.StreamResponse:
         namespace, pod = request.match_info["namespace"], request.match_info["pod"]
         container = request.match_info.get("container")
@@ -216,6 +229,7 @@ def control_app(fleet: NodeFleet) -> web.Application:
         app.router.add_post(f"{PREFIX}/partition{slash}", handlers.partition)
         app.router.add_post(f"{PREFIX}/stock-out{slash}", handlers.stock_out)
         app.router.add_post(f"{PREFIX}/restock{slash}", handlers.restock)
+        app.router.add_post(f"{PREFIX}/replay-trace{slash}", handlers.replay_trace)
     app.router.add_get(LOGS + "/{namespace}/{pod}", handlers.container_log)
     app.router.add_get(LOGS + "/{namespace}/{pod}/{container}", handlers.container_log)
     return app
@@ -352,3 +366,10 @@ class ControlClient:
     def restock(self, pool: str) -> JSON:
         """Capacity is back: the pool returns to its size."""
         return self._call("POST", "/restock", {"pool": pool})
+
+    def replay_trace(self, pool: str, from_seconds: float | None = None) -> JSON:
+        """The pool's trace replayed over from now, from ``from_seconds`` (default: the pool's trace-start)."""
+        body: JSON = {"pool": pool}
+        if from_seconds is not None:
+            body["fromSeconds"] = from_seconds
+        return self._call("POST", "/replay-trace", body)

@@ -9,7 +9,8 @@ The parts, each with one job:
 - :mod:`.preemption`: GKE's graceful node shutdown, asked for on demand (Python, the HTTP control, the
   CLI) or by :mod:`.preemption_sources` (lifetimes drawn from the ICAC'19 measurements, scripted times);
 - :mod:`.autoscaler`: what GKE's cluster autoscaler says on pods pending for a stocked-out pool
-  (:meth:`NodeFleet.stock_out`, :meth:`NodeFleet.restock`, or a pool's ``stock-out-window``);
+  (:meth:`NodeFleet.stock_out`, :meth:`NodeFleet.restock`, a pool's ``stock-out-window``, or the spot
+  availability trace it follows, :mod:`.trace_stock`);
 - :mod:`.migration`: the autoscaler's drain of a node a compute class's active migration leaves
   (:meth:`NodeFleet.migrate_node`);
 - :mod:`.control`: the HTTP endpoint of the preemption control and of every node's kubelet (logs);
@@ -19,6 +20,7 @@ The parts, each with one job:
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import threading
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ttj.kubeapi import JSON, KubeClient
+from ttj.preemption.traces import load_trace
 
 from .autoscaler import BACKOFF_S, SCAN_S, ClusterAutoscaler, PoolView
 from .control import ControlServer
@@ -43,6 +46,7 @@ from .preemption import PreemptionRecord, Preemptions
 from .preemption_sources import LifetimePreemptions, ScriptedPreemptions
 from .registry import NodeRegistry, StockOut
 from .timers import Timers
+from .trace_stock import TraceStock
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,10 @@ class NodeFleet:
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="ttj-local-"))
         self.lease_renew_s = lease_renew_s
         self.registry = NodeRegistry(pools)
+        #: the traces pools follow, read now so that a bad file fails here; a pool starts as its trace says
+        self.traces = {p.name: load_trace(p.trace) for p in pools if p.trace is not None}
+        for name, trace in self.traces.items():
+            self.registry.set_stocked_out(name, not trace.in_stock_at(self.pools[name].trace_start))
         #: per-pod network namespaces when ``pod_network`` and possible, else the host's network
         self.networking = PodNetworking(self.state_dir, run_pods=run_pods, namespaces=pod_network)
         self.preemptions: list[PreemptionRecord] = []
@@ -102,6 +110,7 @@ class NodeFleet:
         self._stop = threading.Event()
         self._timers = Timers(self._stop)
         self._started: _Started | None = None
+        self._trace_stocks: dict[str, TraceStock] = {}
 
     @property
     def network(self) -> PodNetwork:
@@ -208,6 +217,18 @@ class NodeFleet:
                 self._timers.later(start, self._scheduled_stock_out, pool.name)
                 if end is not None:
                     self._timers.later(end, self.restock, pool.name)
+        for name, trace in self.traces.items():
+            stock = TraceStock(
+                self.pools[name],
+                trace,
+                timers=self._timers,
+                stop=self._stop,
+                stock_out=self._traced_stock_out,
+                restock=self.restock,
+                stocked_out=functools.partial(self.registry.stocked_out, name),
+            )
+            self._trace_stocks[name] = stock
+            stock.start()
 
     def stop(self) -> None:
         """Withdraws the control ConfigMap, stops every pod process (SIGTERM, then SIGKILL after 5 s), deletes
@@ -249,7 +270,7 @@ class NodeFleet:
             raise ValueError(f"{exc}; restock it first") from exc
 
     # stock-outs ----------------------------------------------------------------------------------
-    def stock_out(self, pool: str, *, keep_nodes: bool = False) -> JSON:
+    def stock_out(self, pool: str, *, keep_nodes: bool = False, cause: str | None = None) -> JSON:
         """The pool has no capacity any more: no node of it can be created (replacements, restores and the
         autoscaler's scale-ups fail) and, unless ``keep_nodes``, its live nodes are preempted as GCE reclaims
         spot VMs. Pods that need it stay Pending."""
@@ -260,7 +281,7 @@ class NodeFleet:
         if not keep_nodes:
             for node in self.registry.live_nodes(pool):
                 try:
-                    parts.preemptions.preempt_node(node, cause=f"stock-out of pool {pool}")
+                    parts.preemptions.preempt_node(node, cause=cause or f"stock-out of pool {pool}")
                     preempted.append(node)
                 except KeyError:
                     pass  # gone meanwhile
@@ -277,9 +298,21 @@ class NodeFleet:
         log.info("pool %s restocked (%d new nodes)", pool, len(created))
         return {"pool": pool, "stockedOut": False, "nodes": created}
 
+    def replay_trace(self, pool: str, from_seconds: float | None = None) -> JSON:
+        """Replays the pool's trace over from now, from ``from_seconds`` trace seconds (default: its
+        ``trace-start``): its stock becomes what the trace says there, and follows the trace from then on."""
+        self.registry.pool(pool)
+        stock = self._trace_stocks.get(pool)
+        if stock is None:
+            raise ValueError(f"pool {pool} follows no trace (give it trace=FILE)")
+        return stock.replay(self.pools[pool].trace_start if from_seconds is None else from_seconds)
+
     def _scheduled_stock_out(self, pool: str) -> None:
         if not self._stop.is_set():
             self.stock_out(pool)
+
+    def _traced_stock_out(self, pool: str, cause: str) -> None:
+        self.stock_out(pool, cause=cause)
 
     def _pool_views(self) -> list[PoolView]:
         parts = self._parts()

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ttj.preemption.traces import load_trace
 from ttj_contract import (
     ACCELERATOR_LABEL,
     COMPUTE_CLASS_LABEL,
@@ -63,7 +64,7 @@ class NodePool:
     preemption: str = "none"
     preempt_at: tuple[float, ...] = ()
     seed: int = 0
-    #: simulated seconds per real second for drawn lifetimes (3600: an hour of GCE in a second)
+    #: simulated seconds per real second for drawn lifetimes and a followed trace (3600: an hour of GCE in a second)
     time_scale: float = 1.0
     #: GKE gives non-system pods 15 s of the node's shutdown to terminate
     grace: float = 15.0
@@ -81,6 +82,11 @@ class NodePool:
     stocked_out: bool = False
     #: a scheduled stock-out: (from, until) seconds after the start; until None: until restocked
     stock_out_window: tuple[float, float | None] | None = None
+    #: a spot availability trace (JSON file, ttj.preemption.traces) the pool's stock follows: out while it says
+    #: 0 (its nodes preempted), back to its size while it says more; at ``time_scale`` trace seconds per second
+    trace: str | None = None
+    #: trace seconds skipped at the start: the replay begins this far into the trace
+    trace_start: float = 0.0
     #: the GKE custom compute class the pool's nodes serve: labelled and tainted with its name, as GKE does
     compute_class: str | None = None
 
@@ -108,6 +114,10 @@ class NodePool:
         window = self.stock_out_window
         if window is not None and (window[0] < 0 or (window[1] is not None and window[1] <= window[0])):
             raise ValueError(f"pool {self.name}: stock-out-window FROM:UNTIL needs 0 <= FROM < UNTIL")
+        if self.trace is not None and (self.stocked_out or window is not None):
+            raise ValueError(f"pool {self.name}: a trace decides the stock; drop stocked-out and stock-out-window")
+        if self.trace_start < 0:
+            raise ValueError(f"pool {self.name}: trace-start must be >= 0")
 
     @property
     def region(self) -> str:
@@ -151,6 +161,8 @@ _FIELD_TYPES = {f.name: f.type for f in fields(NodePool)}
 
 def _convert(pool_name: str, key: str, value: Any) -> Any:
     kind = str(_FIELD_TYPES[key])
+    if key == "trace":
+        return _trace_path(pool_name, value)
     try:
         if key == "preempt_at":
             if isinstance(value, list | tuple):
@@ -193,6 +205,17 @@ def _window(value: Any) -> tuple[float, float | None] | None:
     return float(parts[0]), None if until is None or str(until).strip().lower() in ("", "never") else float(until)
 
 
+def _trace_path(pool_name: str, value: Any) -> str | None:
+    """The trace file's path, read once here so that a bad file is said when the pool is given."""
+    if value in (None, "", "none"):
+        return None
+    try:
+        load_trace(str(value))
+    except ValueError as exc:
+        raise ValueError(f"pool {pool_name}: trace {exc}") from None
+    return str(value)
+
+
 def pool_from_mapping(values: Mapping[str, Any]) -> NodePool:
     normalised = {str(k).strip().replace("-", "_"): v for k, v in values.items()}
     name = str(normalised.get("name") or "")
@@ -228,7 +251,15 @@ def load_pools_file(path: str | Path) -> list[NodePool]:
     entries = document.get("pools") if isinstance(document, dict) else document
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"{path}: expected 'pools:' with a list of pool mappings")
-    return [pool_from_mapping(e) for e in entries]
+    return [pool_from_mapping(_traces_beside(e, Path(path).parent)) for e in entries]
+
+
+def _traces_beside(entry: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """A relative trace path in a pools file names a file beside it, wherever the cluster is started."""
+    key = next((k for k in entry if str(k).strip() == "trace"), None)
+    if key is None or not entry[key] or Path(str(entry[key])).is_absolute():
+        return entry
+    return {**entry, key: str(directory / str(entry[key]))}
 
 
 def check_pools(pools: Sequence[NodePool]) -> list[NodePool]:

@@ -194,6 +194,7 @@ class NodeRegistry:
                     "zone": c.pool.zone,
                     "speed": c.pool.speed,
                     "stockedOut": c.stocked_out,
+                    "trace": c.pool.trace,
                 }
                 for name, c in self._pools.items()
             }

@@ -13,6 +13,9 @@ Nothing here was recorded while the job ran, so the picture is as complete as th
 - chief epochs come from ChiefElected Events, ``status.chief`` and the Lease;
 - the global step is known at each loss (the records), at the latest checkpoint and now; the cost at each
   loss and now. Between those points the picture draws straight lines.
+- the deadline (spec.deadline) from ``status.deadline``, the DeadlineAtRisk condition and ``status.progress.eta``;
+  the catch-up workers the policy held from its DeadlineEscalated and DeadlineReleased Events (each says how
+  many are held after it, and the global step then), the deadline's infeasibility from DeadlineInfeasible;
 - the chief's evaluations come from Evaluated Events (their messages) and the latest, in full, from
   ``status.progress``; the export from the ModelExported Event, else ``status.progress.exportPath``.
 
@@ -29,9 +32,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ttj.api.models import PreemptionCost
+from ttj.api.models import PreemptionCost, TransientTrainingJobSpec
 from ttj.planner.evaluation import EVALUATED, MODEL_EXPORTED, parse_evaluated, parse_exported
-from ttj.timeline.model import PodSpan, Timeline, outcome_of
+from ttj.planner.groups import catch_up_group_name
+from ttj.timeline.model import DeadlineMove, DeadlineTrack, PodSpan, Timeline, outcome_of
 from ttj_contract import (
     ANNOTATION_PROGRESS,
     LABEL_PS_INDEX,
@@ -54,6 +58,13 @@ _MOVED_BACK = re.compile(
 )
 #: "worker slot S left group A (why) for group B" (CapacityFallback): the slot's next pod is B's.
 _FELL_BACK = re.compile(r"^worker slot (?P<slot>\d+) left group \S+ \(.*\) for group (?P<chosen>\S+)$")
+#: "adding N catch-up worker(s) in group G (M held): ..." (DeadlineEscalated), "releasing ..." (DeadlineReleased).
+_DEADLINE_MOVE = re.compile(
+    r"^(?P<verb>adding|releasing) (?P<count>\d+) catch-up worker\(s\) in group (?P<group>\S+) \((?P<held>\d+) held\)"
+)
+DEADLINE_REASONS = ("DeadlineEscalated", "DeadlineReleased", "DeadlineInfeasible")
+#: "DONE/TOTAL steps" in a deadline Event's words: the global step when the policy decided.
+_STEPS_DONE = re.compile(r"\b(?P<done>\d+)/(?P<total>\d+) steps\b")
 #: How much earlier than its CapacityFallback Event the slot's new pod may be created (the same pass made
 #: both; the Event is posted after the writes, its time in whole seconds).
 FALLBACK_EVENT_SLACK_SECONDS = 5.0
@@ -121,6 +132,7 @@ def from_cluster(
     _progress(timeline, status, lease, finished or now)
     _evaluation(timeline, status)
     _cost(timeline, status, finished or now)
+    timeline.deadline = _deadline(timeline, job, kept_events)
     if status.get("phase"):
         timeline.phases.append((timeline.end, str(status["phase"])))
     timeline.preemptions.sort()
@@ -316,6 +328,72 @@ def _fallback_group(span: PodSpan, workers: list[PodSpan], fell_back: list[tuple
         s for s in workers if s.slot == span.slot and s is not span and moment - slack <= s.created < span.created
     ]
     return None if between else chosen
+
+
+def _deadline(timeline: Timeline, job: dict[str, Any], events: Iterable[dict[str, Any]]) -> DeadlineTrack | None:
+    """The deadline from status.deadline (else spec.deadline), its condition, the ETA and the policy's Events;
+    None for a job without a deadline."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    recorded = status.get("deadline") or {}
+    started = _seconds(timeline, parse_time(status.get("startTime"))) or 0.0
+    at = _seconds(timeline, parse_time(recorded.get("at")))
+    if at is None:
+        at = _spec_deadline(timeline, spec.get("deadline") or {}, started)
+    if at is None:
+        return None
+    track = DeadlineTrack(
+        at=at,
+        started=started,
+        steps_total=int(spec.get("trainSteps") or 0),
+        state=recorded.get("state"),
+        catch_up_group=_catch_up_group(spec),
+        catch_up_workers=int(recorded.get("catchUpWorkers") or 0),
+        slack_seconds=recorded.get("slackSeconds"),
+        message=recorded.get("message"),
+    )
+    eta = (status.get("progress") or {}).get("eta") or {}
+    p50, p90 = _seconds(timeline, parse_time(eta.get("p50"))), _seconds(timeline, parse_time(eta.get("p90")))
+    track.eta = (p50, p90) if p50 is not None and p90 is not None else None
+    condition = next((c for c in status.get("conditions") or [] if c.get("type") == "DeadlineAtRisk"), None)
+    if condition is not None:
+        track.condition = (str(condition.get("status")), str(condition.get("reason")), str(condition.get("message")))
+    for event in events:
+        reason, message = str(event.get("reason") or ""), str(event.get("message") or "")
+        moment = _seconds(timeline, event_time(event))
+        if reason not in DEADLINE_REASONS or moment is None:
+            continue
+        moved = _DEADLINE_MOVE.search(message)
+        change = 0 if moved is None else int(moved["count"]) * (1 if moved["verb"] == "adding" else -1)
+        held = None if moved is None else int(moved["held"])
+        if moved is not None and track.catch_up_group is None:
+            track.catch_up_group = moved["group"]
+        track.moves.append(DeadlineMove(moment, reason, change, held, message))
+        done = _STEPS_DONE.search(message)
+        if done is not None and int(done["total"]) == track.steps_total:
+            timeline.steps.append((moment, int(done["done"])))
+    track.moves.sort(key=lambda move: move.time)
+    timeline.steps.sort(key=lambda point: point[0])
+    return track
+
+
+def _spec_deadline(timeline: Timeline, deadline: dict[str, Any], started: float) -> float | None:
+    """spec.deadline as seconds since the origin: the earlier of completeBy and completeWithinSeconds."""
+    moments = []
+    complete_by = _seconds(timeline, parse_time(deadline.get("completeBy")))
+    if complete_by is not None:
+        moments.append(complete_by)
+    if deadline.get("completeWithinSeconds") is not None:
+        moments.append(started + float(deadline["completeWithinSeconds"]))
+    return min(moments, default=None)
+
+
+def _catch_up_group(spec: dict[str, Any]) -> str | None:
+    """The group the deadline adds workers to, as the planner names it; None when the spec does not read (the
+    Events then name it)."""
+    try:
+        return catch_up_group_name(TransientTrainingJobSpec.model_validate(spec))
+    except ValidationError:
+        return None
 
 
 def _evaluation(timeline: Timeline, status: dict[str, Any]) -> None:

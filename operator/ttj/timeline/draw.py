@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ttj.timeline.model import PodSpan, Timeline
+from ttj.timeline.model import DeadlineTrack, PodSpan, Timeline
 from ttj.timeline.text import cost_line
 from ttj_contract import Role
 
@@ -21,6 +21,9 @@ OUTCOME_COLOURS = {
     "deleted": "#757575",
 }
 EVALUATION = "#ad1457"
+DEADLINE, ETA, SPOT, ON_DEMAND = "#37474f", "#00838f", "#1565c0", "#d84315"
+#: The time axis stretches to a deadline at most this many times the run's length away.
+DEADLINE_REACH = 3.0
 #: Evaluations labelled with their metrics on the picture (the latest ones; more would overlap).
 MAX_LABELLED_EVALUATIONS = 6
 #: Drawing order: bars, then the chief's bar on them, then every marker on top of both.
@@ -39,20 +42,26 @@ def draw(timeline: Timeline, path: Path, title: str) -> Path:
 
 
 def figure(timeline: Timeline, title: str) -> Any:
-    """The picture as a matplotlib Figure (the caller closes it): the pods' lanes, the global step and, once
-    the job is priced, the money, over one time axis."""
+    """The picture as a matplotlib Figure (the caller closes it): the pods' lanes, the global step, for a job
+    with a deadline the uniform line and the workers running, and once the job is priced the money, over one
+    time axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     end = _right_edge(timeline)
-    fig, axes = _panels(with_cost=bool(timeline.cost))
+    fig, axes = _panels(with_workers=timeline.deadline is not None, with_cost=bool(timeline.cost))
     _draw_lanes(axes[0], timeline, end, title)
     _draw_steps(axes[1], timeline)
+    if timeline.deadline is not None:
+        _draw_deadline(axes[1], timeline.deadline)
+        _draw_workers(axes[2], timeline)
     for axis in axes:
         _draw_preemption_lines(axis, timeline)
+        _draw_deadline_moves(axis, timeline)
     if timeline.cost:
-        _draw_money(axes[2], timeline)
+        _draw_money(axes[-1], timeline)
     axes[-1].set_xlim(left=0)
+    _reach_the_deadline(axes, timeline, end)
     axes[-1].set_xlabel("seconds since the job was applied")
     return fig
 
@@ -67,16 +76,42 @@ def _right_edge(timeline: Timeline) -> float:
     )
 
 
-def _panels(*, with_cost: bool) -> tuple[Any, Any]:
-    """The figure and its panels stacked on a shared time axis: lanes, global step, and money when priced."""
+def _reach_the_deadline(axes: Any, timeline: Timeline, end: float) -> None:
+    """The time axis reaches the deadline and the ETA when they are near (within :data:`DEADLINE_REACH` times
+    what the job has run); a farther deadline would squeeze the run to a sliver, so it is named at the right
+    edge instead."""
+    track = timeline.deadline
+    if track is None:
+        return
+    ahead = max([track.at, *(track.eta or ())])
+    if ahead <= end:
+        return
+    if ahead <= DEADLINE_REACH * end:
+        axes[-1].set_xlim(right=ahead * 1.03)
+        return
+    axes[-1].set_xlim(right=end * 1.03)
+    axes[1].annotate(
+        f"deadline at {track.at:.0f} s →",
+        (1.0, 0.02),
+        xycoords="axes fraction",
+        ha="right",
+        fontsize=8,
+        color=DEADLINE,
+    )
+
+
+def _panels(*, with_workers: bool, with_cost: bool) -> tuple[Any, Any]:
+    """The figure and its panels stacked on a shared time axis: lanes, global step, workers running for a job
+    with a deadline, and money when priced."""
     import matplotlib.pyplot as plt
 
+    ratios = [3.0, 2.0] + ([1.4] if with_workers else []) + ([1.4] if with_cost else [])
     return plt.subplots(
-        3 if with_cost else 2,
+        len(ratios),
         1,
-        figsize=(11, 8 if with_cost else 6.5),
+        figsize=(11, 6.5 + 1.5 * (len(ratios) - 2)),
         sharex=True,
-        gridspec_kw={"height_ratios": [3, 2, 1.4] if with_cost else [3, 2]},
+        gridspec_kw={"height_ratios": ratios},
         constrained_layout=True,
     )
 
@@ -210,6 +245,66 @@ def _draw_evaluations(steps: Any, timeline: Timeline) -> None:
 def _draw_preemption_lines(axis: Any, timeline: Timeline) -> None:
     for when, _what in timeline.preemptions:
         axis.axvline(when, color=LOST, linestyle="--", linewidth=1, zorder=1)
+
+
+# -- the deadline: the uniform line, the ETA, the policy's moves and the workers running -------------------------
+def _draw_deadline(steps: Any, track: DeadlineTrack) -> None:
+    """The straight line from the start to trainSteps at the deadline that the progress should stay on or above,
+    the deadline, and the ETA (p50 to p90) at trainSteps."""
+    steps.plot(
+        [track.started, track.at],
+        [0, track.steps_total],
+        color=DEADLINE,
+        linestyle="--",
+        linewidth=1.2,
+        label="uniform progress",
+    )
+    steps.axvline(track.at, color=DEADLINE, linewidth=1.5)
+    steps.annotate(f"deadline ({track.state or 'open'})", (track.at, 0), fontsize=8, color=DEADLINE, ha="right")
+    if track.eta is not None:
+        p50, p90 = track.eta
+        steps.plot([p50, p90], [track.steps_total] * 2, color=ETA, linewidth=3, solid_capstyle="butt", label="ETA")
+        steps.plot([p50], [track.steps_total], "|", color=ETA, markersize=12, zorder=Z_MARKER)
+    steps.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+
+
+def _draw_deadline_moves(axis: Any, timeline: Timeline) -> None:
+    """A line at each catch-up worker added (up) or released (down), and where the deadline was found
+    infeasible."""
+    if timeline.deadline is None:
+        return
+    for move in timeline.deadline.moves:
+        colour = {"DeadlineEscalated": ON_DEMAND, "DeadlineReleased": SPOT}.get(move.reason, LOST)
+        axis.axvline(move.time, color=colour, linestyle="-.", linewidth=1, zorder=1)
+
+
+def _draw_workers(workers: Any, timeline: Timeline) -> None:
+    """Workers running over time, other (spot) and catch-up, and the catch-up workers the policy held, until
+    the newest time known (not out to a deadline still ahead)."""
+    track = timeline.deadline
+    assert track is not None
+    counts = timeline.workers_running(track.catch_up_group)
+    end = max(timeline.end, counts[-1][0])
+    counts.append((end, counts[-1][1], counts[-1][2]))
+    times = [t for t, _, _ in counts]
+    workers.step(times, [n for _, n, _ in counts], where="post", color=SPOT, label="spot workers running")
+    workers.step(times, [n for _, _, n in counts], where="post", color=ON_DEMAND, label="catch-up workers running")
+    held = track.held(end)
+    workers.step(
+        [t for t, _ in held],
+        [n for _, n in held],
+        where="post",
+        color=ON_DEMAND,
+        linestyle=":",
+        label=f"catch-up held ({track.catch_up_group or 'group'})",
+    )
+    for move in track.moves:
+        if move.change:
+            workers.annotate(f"{move.change:+d}", (move.time, max(0, move.held or 0)), fontsize=8, color=ON_DEMAND)
+    workers.set_ylabel("workers")
+    workers.set_ylim(bottom=0)
+    workers.yaxis.get_major_locator().set_params(integer=True)
+    workers.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 
 
 # -- the money ---------------------------------------------------------------------------------------------------

@@ -41,6 +41,58 @@ class PodSpan:
         return f"worker {self.slot}"
 
 
+@dataclass(frozen=True)
+class DeadlineMove:
+    """One of the deadline policy's Events: catch-up workers added or released, or the deadline found
+    infeasible."""
+
+    time: float
+    reason: str  # DeadlineEscalated | DeadlineReleased | DeadlineInfeasible
+    #: catch-up workers added (> 0) or released (< 0); 0 for DeadlineInfeasible
+    change: int
+    #: catch-up workers held after it (None when the Event does not say)
+    held: int | None
+    message: str
+
+
+@dataclass
+class DeadlineTrack:
+    """A job's deadline as status.deadline, its condition and its Events tell it; times in seconds since the
+    timeline's origin."""
+
+    at: float
+    #: the uniform line runs from (started, 0) to (at, steps_total)
+    started: float
+    steps_total: int
+    state: str | None = None
+    catch_up_group: str | None = None
+    catch_up_workers: int = 0
+    slack_seconds: float | None = None
+    #: status.progress.eta as (p50, p90)
+    eta: tuple[float, float] | None = None
+    message: str | None = None
+    #: the DeadlineAtRisk condition: (status, reason, message)
+    condition: tuple[str, str, str] | None = None
+    moves: list[DeadlineMove] = field(default_factory=list)
+
+    def uniform_steps(self, when: float) -> float:
+        """The steps the straight line from start to deadline asks for at ``when``."""
+        span = self.at - self.started
+        if span <= 0:
+            return float(self.steps_total)
+        return self.steps_total * min(1.0, max(0.0, (when - self.started) / span))
+
+    def held(self, end: float) -> list[tuple[float, int]]:
+        """Catch-up workers held over time, a step function from 0 at the start to ``end``: from the Events that
+        say how many, else the status's count since the end (Events expire; the status stays)."""
+        points = [(self.started, 0)]
+        points += [(move.time, move.held) for move in self.moves if move.held is not None]
+        if points[-1][1] != self.catch_up_workers:
+            points.append((end, self.catch_up_workers))
+        points.append((max(end, points[-1][0]), points[-1][1]))
+        return points
+
+
 @dataclass
 class Timeline:
     """Everything the picture and the text need."""
@@ -71,6 +123,8 @@ class Timeline:
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
     #: The newest time the timeline knows of (now for a running job).
     end: float = 0.0
+    #: spec.deadline and how the job fared against it (None: the job has no deadline).
+    deadline: DeadlineTrack | None = None
 
     def seconds(self, moment: datetime | None) -> float | None:
         """``moment`` as seconds since the origin."""
@@ -154,6 +208,24 @@ class Timeline:
             if low <= step <= high and high > low:
                 return before + (after - before) * (step - low) / (high - low)
         return None
+
+    def workers_running(self, catch_up_group: str | None) -> list[tuple[float, int, int]]:
+        """(time, other workers running, catch-up group workers running) at each change, from the pods known:
+        each from when it ran until it ended (still running: on)."""
+        changes: list[tuple[float, int, int]] = []
+        for span in self.pods.values():
+            if span.role != Role.WORKER or span.running is None:
+                continue
+            caught_up = int(catch_up_group is not None and span.group == catch_up_group)
+            changes.append((span.running, 1 - caught_up, caught_up))
+            if span.ended is not None:
+                changes.append((span.ended, caught_up - 1, -caught_up))
+        counts: list[tuple[float, int, int]] = [(0.0, 0, 0)]
+        for when, spot_change, catch_up_change in sorted(changes):
+            _, spot_before, catch_up_before = counts[-1]
+            point = (when, spot_before + spot_change, catch_up_before + catch_up_change)
+            counts[-1:] = [point] if counts[-1][0] == when else [counts[-1], point]
+        return counts
 
     def steps_lost(self) -> int:
         """Global steps that went backwards (only a parameter-server loss should cause any)."""

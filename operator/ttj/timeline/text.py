@@ -30,6 +30,38 @@ def cost_line(timeline: Timeline) -> str:
     return text
 
 
+def deadline_lines(timeline: Timeline) -> list[str]:
+    """The deadline, where the job stands against it, and each move of the policy."""
+    track = timeline.deadline
+    if track is None:
+        return []
+    lines = [
+        f"deadline at {_at(track.at).strip()}: {track.state or 'not judged yet'}, "
+        f"catch-up workers {track.catch_up_workers} (group {track.catch_up_group or '-'})"
+        + ("" if track.slack_seconds is None else f", slack {float(track.slack_seconds):.0f} s")
+        + ("" if track.eta is None else f", ETA p50 {_at(track.eta[0]).strip()} p90 {_at(track.eta[1]).strip()}")
+    ]
+    if timeline.steps:
+        when, step = timeline.steps[-1]
+        lines.append(
+            f"  at {_at(when).strip()}: step {step} of {track.steps_total}, the uniform line asks "
+            f"{track.uniform_steps(when):.0f}"
+        )
+    if track.condition is not None:
+        status, reason, message = track.condition
+        lines.append(f"  DeadlineAtRisk {status} ({reason}): {message}")
+    spot, catch_up = _most_running(timeline)
+    lines.append(f"  workers running at once, at most: {spot} others, {catch_up} catch-up")
+    lines += [f"  {_at(move.time)}  {move.reason}: {move.message}" for move in track.moves]
+    return lines
+
+
+def _most_running(timeline: Timeline) -> tuple[int, int]:
+    group = timeline.deadline.catch_up_group if timeline.deadline is not None else None
+    counts = timeline.workers_running(group)
+    return max(spot for _, spot, _ in counts), max(catch_up for _, _, catch_up in counts)
+
+
 def render(timeline: Timeline, title: str) -> str:
     """The whole timeline as lines of text."""
     lines = [title, ""]
@@ -52,6 +84,8 @@ def render(timeline: Timeline, title: str) -> str:
             + (f"  group {span.group}" if span.group else "")
             + (f"  chief {','.join(chief)}" if chief else "")
         )
+    if timeline.deadline is not None:
+        lines += ["", *deadline_lines(timeline)]
     if timeline.evaluations or timeline.export:
         lines += ["", "evaluation and the exported model:"]
         lines += [f"  {_at(when)}  {evaluated_message(step, metrics)}" for when, step, metrics in timeline.evaluations]
