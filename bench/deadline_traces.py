@@ -23,14 +23,14 @@ from ttj.simulate.deadline_report import eta_figures, header, table
 from ttj.simulate.engine import SimJob
 from ttj.simulate.fit import fit
 from ttj.simulate.icac19 import load_training_data
-from ttj.simulate.traces import SpotTrace, load_traces
+from ttj.simulate.traces import CapacityTrace, load_traces
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SPREADS = (1.2816, 1.6449, 2.0, 2.5, 3.0)
 CHOSEN_ON, CHECKED_ON = "aws-02-15-2023", "aws-10-26-2022"
 
 
-def calibration(job: ReplayJob, traces: list[SpotTrace], slacks: list[float], starts: int) -> str:
+def calibration(job: ReplayJob, traces: list[CapacityTrace], slacks: list[float], starts: int) -> str:
     """Per spread: the share of ETA samples whose run ended after their p90, per slack, on both campaigns."""
     campaigns = {name: [t for t in traces if name in t.name] for name in (CHOSEN_ON, CHECKED_ON)}
     lines = [

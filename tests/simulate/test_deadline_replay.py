@@ -10,7 +10,7 @@ import pytest
 
 from ttj.cli import main
 from ttj.simulate.deadline_replay import POLICIES, Case, ReplayJob, replay, replay_cases
-from ttj.simulate.traces import SpotTrace, load_trace, load_traces
+from ttj.simulate.traces import CapacityTrace, load_trace, load_traces
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "simulate"
 
@@ -29,8 +29,8 @@ JOB = ReplayJob(
 )
 
 
-def trace(*capacity: int) -> SpotTrace:
-    return SpotTrace("synthetic", 100.0, capacity)
+def trace(*capacity: int) -> CapacityTrace:
+    return CapacityTrace("synthetic", 100.0, capacity)
 
 
 def outcomes(case: Case) -> dict[str, tuple[bool, float]]:

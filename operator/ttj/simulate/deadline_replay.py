@@ -47,7 +47,7 @@ from ttj.deadline.policy import (
 from ttj.simulate.engine import SimJob
 from ttj.simulate.fit import FittedModel
 from ttj.simulate.prices import price_per_hour, ps_price_per_hour
-from ttj.simulate.traces import SpotTrace
+from ttj.simulate.traces import CapacityTrace
 
 POLICIES = ("ttj", "on-demand", "greedy", "uniform", "optimum")
 #: Points of the optimum's progress grid: its interpolation error is a small share of a tick's progress.
@@ -123,7 +123,7 @@ def replay_job(
 class Case:
     """One deadline on one stretch of one trace."""
 
-    trace: SpotTrace
+    trace: CapacityTrace
     start_seconds: float  # into the trace
     slack: float  # the deadline, in always-on-demand times
 
@@ -355,7 +355,7 @@ def replay_cases(
     ]
 
 
-def cases_of(traces: Sequence[SpotTrace], job: ReplayJob, slacks: Sequence[float], starts: int) -> list[Case]:
+def cases_of(traces: Sequence[CapacityTrace], job: ReplayJob, slacks: Sequence[float], starts: int) -> list[Case]:
     """``starts`` deadlines per trace and slack, their windows spread evenly over the trace after its first day
     (the history the policy's availability estimate starts from)."""
     cases: list[Case] = []

@@ -1,21 +1,20 @@
-"""Measured spot availability traces: loading them, and reading them as the capacity of a job's spot group.
+"""Measured spot availability traces read as the capacity of a job's spot group, for the deadline replay.
 
-A trace is JSON ``{"metadata": {"gap_seconds": G}, "data": [n0, n1, ...]}`` (the format of the traces published
-with "Can't Be Late", NSDI 2024): ``data[i]`` spot instances could be had at ``i·G`` seconds from the trace's
-start, 0 when none could. Replayed as a spot group's capacity: 0 is an outage (its spot workers are preempted
+The file format lives in :mod:`ttj.preemption.traces` (the local cluster's pools read it there too). Replayed as a spot group's capacity: 0 is an outage (its spot workers are preempted
 and none can start), anything more is a group with capacity for all its workers.
 """
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ttj.preemption.traces import load_trace as read_trace
+
 
 @dataclass(frozen=True)
-class SpotTrace:
+class CapacityTrace:
     name: str
     gap_seconds: float
     capacity: tuple[int, ...]
@@ -73,21 +72,14 @@ class SpotTrace:
         return up / (samples - first), down * self.gap_seconds / outages if outages else 0.0
 
 
-def load_trace(path: Path, name: str | None = None) -> SpotTrace:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        gap = float(document["metadata"]["gap_seconds"])
-        capacity = tuple(int(n) for n in document["data"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(
-            f"{path}: not a spot trace ({{'metadata': {{'gap_seconds': G}}, 'data': [...]}}): {exc}"
-        ) from None
-    if gap <= 0 or not capacity or min(capacity) < 0:
-        raise ValueError(f"{path}: a spot trace needs gap_seconds > 0 and counts >= 0")
-    return SpotTrace(name or path.stem, gap, capacity)
+def load_trace(path: Path, name: str | None = None) -> CapacityTrace:
+    """The trace in ``path`` (read by :mod:`ttj.preemption.traces`, the one reader of the format), named
+    ``name`` or by the file's stem."""
+    trace = read_trace(path)
+    return CapacityTrace(name or path.stem, trace.gap_seconds, trace.counts)
 
 
-def load_traces(root: Path) -> list[SpotTrace]:
+def load_traces(root: Path) -> list[CapacityTrace]:
     """Every ``*.json`` trace under ``root`` (or ``root`` itself), named by its path below ``root``."""
     if root.is_file():
         return [load_trace(root)]
