@@ -89,6 +89,8 @@ def plan_deadline(given: DeadlineInputs) -> DeadlinePlan:
     """The stage, as the module describes it."""
     view = _view(given)
     at = deadline_at(given.spec, given.started, given.created)
+    if at is not None and view is None and not given.suspended:
+        return _starting(given, at)
     if at is None or view is None or given.suspended:
         # no rate to project from, or nothing runs: where the job stood last stays
         return DeadlinePlan(0, given.previous.deadline if at is not None else None, _eta_of(given, view))
@@ -103,6 +105,31 @@ def plan_deadline(given: DeadlineInputs) -> DeadlinePlan:
         eta,
         _events(given, decision, count),
     )
+
+
+def _starting(given: DeadlineInputs, at: datetime) -> DeadlinePlan:
+    """Before any step rate is known there is nothing to project; a job none of whose spot workers can run then
+    (its spot pool out at the start) would wait for spot with the clock running and never learn its pace. It holds
+    one catch-up worker, which trains and gets the pace measured; the policy decides from the next report on."""
+    if _spot_workers(given) > 0 or _catch_up_max(given) < 1:
+        return DeadlinePlan(0, given.previous.deadline, None)
+    previous = given.previous.deadline
+    words = "no worker of the other groups can run and no step rate is known yet: 1 catch-up worker starts training"
+    status = DeadlineStatus(
+        at=format_time(at),
+        state=DeadlineState.AT_RISK,
+        catch_up_workers=1,
+        escalated_at=(previous.escalated_at if previous else None) or format_time(given.now),
+        message=words,
+    )
+    held_before = previous.catch_up_workers if previous is not None else 0
+    group = next((g.name for g in given.groups if g.catch_up), None)
+    events = (
+        (EmitEvent("Normal", "DeadlineEscalated", f"adding 1 catch-up worker(s) in group {group} (1 held): {words}"),)
+        if held_before < 1
+        else ()
+    )
+    return DeadlinePlan(1, status, None, events)
 
 
 # -- the view --------------------------------------------------------------------------------------

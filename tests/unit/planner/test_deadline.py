@@ -512,3 +512,25 @@ def test_a_job_that_succeeds_met_or_missed_its_deadline(seconds: int, expected: 
         expected[1],
     )
     assert "slackSeconds" not in status["deadline"]
+
+
+@pytest.mark.parametrize(
+    ("spot", "previous", "expected"),
+    [
+        # spot out at the start: one catch-up worker trains so that the pace can be measured
+        ("UUU", None, (1, "AtRisk", ("DeadlineEscalated",))),
+        # already held: held on, said once
+        ("UUU", held(1), (1, "AtRisk", ())),
+        # spot workers starting: wait for their pace
+        ("PPP", None, (0, None, ())),
+    ],
+    ids=["spot-out-at-start", "held", "spot-starting"],
+)
+def test_before_any_pace_is_known_a_job_no_spot_worker_can_run_starts_with_one_catch_up_worker(
+    spot: str, previous: DeadlineStatus | None, expected: tuple[int, str | None, tuple[str, ...]]
+) -> None:
+    given = replace(inputs(step=0, seconds=10, spot=spot, previous=previous), lease=None, progress=None)
+    decided = plan_deadline(given)
+    state = decided.status.state if decided.status is not None else None
+    assert (decided.catch_up_workers, state, tuple(e.reason for e in decided.events)) == expected
+    assert decided.eta is None
