@@ -1,7 +1,8 @@
 """Measured spot availability traces read as the capacity of a job's spot group, for the deadline replay.
 
-The file format lives in :mod:`ttj.preemption.traces` (the local cluster's pools read it there too). Replayed as a spot group's capacity: 0 is an outage (its spot workers are preempted
-and none can start), anything more is a group with capacity for all its workers.
+The file format lives in :mod:`ttj.preemption.traces` (the local cluster's pools read it there too). Replayed
+as a spot group's capacity: 0 is an outage (its spot workers are preempted and none can start), anything more is
+a group with capacity for all its workers.
 """
 
 from __future__ import annotations
