@@ -165,4 +165,4 @@ def test_a_pod_without_the_classs_toleration_stays_off_its_nodes(class_cluster: 
 def test_the_migrate_node_option_is_a_control_command() -> None:
     args = local_cluster_options("--migrate-node", "gke-x", "--wait")
     assert (args.migrate_node, args.wait) == ("gke-x", True)
-    assert nodes_cli.POOL_HELP.endswith("compute-class=NAME (repeatable; replaces the default pools)")
+    assert "compute-class=NAME" in nodes_cli.POOL_HELP
