@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.training_support import Run, checkpoint_uri, condition, job_manifest, start_stack, step
+from tests.e2e.training_support import Run, checkpoint_uri, condition, drawn_timeline, job_manifest, start_stack, step
 
 from ttj_contract import LABEL_ROLE, LABEL_WORKER_GROUP, Role, parse_time
 from ttj_demo.stack import Stack
@@ -198,19 +196,10 @@ def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack
 
     # The timeline draws the deadline and the escalation.
     picture = Path(os.environ.get(TIMELINE_ENV) or tmp_path / "deadline-timeline.png")
-    drawn = subprocess.run(
-        [sys.executable, "-m", "ttj", "timeline", f"default/{name}", "-o", str(picture), "--text"],
-        env={**os.environ, "KUBECONFIG": str(stack.kubeconfig)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert drawn.returncode == 0, drawn.stderr
-    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "deadline at " in drawn.stdout
-    assert f"DeadlineEscalated: adding 1 catch-up worker(s) in group {CATCH_UP} " in drawn.stdout
-    print(drawn.stdout)
+    text = drawn_timeline(stack, name, picture)
+    assert "deadline at " in text
+    assert f"DeadlineEscalated: adding 1 catch-up worker(s) in group {CATCH_UP} " in text
+    print(text)
 
 
 def test_an_infeasible_deadline_is_said_at_once(stack: Stack, tmp_path: Path) -> None:

@@ -14,15 +14,22 @@ time: the pools' simulated GPU time (step-seconds) only keeps the training long 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.training_support import Run, checkpoint_step, checkpoint_uri, epoch, job_manifest, start_stack, step
+from tests.e2e.training_support import (
+    Run,
+    checkpoint_step,
+    checkpoint_uri,
+    drawn_timeline,
+    epoch,
+    job_manifest,
+    start_stack,
+    step,
+)
 
 from ttj_contract import LABEL_WORKER_GROUP
 from ttj_demo.stack import Stack
@@ -191,14 +198,5 @@ def test_a_job_falls_back_to_on_demand_and_moves_to_spot_as_it_returns(stack: St
 
     # The job's timeline, from what the cluster keeps.
     picture = Path(os.environ.get(TIMELINE_ENV) or tmp_path / "timeline.png")
-    drawn = subprocess.run(
-        [sys.executable, "-m", "ttj", "timeline", f"default/{name}", "-o", str(picture), "--text"],
-        env={**os.environ, "KUBECONFIG": str(stack.kubeconfig)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert drawn.returncode == 0, drawn.stderr
-    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    print(drawn.stdout)
+    text = drawn_timeline(stack, name, picture)
+    print(text)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -255,3 +257,19 @@ class Run:
             except ValueError:
                 continue
         return samples
+
+
+def drawn_timeline(stack: Stack, name: str, picture: Path) -> str:
+    """``ttj timeline default/NAME -o PICTURE --text`` against the stack: the text it printed, once it exited 0
+    and wrote a PNG."""
+    drawn = subprocess.run(
+        [sys.executable, "-m", "ttj", "timeline", f"default/{name}", "-o", str(picture), "--text"],
+        env={**os.environ, "KUBECONFIG": str(stack.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert drawn.returncode == 0, drawn.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return drawn.stdout
