@@ -13,6 +13,11 @@ export IMAGE_REPO VERSION
 CRD_FILE := crds/transient.training_transienttrainingjobs.yaml
 PY_SOURCES := operator contract trainer-image localcluster tests bench images
 PYTEST_ARGS ?=
+# Test processes beside each other (pytest-xdist), a test file per process at a time, in the order of
+# tests/conftest.py (the longest first): much of the suite waits on clusters and trainers rather than computing
+# (docs/benchmarks.md, the suite's time). TEST_JOBS=0: one process.
+TEST_JOBS ?= 3
+PARALLEL := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 # The scripts under images/ need only PyYAML: the virtualenv's Python when there is one, else the host's.
 IMAGE_TOOLS_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
@@ -41,10 +46,10 @@ setup: $(STAMP) ## Create the development virtualenv (.venv) with the operator, 
 test: $(STAMP) ## Run the test suite (all but the slow tests), with lint and CRD drift checks
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory verify
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow" $(PARALLEL) $(PYTEST_ARGS)
 
 test-all: $(STAMP) ## Run every test, the slow ones included
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(PARALLEL) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff, mypy --strict on the operator and the local cluster, import layering and cycles (lint-imports)
 	$(BIN)/ruff check $(PY_SOURCES)

@@ -56,3 +56,30 @@ def k8s_api(kubeconfig: str) -> Iterator[Any]:
     api = config.new_client_from_config(config_file=kubeconfig)
     yield api
     api.close()
+
+
+# The files that take minutes, longest first (docs/benchmarks.md, the suite's time): `make test` runs a file
+# per test process at a time, and starting the long ones first lets the processes end together.
+LONGEST_FIRST = (
+    "e2e/test_deadline.py",
+    "trainer/test_trainer.py",
+    "e2e/test_fleet_fallback.py",
+    "trainer/test_program.py",
+    "e2e/test_example_programs.py",
+    "trainer/test_trainer_in_the_field.py",
+    "e2e/test_training.py",
+    "e2e/test_training_variants.py",
+    "chaos/test_chaos.py",
+    "e2e/test_operator_recovery.py",
+    "e2e/test_operator_timeline.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        relative = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
+        return LONGEST_FIRST.index(relative) if relative in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: a file's tests keep their order

@@ -11,7 +11,6 @@ import itertools
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -24,16 +23,11 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from tests.ports import free_port
 
 from ttj_contract import GROUP, LABEL_JOB, PLURAL, VERSION, format_micro_time
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def install_crd(api: client.ApiClient) -> None:

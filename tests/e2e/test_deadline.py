@@ -188,9 +188,9 @@ def test_a_spot_outage_escalates_to_on_demand_and_the_job_finishes_in_time(stack
         chief = (settled.get("chief") or {}).get("pod")
         pod = next(p for p in run.pods(Role.WORKER) if p["metadata"]["name"] == chief)
         assert pod["metadata"]["labels"].get(LABEL_WORKER_GROUP) == CATCH_UP
-    # (while spot is out, a policy that counts only the workers the job can have now may also call the deadline
-    # infeasible until spot is back: the job still ends Met)
-    assert reasons(run)[0] == "DeadlineEscalated"
+    # While spot is out, the policy may also call the deadline infeasible before or after it escalates (on a
+    # loaded machine the measured pace is slow enough for that): the job still escalated and ends Met.
+    assert "DeadlineEscalated" in reasons(run), reasons(run)
     records = {r["pod"]: r for r in final.get("preemptionCosts") or []}
     assert len(records) >= 2, records  # both spot workers went with the outage
 

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,14 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port
 from ttj_contract import Env, Role, ps_name, worker_hostname
 from ttj_trainer.config import Knob
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
@@ -61,7 +55,7 @@ class TrainerJob:
         self.namespace = namespace
         # The port a worker serves on must be unique on this host: TF's gRPC server binds 0.0.0.0.
         self.ps_addresses = [f"127.0.0.1:{free_port()}" for _ in range(ps_count)]
-        self.worker_addresses = [f"127.0.0.{10 + i}:{free_port()}" for i in range(slots)]
+        self.worker_addresses = [f"127.0.0.{10 + i}:{free_port(f'127.0.0.{10 + i}')}" for i in range(slots)]
         self.checkpoint_uri = str(workdir / "checkpoints")
         # Keyword arguments name variables as the environment does (TTJ_TRAIN_STEPS="240").
         self.settings: dict[str, str] = {

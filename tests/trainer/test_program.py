@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.trainer.processes import TrainerJob, free_port
+from tests.ports import free_port
+from tests.trainer.processes import TrainerJob
 
 pytestmark = pytest.mark.tensorflow
 
@@ -48,7 +49,7 @@ def train_under_ttj(
     ``overlap``: the exchange overlapped with the next step (else exact steps)."""
     out = tmp_path / "trained.npz"
     env = os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "PROBE_OVERLAP": str(int(overlap))}
-    own = f"127.0.0.7:{free_port()}"
+    own = f"127.0.0.7:{free_port('127.0.0.7')}"
     command = [
         sys.executable,
         PROBE,

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.ports import free_port
 from tests.trainer.cluster_lease import ClusterLease
 from tests.trainer.lease_double import LeaseDouble
-from tests.trainer.processes import TrainerJob, free_port, wait_for
+from tests.trainer.processes import TrainerJob, wait_for
 from ttj_contract import lease_name
 
 pytestmark = pytest.mark.tensorflow
@@ -123,7 +124,7 @@ def test_named_variables_are_shared_between_clients_of_one_server(tmp_path: Path
     try:
 
         def add(amount: int) -> int:
-            own = f"127.0.0.{20 + amount}:{free_port()}"
+            own = f"127.0.0.{20 + amount}:{free_port(f'127.0.0.{20 + amount}')}"
             result = subprocess.run(
                 [sys.executable, client, ps_address, own, str(amount)],
                 capture_output=True,
