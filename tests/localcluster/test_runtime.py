@@ -188,6 +188,16 @@ def test_pods_reach_each_other_by_service_dns_and_pod_ip(tmp_path: Path) -> None
     assert server.reason == "Error"
 
 
+def test_clusters_side_by_side_never_hand_out_the_same_pod_ips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both draw the same "random" /16 first: the second finds it claimed and takes the next one.
+    monkeypatch.setattr("random.shuffle", lambda blocks: None)
+    first, second = PodNetwork(tmp_path / "a"), PodNetwork(tmp_path / "b")
+    a, b = first.allocate_ip("uid"), second.allocate_ip("uid")
+    assert a.split(".")[:2] != b.split(".")[:2], (a, b)
+    del first
+    assert PodNetwork(tmp_path / "c").allocate_ip("uid") == a, "a dropped network frees its /16"
+
+
 def test_termination_message_and_sigkill_after_grace(tmp_path: Path) -> None:
     network = PodNetwork(tmp_path)
     runtime = ProcessRuntime(tmp_path, kubeconfig="/k/config", on_exit=lambda *_: None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,28 @@ from typing import Any
 CLUSTER_DOMAIN = "cluster.local"
 FIRST_POD_IP = ipaddress.IPv4Address("127.1.0.2")
 LAST_POD_IP = ipaddress.IPv4Address("127.254.255.254")
+
+
+#: Bound (not listening) on a /16's first address while a cluster hands out that /16's addresses.
+CLAIM_PORT = 32_767
+
+
+def _claim_block() -> tuple[str, socket.socket]:
+    """Host network: a random /16 of 127/8 that no other cluster on this machine holds, with the socket
+    that holds it. Random, so that the next run (while the last one's sockets sit in TIME_WAIT) starts
+    elsewhere; claimed, so that clusters running side by side (parallel tests) never share an address."""
+    blocks = list(range(200))
+    random.shuffle(blocks)
+    for block in blocks:
+        first = FIRST_POD_IP + block * 65536
+        claim = socket.socket()
+        try:
+            claim.bind((str(first - 1), CLAIM_PORT))
+        except OSError:
+            claim.close()
+            continue
+        return str(first), claim
+    raise RuntimeError("every /16 of 127/8 for pod IPs is held by another local cluster on this machine")
 
 
 @dataclass
@@ -76,10 +99,9 @@ class PodNetwork:
         first_ip: str | None = None,
         last_ip: str = str(LAST_POD_IP),
     ) -> None:
+        self._claim: socket.socket | None = None
         if first_ip is None:
-            # Host network: start in a random /16 of 127/8, so that a second cluster on this machine (or the
-            # next run, while the last one's sockets sit in TIME_WAIT) does not hand out the same addresses.
-            first_ip = str(FIRST_POD_IP + random.randrange(0, 200) * 65536)
+            first_ip, self._claim = _claim_block()
         self.state_dir = state_dir
         self.cluster_domain = cluster_domain
         self._lock = threading.Lock()
