@@ -229,6 +229,7 @@ class ParameterStore:
         self._weights: list[Any] | None = None
         self._pending: list[Any] | None = None
         self._known_step = 0
+        self._scale: tuple[float, Any] | None = None
         sparse_embedding_lookups(model)
 
     @classmethod
@@ -429,7 +430,7 @@ class ParameterStore:
         functions = self._step_functions()
         if self._weights is None:
             self._weights, self._known_step = self._unpack_step(functions.pull())
-        scale = tf.constant(learning_rate_scale, tf.float32)
+        scale = self._scale_tensor(learning_rate_scale)
         pending = self._pending if self._pending is not None else functions.no_changes
         messages, changes, loss = functions.call_compute(self._weights, pending, features, labels, scale)
         # The loss is in host memory already (the step's output, beside its messages): no extra sync.
@@ -448,6 +449,12 @@ class ParameterStore:
         self._pending = changes
         self._in_flight = self._exchanger().submit(functions.call_exchange, messages)
         return loss_value, self._known_step + 1
+
+    def _scale_tensor(self, value: float) -> Any:
+        """The learning-rate scale as the step's input; it changes about once a heartbeat, not every step."""
+        if self._scale is None or self._scale[0] != value:
+            self._scale = (value, tf.constant(value, tf.float32))
+        return self._scale[1]
 
     def flush(self) -> None:
         """Waits for the exchange in flight (with overlap), so the PS holds every gradient this worker sent."""
@@ -473,6 +480,7 @@ class ParameterStore:
         self._weights = None
         self._pending = None
         self._in_flight = None
+        self._scale = None
 
     def evaluate_batch(self, features: Any, labels: Any, loss: Any) -> tuple[Any, Any]:
         """The model's predictions on ``features`` (``training=False``) with the PS's current weights, and
@@ -627,6 +635,11 @@ class StepFunctions:
             return messages, changes, tf.identity(tf.cast(loss, tf.float32))
 
     def _exchange(self, messages: list[Any]) -> Any:
+        self._update(messages)
+        return self._read()
+
+    def _update(self, messages: list[Any]) -> None:
+        """On the PS tasks: the gradients and non-trainable changes of ``messages`` applied."""
         store = self.store
         values: dict[str, Any] = {}
         for index, layout in zip(self.ps_indices, self.gradient_layouts, strict=True):
@@ -648,9 +661,19 @@ class StepFunctions:
         for item in self.untrained:
             with tf.device(store._device(item.name)):
                 store.resources[item.name].assign_add(values[item.name + CHANGE_SUFFIX])
-        return self._read()
 
     def _read(self) -> Any:
+        """Each PS's weights message (the global step at the end of its PS's) and the global step, on this
+        worker's host."""
+        store = self.store
+        messages = self._packed()
+        with tf.device(host_of(store.local_device)):
+            messages = [tf.identity(message) for message in messages]
+            global_step = from_bytes(messages[store.by_name[GLOBAL_STEP].ps_index][-8:], tf.int64, [])
+        return messages, global_step
+
+    def _packed(self) -> list[Any]:
+        """Each PS's model variables packed into one message on that PS (empty, here, for a PS without any)."""
         store = self.store
         messages = []
         for index, layout in zip(self.ps_indices, self.weights_layouts, strict=True):
@@ -661,10 +684,7 @@ class StepFunctions:
             with tf.device(store.ps_device_of(index)):
                 read = {name: store._read(name) for name in layout.names}
                 messages.append(layout.pack(read))
-        with tf.device(host_of(store.local_device)):
-            messages = [tf.identity(message) for message in messages]
-            global_step = from_bytes(messages[store.by_name[GLOBAL_STEP].ps_index][-8:], tf.int64, [])
-        return messages, global_step
+        return messages
 
 
 def part_of(slot: Slot) -> Part:
