@@ -301,7 +301,9 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
     scale = tf.constant(1.0, tf.float32)
     messages, _, _ = functions.call_compute(weights, functions.no_changes, *batches[0], scale)
     compute = timed(
-        lambda i: functions.call_compute(weights, functions.no_changes, *batches[i % 10], scale)[2].numpy(), 200, "compute"
+        lambda i: functions.call_compute(weights, functions.no_changes, *batches[i % 10], scale)[2].numpy(),
+        200,
+        "compute",
     )
     exchange = exchange_times(functions, weights, batches, n)
     update, read = ps_update_alone(store, functions, messages)
