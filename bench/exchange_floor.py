@@ -161,7 +161,7 @@ def ttj_child(ps: str, own: str, kind: str, steps: int) -> None:
     functions = store._step_functions()
     weights, _ = functions.pull()
     scale = tf.constant(1.0, tf.float32)
-    messages, _, _ = functions.compute(weights, functions.no_changes, *batches[0], scale)
+    messages, _, _ = functions.call_compute(weights, functions.no_changes, *batches[0], scale)
     up, down = sum(int(m.shape[0]) for m in messages), sum(int(m.shape[0]) for m in weights)
     if kind == "sparse":
         distinct = [len(np.unique(features.numpy())) for features, _ in batches]
@@ -175,7 +175,7 @@ def ttj_child(ps: str, own: str, kind: str, steps: int) -> None:
     store.overlap = True
     overlapped = timed(lambda i: store.train_step(*batches[i % 10], 1.0))
     store.flush()
-    compute = timed(lambda i: functions.compute(weights, functions.no_changes, *batches[i % 10], scale)[2].numpy())
+    compute = timed(lambda i: functions.call_compute(weights, functions.no_changes, *batches[i % 10], scale)[2].numpy())
     exchange = exchange_times(functions, weights, batches, steps + 3)
     round_trip = timed(lambda _i: store.global_step())
     floor = socket_exchange_ms(up, down, 10 if up > 10**7 else 40)

@@ -137,10 +137,10 @@ def exchange_times(functions: Any, weights: Any, batches: list[Any], count: int)
     scale = tf.constant(1.0, tf.float32)
     times = []
     for i in range(count):
-        messages, _, loss = functions.compute(weights, functions.no_changes, *batches[i % len(batches)], scale)
+        messages, _, loss = functions.call_compute(weights, functions.no_changes, *batches[i % len(batches)], scale)
         loss.numpy()
         started = time.perf_counter()
-        weights, global_step = functions.exchange(messages)
+        weights, global_step = functions.call_exchange(messages)
         global_step.numpy()
         times.append((time.perf_counter() - started) * 1000)
     return times[3:]
@@ -183,13 +183,48 @@ def socket_exchange_ms(up: int, down: int, count: int = 40) -> float:
     return statistics.median(times[3:])
 
 
+def cpu_seconds(pid: int | str = "self") -> float:
+    """CPU seconds (user + system) the process ``pid`` has used so far, all its threads (NaN once it is gone:
+    a PS that failed to start is started again under another pid)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ps_update_alone(store: Any, functions: Any, messages: list[Any]) -> Any:
+    """A function that runs on the PS what one exchange runs there (unpack the gradients, the optimizer's
+    update, pack the weights) on a message already on the PS, and answers only the global step: its time
+    less a call that only reads the global step is the PS's own compute in an exchange."""
+    import tensorflow as tf
+
+    from ttj_trainer.packing import from_bytes
+    from ttj_trainer.variables import GLOBAL_STEP
+
+    device = store.ps_device_of(0)
+    with tf.device(device):
+        resident = [tf.identity(message) for message in messages]
+
+    def update() -> Any:
+        functions._update(resident)
+        with tf.device(device):
+            return from_bytes(functions._packed()[0][-8:], tf.int64, [])
+
+    def read() -> Any:
+        with tf.device(device):
+            return tf.raw_ops.ReadVariableOp(resource=store.handles[GLOBAL_STEP], dtype=tf.int64)
+
+    return tf.function(update, autograph=False), tf.function(read, autograph=False)
+
+
 def profile(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir()
     job = TrainerJob(workdir, workdir / "unused-kubeconfig", slots=1)
-    job.start("ps", 0)
+    ps = job.start("ps", 0)
     try:
         command = [sys.executable, __file__, "--profile-child", job.ps_addresses[0], f"127.0.0.7:{free_port()}"]
-        command.append(f"--batch-size={args.batch_size}")
+        command += [f"--batch-size={args.batch_size}", f"--ps-pid={ps.pid}"]
         out = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=600, check=False)
         if out.returncode:
             raise RuntimeError(out.stderr[-3000:])
@@ -219,13 +254,23 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
     batches = [prepared.first, *(next(prepared.batches) for _ in range(9))]
     local = devices.worker_cpu(0)
     n = 60
+    #: CPU ms per call of each part, of this process and of the PS (the machine's 2 cores are what both share).
+    cpu: dict[str, list[float]] = {}
 
-    def timed(action: Any, count: int = n) -> list[float]:
+    def timed(action: Any, count: int = n, name: str = "") -> list[float]:
         times = []
         for i in range(count):
+            if i == 5:
+                own, theirs = cpu_seconds(), cpu_seconds(args.ps_pid)
             started = time.perf_counter()
             action(i)
             times.append((time.perf_counter() - started) * 1000)
+        if name:
+            calls = count - 5
+            cpu[name] = [
+                round((cpu_seconds() - own) / calls * 1000, 2),
+                round((cpu_seconds(args.ps_pid) - theirs) / calls * 1000, 2),
+            ]
         return times[5:]  # the first calls trace
 
     # The step on this process's own variables (what model.fit runs, in the trainer's step function).
@@ -234,7 +279,7 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
         with tf.device(local):
             return prepared.step(p.model, p.optimizer, features, labels)
 
-    on_local = timed(lambda i: float(local_step(*batches[i % 10]).numpy()))
+    on_local = timed(lambda i: float(local_step(*batches[i % 10]).numpy()), 200, "step_local")
     store = ParameterStore.of(prepared, ps_count=1, worker_slots=1, local_device=local, overlap=False)
     store.open()
     store.assign_all(store.initial_values())
@@ -247,16 +292,24 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
         moved.append(socket_bytes([ps_port], own_port) - before)
 
     timed(counted_step, 20)
-    exact = timed(lambda i: store.train_step(*batches[i % 10], 1.0))
+    exact = timed(lambda i: store.train_step(*batches[i % 10], 1.0), 200, "step_against_ps_exact")
     store.overlap = True
-    overlapped = timed(lambda i: store.train_step(*batches[i % 10], 1.0))
+    overlapped = timed(lambda i: store.train_step(*batches[i % 10], 1.0), 200, "step_against_ps_overlap")
     store.flush()
     functions = store._step_functions()
     weights, _ = functions.pull()
     scale = tf.constant(1.0, tf.float32)
-    messages, _, _ = functions.compute(weights, functions.no_changes, *batches[0], scale)
-    compute = timed(lambda i: functions.compute(weights, functions.no_changes, *batches[i % 10], scale)[2].numpy())
+    messages, _, _ = functions.call_compute(weights, functions.no_changes, *batches[0], scale)
+    compute = timed(
+        lambda i: functions.call_compute(weights, functions.no_changes, *batches[i % 10], scale)[2].numpy(),
+        200,
+        "compute",
+    )
     exchange = exchange_times(functions, weights, batches, n)
+    update, read = ps_update_alone(store, functions, messages)
+    ps_update = timed(lambda _i: update().numpy(), name="ps_update_on_resident_message")
+    ps_call = timed(lambda _i: read().numpy(), name="ps_call_reading_the_global_step")
+    ps_compute = max(0.0, statistics.median(ps_update) - statistics.median(ps_call))
     pull = timed(lambda _i: functions.pull()[1].numpy())
     round_trip = timed(lambda _i: store.global_step())
     read_all = timed(lambda _i: store.read_all(), 20)
@@ -279,6 +332,10 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
                 "exchange_floor_ms": floor,
                 "exchange_over_floor": statistics.median(exchange) / floor,
                 "exchange_over_floor_with_one_rpc": statistics.median(exchange) / round_trip_floor,
+                "ps_update_compute_ms": ps_compute,
+                "exchange_less_ps_compute_over_floor_with_one_rpc": (statistics.median(exchange) - ps_compute)
+                / round_trip_floor,
+                "cpu_ms_per_call_worker_ps": cpu,
                 "round_trip_ms": statistics.median(round_trip),
                 "read_all_variables_ms": statistics.median(read_all),
                 "bytes_per_step": statistics.median(moved[5:]),
@@ -300,6 +357,7 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=20.0)
     parser.add_argument("--fit-child", choices=["trainer", "default"], help=argparse.SUPPRESS)
     parser.add_argument("--profile-child", nargs=2, metavar=("PS", "OWN"), help=argparse.SUPPRESS)
+    parser.add_argument("--ps-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fit_child:
         fit_child(args.fit_child, args)

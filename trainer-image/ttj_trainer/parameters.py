@@ -229,6 +229,7 @@ class ParameterStore:
         self._weights: list[Any] | None = None
         self._pending: list[Any] | None = None
         self._known_step = 0
+        self._scale: tuple[float, Any] | None = None
         sparse_embedding_lookups(model)
 
     @classmethod
@@ -429,25 +430,31 @@ class ParameterStore:
         functions = self._step_functions()
         if self._weights is None:
             self._weights, self._known_step = self._unpack_step(functions.pull())
-        scale = tf.constant(learning_rate_scale, tf.float32)
+        scale = self._scale_tensor(learning_rate_scale)
         pending = self._pending if self._pending is not None else functions.no_changes
-        messages, changes, loss = functions.compute(self._weights, pending, features, labels, scale)
+        messages, changes, loss = functions.call_compute(self._weights, pending, features, labels, scale)
         # The loss is in host memory already (the step's output, beside its messages): no extra sync.
         loss_value = float(loss.numpy())
         if not math.isfinite(loss_value):
             return loss_value, self._known_step  # its gradients never reach the PS
         if not self.overlap:
-            self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
+            self._weights, self._known_step = self._unpack_step(functions.call_exchange(messages))
             return loss_value, self._known_step
         self._take_in_flight()
         if not functions.exchange_traced:  # traced here: tracing reads the Keras variables, which compute swaps
-            self._weights, self._known_step = self._unpack_step(functions.exchange(messages))
+            self._weights, self._known_step = self._unpack_step(functions.call_exchange(messages))
             self._pending = None
             functions.exchange_traced = True
             return loss_value, self._known_step
         self._pending = changes
-        self._in_flight = self._exchanger().submit(functions.exchange, messages)
+        self._in_flight = self._exchanger().submit(functions.call_exchange, messages)
         return loss_value, self._known_step + 1
+
+    def _scale_tensor(self, value: float) -> Any:
+        """The learning-rate scale as the step's input; it changes about once a heartbeat, not every step."""
+        if self._scale is None or self._scale[0] != value:
+            self._scale = (value, tf.constant(value, tf.float32))
+        return self._scale[1]
 
     def flush(self) -> None:
         """Waits for the exchange in flight (with overlap), so the PS holds every gradient this worker sent."""
@@ -473,6 +480,7 @@ class ParameterStore:
         self._weights = None
         self._pending = None
         self._in_flight = None
+        self._scale = None
 
     def evaluate_batch(self, features: Any, labels: Any, loss: Any) -> tuple[Any, Any]:
         """The model's predictions on ``features`` (``training=False``) with the PS's current weights, and
@@ -556,6 +564,9 @@ class StepFunctions:
         self.compute = tf.function(self._compute, reduce_retracing=True)
         self.pull = tf.function(self._read, autograph=False)
         self.exchange = tf.function(self._exchange, autograph=False)
+        #: What a step calls: the same functions, called on their flat inputs (:class:`FlatCall`).
+        self.call_compute = FlatCall(self.compute)
+        self.call_exchange = FlatCall(self.exchange, any_length)
         self.exchange_traced = False
 
     @contextlib.contextmanager
@@ -617,12 +628,18 @@ class StepFunctions:
             if [layout.parts for layout in layouts] != [layout.parts for layout in self.gradient_layouts]:
                 self.gradient_layouts = layouts
                 self.exchange = tf.function(self._exchange, autograph=False)
+                self.call_exchange = FlatCall(self.exchange, any_length)
                 self.exchange_traced = False
             messages = [layout.pack(values) for layout in layouts]
         with tf.device(host_of(store.local_device)):
             return messages, changes, tf.identity(tf.cast(loss, tf.float32))
 
     def _exchange(self, messages: list[Any]) -> Any:
+        self._update(messages)
+        return self._read()
+
+    def _update(self, messages: list[Any]) -> None:
+        """On the PS tasks: the gradients and non-trainable changes of ``messages`` applied."""
         store = self.store
         values: dict[str, Any] = {}
         for index, layout in zip(self.ps_indices, self.gradient_layouts, strict=True):
@@ -644,9 +661,19 @@ class StepFunctions:
         for item in self.untrained:
             with tf.device(store._device(item.name)):
                 store.resources[item.name].assign_add(values[item.name + CHANGE_SUFFIX])
-        return self._read()
 
     def _read(self) -> Any:
+        """Each PS's weights message (the global step at the end of its PS's) and the global step, on this
+        worker's host."""
+        store = self.store
+        messages = self._packed()
+        with tf.device(host_of(store.local_device)):
+            messages = [tf.identity(message) for message in messages]
+            global_step = from_bytes(messages[store.by_name[GLOBAL_STEP].ps_index][-8:], tf.int64, [])
+        return messages, global_step
+
+    def _packed(self) -> list[Any]:
+        """Each PS's model variables packed into one message on that PS (empty, here, for a PS without any)."""
         store = self.store
         messages = []
         for index, layout in zip(self.ps_indices, self.weights_layouts, strict=True):
@@ -657,11 +684,48 @@ class StepFunctions:
             with tf.device(store.ps_device_of(index)):
                 read = {name: store._read(name) for name in layout.names}
                 messages.append(layout.pack(read))
-        with tf.device(host_of(store.local_device)):
-            messages = [tf.identity(message) for message in messages]
-            global_step = from_bytes(messages[store.by_name[GLOBAL_STEP].ps_index][-8:], tf.int64, [])
-        return messages, global_step
+        return messages
 
 
 def part_of(slot: Slot) -> Part:
     return Part(slot.name, slot.shape, slot.dtype)
+
+
+class FlatCall:
+    """Calls a ``tf.function`` as its traced (concrete) function on the flat list of its input tensors.
+
+    A ``tf.function``'s own call binds its arguments and builds and compares their trace types in Python on
+    every call, which on a worker's step costs more CPU than many of the step's kernels (about 1 ms a call,
+    measured, beside a 4 ms step on 2 cores), and takes the interpreter lock from the thread computing while
+    the exchange runs. Here a traced function is looked up by the shapes and dtypes of the inputs alone.
+
+    ``relaxed``: how to trace, given the call's arguments: the argument specs to trace with (e.g. messages of
+    any length, so the exchange of a table's rows is traced once). Arguments that are not all tensors (numpy
+    arrays, composite tensors) go through the ``tf.function`` as usual.
+    """
+
+    def __init__(self, function: Any, relaxed: Callable[..., tuple[Any, ...]] | None = None) -> None:
+        self.function = function
+        self.relaxed = relaxed
+        self._traced: dict[Any, Any] = {}
+        self._any_shape: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        flat = tf.nest.flatten(args)
+        if not all(isinstance(value, tf.Tensor) for value in flat):
+            return self.function(*args)
+        if self.relaxed is not None:
+            if self._any_shape is None:
+                self._any_shape = self.function.get_concrete_function(*self.relaxed(*args))
+            traced = self._any_shape
+        else:
+            key = tuple((value.dtype, tuple(value.shape)) for value in flat)
+            traced = self._traced.get(key)
+            if traced is None:
+                traced = self._traced[key] = self.function.get_concrete_function(*args)
+        return traced._call_flat(flat, traced.captured_inputs)
+
+
+def any_length(messages: list[Any]) -> tuple[Any, ...]:
+    """The exchange's argument spec: one uint8 message per PS, of any length (rows vary with the batch)."""
+    return ([tf.TensorSpec([None], tf.uint8) for _ in messages],)
