@@ -26,7 +26,7 @@ from ttj.controller.memory import JobKey
 from ttj.controller.observe import JobIndexes
 from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import RESOURCES
-from ttj.planner import observed_pod
+from ttj.planner import observed_child, observed_pod
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
 log = logging.getLogger("ttj.controller")
@@ -35,9 +35,9 @@ CHILD_RESOURCES = {
     kind: RESOURCES[kind].kopf_name
     for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
 }
-#: Nodes are big (images, allocatable…): the planner needs only these parts of their metadata, their taints,
-#: conditions and capacity.
-_NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
+#: Nodes are big (images, allocatable…): the planner needs only these parts of their metadata (and a pass its
+#: resourceVersion, to tell a changed node), their taints, conditions and capacity.
+_NODE_KEEP = ("name", "uid", "resourceVersion", "labels", "creationTimestamp", "deletionTimestamp")
 #: A change of a node that is still there wakes the jobs with pods on it this much later. GKE marks a node
 #: shutting down (its taint, NotReady) just before its kubelet stops the pods, whose own events are what a
 #: replacement waits for: passes planned at once for the node would stand in front of them. A pass for a pod
@@ -75,13 +75,11 @@ def child_index(kind: str) -> Callable[..., Any]:
     and the handlers that only poke are coroutines: kopf runs those in its loop, where a sync function would
     cost a hop to an executor thread on every event of every child."""
 
-    slim = observed_pod if kind == "Pod" else copy.deepcopy
-
     async def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
         key = _job_key(namespace, labels)
         if key is None:
             return None
-        return {key: (kind, name, slim(dict(body)))}
+        return {key: (kind, name, observed_pod(body) if kind == "Pod" else observed_child(kind, body))}
 
     index.__name__ = f"{kind.lower()}s_by_job"
     return index
@@ -104,10 +102,21 @@ class JobsDiffBase(kopf.AnnotationsDiffBaseStorage):
     copies were a quarter of the operator's CPU."""
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
-        api_version = str(body.get("apiVersion") or "")
-        if api_version and not api_version.startswith(f"{GROUP}/"):
+        if not _ours(body):
             return cast(kopf.BodyEssence, {})
         return super().build(body=body, extra_fields=extra_fields)
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """Nor does it read one back of other objects (their annotations, parsed on every event)."""
+        if not _ours(body):
+            return None
+        return super().fetch(body=body)
+
+
+def _ours(body: kopf.Body) -> bool:
+    """Whether ``body`` is one of ttj's jobs (an object without apiVersion counts as one)."""
+    api_version = str(body.get("apiVersion") or "")
+    return not api_version or api_version.startswith(f"{GROUP}/")
 
 
 def _configure(settings: kopf.OperatorSettings) -> None:

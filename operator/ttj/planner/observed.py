@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -44,7 +45,7 @@ class Observed:
 POD_SPEC_READ = ("nodeName", "nodeSelector", "terminationGracePeriodSeconds")
 
 
-def observed_pod(pod: Obj) -> Obj:
+def observed_pod(pod: Mapping[str, Any]) -> Obj:
     """A copy of what the planner reads of ``pod``: its metadata (without managedFields), the spec fields of
     :data:`POD_SPEC_READ`, its status. The containers (the environment, TF_CONFIG naming every worker) and
     volumes are most of a pod; an operator keeping thousands of pods need not hold them."""
@@ -56,6 +57,21 @@ def observed_pod(pod: Obj) -> Obj:
         slim["spec"] = {k: copy.deepcopy(spec[k]) for k in POD_SPEC_READ if k in spec}
     if "status" in pod:
         slim["status"] = copy.deepcopy(pod["status"])
+    return slim
+
+
+def observed_child(kind: str, obj: Mapping[str, Any]) -> Obj:
+    """A copy of what the planner reads of a child other than a pod (a Service, a Deployment, RBAC, a
+    NetworkPolicy, a Lease): all of it but its metadata's managedFields and a Deployment's pod template (a
+    parameter server's containers and environment; the planner compares the template by its fingerprint
+    annotation)."""
+    slim: Obj = {k: copy.deepcopy(v) for k, v in obj.items() if k not in ("metadata", "spec")}
+    if "metadata" in obj:
+        slim["metadata"] = {k: copy.deepcopy(v) for k, v in obj["metadata"].items() if k != "managedFields"}
+    if "spec" in obj:
+        spec = obj["spec"]
+        keep_template = kind != "Deployment" or not isinstance(spec, Mapping)
+        slim["spec"] = copy.deepcopy(spec if keep_template else {k: v for k, v in spec.items() if k != "template"})
     return slim
 
 

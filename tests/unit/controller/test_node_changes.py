@@ -47,6 +47,7 @@ def test_the_node_index_keeps_what_the_planner_reads_of_a_node() -> None:
             "metadata": {
                 "name": "n1",
                 "uid": "u1",
+                "resourceVersion": "7",
                 "labels": served["metadata"]["labels"],
                 "creationTimestamp": served["metadata"]["creationTimestamp"],
             },
