@@ -155,9 +155,15 @@ class Handlers:
         what an index function returns only after it returns, so a pass woken from inside it could read the
         old child and then sleep until its timer."""
         key = _job_key(namespace, labels)
-        if key is not None and not self.ctx.our_lease_write(key, kwargs.get("body")):
+        body = kwargs.get("body")
+        listed = _listed(kwargs)
+        if (
+            key is not None
+            and not self.ctx.our_lease_write(key, body)
+            and (listed or kwargs.get("type") == "DELETED" or self.ctx.child_news(key, body))
+        ):
             self.ctx.poke(key)
-        if _listed(kwargs):
+        if listed:
             self.ctx.request_audit()
 
     async def node_changed(self, name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:

@@ -73,6 +73,9 @@ class JobMemory:
     #: until the watch shows them: a pass planned on an index without them writes them again. At start-up, with
     #: the watches seconds behind, each job's pods were sent three times over, and its chief labelled four.
     written_children: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: The PS Deployments as the planner reads them, (kind, name) → what it reads, as of the last event that woke
+    #: a pass (see :meth:`ttj.controller.context.OperatorContext.child_news`).
+    children_seen: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

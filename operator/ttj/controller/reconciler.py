@@ -178,9 +178,10 @@ class JobReconciler:
         patch = merge_patch_between(old_status, result.status)
         pre = job["metadata"].get("resourceVersion")
         answer = await self.ctx.api_threads.run(1, self.applier.write_status, namespace, name, pre, patch)
-        after = copy.deepcopy(job)
-        after["status"] = answer.get("status", result.status)
-        after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
+        # Not a deep copy: ``job`` is this pass's own, and neither it nor this is changed after (a pass plans on
+        # a deep copy of what it finds here).
+        metadata = {**job["metadata"], "resourceVersion": answer["metadata"]["resourceVersion"]}
+        after = {**job, "metadata": metadata, "status": answer.get("status", result.status)}
         memory = self.ctx.state.job(self.key)
         # Every version our writes replaced since the watch last caught up: a watch two writes behind still
         # shows one of them, and a pass planned on it would lose its status write to a 409.

@@ -96,7 +96,8 @@ def test_a_pass_on_the_inputs_of_the_last_is_skipped_until_its_timer(monkeypatch
     delay = pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
     assert planned.calls == 1
     assert reconciler.skipped_passes == 1
-    assert delay is not None and delay > 0
+    assert delay is not None
+    assert delay > 0
     assert reconciler.due_at == due_in
     assert len([r for r in cluster.requests[writes:] if r.method != "GET"]) <= 1  # the planned pass's status at most
 
