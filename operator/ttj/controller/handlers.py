@@ -45,6 +45,8 @@ _NODE_KEEP = ("name", "uid", "resourceVersion", "labels", "creationTimestamp", "
 #: follows its pods' events and wakes them at once: deferred, nothing would cancel it, and each job would run
 #: one more pass for it.
 NODE_CHANGE_DELAY_SECONDS = 1.0
+#: How long kopf keeps the worker of an object with no new events (and the last event it handled) before it exits.
+QUEUE_IDLE_SECONDS = 1.0
 #: When the operator stops, how long the Events its passes planned may take to be posted.
 _EVENTS_DRAIN_SECONDS = 5.0
 
@@ -125,6 +127,10 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = JOB_FINALIZER
     settings.posting.enabled = False  # our events go through the Applier, about the job only
     settings.watching.server_timeout = 300
+    # kopf runs one worker per object that has events queued, and a worker waiting for the next event still holds
+    # the last one it handled: the object as the API sent it (a pod with its containers and managedFields). With
+    # kopf's default of 5 s, at start-up nearly every pod's worker was waiting, each holding its pod.
+    settings.queueing.idle_timeout = QUEUE_IDLE_SECONDS
     settings.networking.request_timeout = 60
 
 
