@@ -92,8 +92,26 @@ class OperatorState:
     #: Tasks the operator runs besides kopf's (kept referenced until done).
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
+    #: node name → the (job, pod name) of the pods indexed on it, until their deletion is seen: which jobs a node's
+    #: change concerns. A pod's nodeName never changes once set.
+    pods_on_nodes: dict[str, set[tuple[JobKey, str]]] = field(default_factory=dict)
+
     def job(self, key: JobKey) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())
+
+    def pod_bound(self, node: str, key: JobKey, pod: str) -> None:
+        self.pods_on_nodes.setdefault(node, set()).add((key, pod))
+
+    def pod_gone(self, node: str, key: JobKey, pod: str) -> None:
+        on_node = self.pods_on_nodes.get(node)
+        if on_node is not None:
+            on_node.discard((key, pod))
+            if not on_node:
+                del self.pods_on_nodes[node]
+
+    def jobs_on_node(self, node: str) -> list[JobKey]:
+        """The jobs with pods indexed on ``node`` (perhaps a few more: pods deleted while a watch was away)."""
+        return sorted({key for key, _pod in self.pods_on_nodes.get(node, ())})
 
     def call_soon(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` in the operator's loop, from any thread (asyncio's events are not thread-safe:
