@@ -11,7 +11,6 @@ another change of such a node, and on the planner's timer.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
@@ -27,6 +26,7 @@ from ttj.controller.observe import JobIndexes
 from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import RESOURCES
 from ttj.planner import observed_child, observed_pod
+from ttj.planner.observed import json_copy
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
 log = logging.getLogger("ttj.controller")
@@ -67,7 +67,7 @@ def _slim_node(body: kopf.Body) -> dict[str, Any]:
     status = body.get("status") or {}
     return {
         "metadata": metadata,
-        "spec": {"taints": copy.deepcopy(body.spec.get("taints") or [])},
+        "spec": {"taints": json_copy(body.spec.get("taints") or [])},
         "status": {"conditions": status.get("conditions") or [], "capacity": status.get("capacity") or {}},
     }
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ttj.planner.observed import json_copy
 
 JobKey = tuple[str, str]
 
@@ -28,7 +29,7 @@ class OwnWrite:
 
     def over(self, seen: Mapping[str, Any]) -> dict[str, Any] | None:
         """A copy of ours when ``seen`` is from before our writes; None once the watch shows them (or newer)."""
-        return copy.deepcopy(self.obj) if resource_version(seen) in self.before else None
+        return json_copy(self.obj) if resource_version(seen) in self.before else None
 
 
 class Wakeup(asyncio.Event):

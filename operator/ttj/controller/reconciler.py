@@ -3,7 +3,6 @@ pass is due."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import time
@@ -20,6 +19,7 @@ from ttj.controller.observe import JobIndexes, PassInputs, add_own_writes, input
 from ttj.kubeapi import KubeError
 from ttj.mergepatch import merge_patch_between
 from ttj.planner import Observed, Plan, PlannerConfig, Write, observed_child, observed_pod, plan
+from ttj.planner.observed import json_copy
 
 log = logging.getLogger("ttj.controller")
 
@@ -72,7 +72,7 @@ class JobReconciler:
                 self.skipped_passes += 1
                 return remaining
         self.last_inputs = None  # until this pass ends as planned
-        job = copy.deepcopy(dict(seen))
+        job = json_copy(dict(seen))
         now = self.ctx.clock()
         result = plan(job, observed, now, config)
         self._log_plan(job, observed, result)

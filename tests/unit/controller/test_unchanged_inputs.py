@@ -1,10 +1,9 @@
 """A pass woken while nothing it plans on has changed is not planned.
 
-At a 100-job start-up, half the passes (576 of 1,172) wrote nothing: most were woken by the watch showing the
-operator's own writes (the pods a pass created, the chief it labelled), which that pass had planned on already.
-The planner is pure, so a pass over the same job version, children, nodes and configuration plans the same: it
-is skipped until the last pass's timer is due. Each test runs passes on the local API server's own code (in
-process)."""
+The planner is pure, so a pass over the same job version, children, nodes and configuration plans the same (but
+for cost accrued since): such a pass is skipped until the last pass's timer is due. (At a 100-job start-up, 576
+of 1,172 passes planned nothing, but most of those followed a real change of a pod; 10-15 had unchanged inputs.)
+Each test runs passes on the local API server's own code (in process)."""
 
 from __future__ import annotations
 
