@@ -24,6 +24,8 @@ from ttj.planner import PlannerConfig
 
 #: Job metadata that every write changes: not a reason to plan again.
 _VOLATILE_METADATA = ("resourceVersion", "managedFields")
+#: A child's metadata that every write changes (and its spec's generation): not a reason to plan again.
+_VOLATILE_CHILD_METADATA = ("resourceVersion", "managedFields", "generation")
 #: Threads that carry the passes' requests (their writes, their status writes; see ttj.controller.threads). Each
 #: waits on a round trip without the GIL. asyncio's default executor has 6 on 2 cores, shared with the Events
 #: and the audit, first come first served: at start-up the first passes' creates held all 6, and a job whose pods
@@ -90,6 +92,23 @@ class OperatorContext:
             return False
         return resource_version(body) == resource_version(memory.lease_written.obj)
 
+    def child_news(self, key: JobKey, body: Mapping[str, Any] | None) -> bool:
+        """Whether this event of a child may change what the job's next pass plans. A PS Deployment's status
+        changes some five times as its pod comes up (replicas, ready, available, observedGeneration), and the
+        planner reads of it only the ReplicaFailure condition: each woke a pass that planned nothing (a tenth
+        of a 100-job start-up's passes). Every other kind, and anything else of a Deployment, is news."""
+        if body is None or body.get("kind") != "Deployment":
+            return True
+        memory = self.state.jobs.get(key)
+        if memory is None:
+            return True
+        name = str((body.get("metadata") or {}).get("name") or "")
+        view = deployment_as_planned(body)
+        if memory.children_seen.get(("Deployment", name)) == view:
+            return False
+        memory.children_seen[("Deployment", name)] = view
+        return True
+
     def job_changed(self, key: JobKey, body: kopf.Body) -> bool:
         """Whether this event of the job carries more than a status (and resourceVersion) change.
 
@@ -103,3 +122,13 @@ class OperatorContext:
             return False
         memory.seen = fingerprint
         return True
+
+
+def deployment_as_planned(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the planner reads of a PS Deployment (see :func:`ttj.planner.observed.observed_child`): its metadata
+    but the versions, its spec but the pod template (compared by its fingerprint annotation), and its
+    ReplicaFailure condition."""
+    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k not in _VOLATILE_CHILD_METADATA}
+    spec = {k: v for k, v in (body.get("spec") or {}).items() if k != "template"}
+    conditions = [c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "ReplicaFailure"]
+    return {"metadata": metadata, "spec": spec, "conditions": conditions}

@@ -11,7 +11,6 @@ another change of such a node, and on the planner's timer.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
@@ -22,11 +21,12 @@ from prometheus_client import start_http_server
 from ttj.controller.audit import audit_forever
 from ttj.controller.context import OperatorContext
 from ttj.controller.loop import reconcile_loop
-from ttj.controller.memory import JobKey
+from ttj.controller.memory import JobKey, OperatorState
 from ttj.controller.observe import JobIndexes
 from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import RESOURCES
-from ttj.planner import observed_pod
+from ttj.planner import observed_child, observed_pod
+from ttj.planner.observed import json_copy
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
 log = logging.getLogger("ttj.controller")
@@ -35,9 +35,9 @@ CHILD_RESOURCES = {
     kind: RESOURCES[kind].kopf_name
     for kind in ("Service", "Deployment", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy")
 }
-#: Nodes are big (images, allocatable…): the planner needs only these parts of their metadata, their taints,
-#: conditions and capacity.
-_NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
+#: Nodes are big (images, allocatable…): the planner needs only these parts of their metadata (and a pass its
+#: resourceVersion, to tell a changed node), their taints, conditions and capacity.
+_NODE_KEEP = ("name", "uid", "resourceVersion", "labels", "creationTimestamp", "deletionTimestamp")
 #: A change of a node that is still there wakes the jobs with pods on it this much later. GKE marks a node
 #: shutting down (its taint, NotReady) just before its kubelet stops the pods, whose own events are what a
 #: replacement waits for: passes planned at once for the node would stand in front of them. A pass for a pod
@@ -45,6 +45,8 @@ _NODE_KEEP = ("name", "uid", "labels", "creationTimestamp", "deletionTimestamp")
 #: follows its pods' events and wakes them at once: deferred, nothing would cancel it, and each job would run
 #: one more pass for it.
 NODE_CHANGE_DELAY_SECONDS = 1.0
+#: How long kopf keeps the worker of an object with no new events (and the last event it handled) before it exits.
+QUEUE_IDLE_SECONDS = 1.0
 #: When the operator stops, how long the Events its passes planned may take to be posted.
 _EVENTS_DRAIN_SECONDS = 5.0
 
@@ -65,23 +67,28 @@ def _slim_node(body: kopf.Body) -> dict[str, Any]:
     status = body.get("status") or {}
     return {
         "metadata": metadata,
-        "spec": {"taints": copy.deepcopy(body.spec.get("taints") or [])},
+        "spec": {"taints": json_copy(body.spec.get("taints") or [])},
         "status": {"conditions": status.get("conditions") or [], "capacity": status.get("capacity") or {}},
     }
 
 
-def child_index(kind: str) -> Callable[..., Any]:
+def child_index(kind: str, state: OperatorState | None = None) -> Callable[..., Any]:
     """The index function of one kind of child: the job's key → (kind, name, the object). Index functions
     and the handlers that only poke are coroutines: kopf runs those in its loop, where a sync function would
-    cost a hop to an executor thread on every event of every child."""
-
-    slim = observed_pod if kind == "Pod" else copy.deepcopy
+    cost a hop to an executor thread on every event of every child. A pod bound to a node is also noted in
+    ``state``'s pods by node (see :meth:`OperatorState.pod_bound`)."""
 
     async def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
         key = _job_key(namespace, labels)
         if key is None:
             return None
-        return {key: (kind, name, slim(dict(body)))}
+        if kind != "Pod":
+            return {key: (kind, name, observed_child(kind, body))}
+        pod = observed_pod(body)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and state is not None:
+            state.pod_bound(str(node), key, name)
+        return {key: (kind, name, pod)}
 
     index.__name__ = f"{kind.lower()}s_by_job"
     return index
@@ -104,10 +111,21 @@ class JobsDiffBase(kopf.AnnotationsDiffBaseStorage):
     copies were a quarter of the operator's CPU."""
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
-        api_version = str(body.get("apiVersion") or "")
-        if api_version and not api_version.startswith(f"{GROUP}/"):
+        if not _ours(body):
             return cast(kopf.BodyEssence, {})
         return super().build(body=body, extra_fields=extra_fields)
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """Nor does it read one back of other objects (their annotations, parsed on every event)."""
+        if not _ours(body):
+            return None
+        return super().fetch(body=body)
+
+
+def _ours(body: kopf.Body) -> bool:
+    """Whether ``body`` is one of ttj's jobs (an object without apiVersion counts as one)."""
+    api_version = str(body.get("apiVersion") or "")
+    return not api_version or api_version.startswith(f"{GROUP}/")
 
 
 def _configure(settings: kopf.OperatorSettings) -> None:
@@ -116,6 +134,10 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = JOB_FINALIZER
     settings.posting.enabled = False  # our events go through the Applier, about the job only
     settings.watching.server_timeout = 300
+    # kopf runs one worker per object that has events queued, and a worker waiting for the next event still holds
+    # the last one it handled: the object as the API sent it (a pod with its containers and managedFields). With
+    # kopf's default of 5 s, at start-up nearly every pod's worker was waiting, each holding its pod.
+    settings.queueing.idle_timeout = QUEUE_IDLE_SECONDS
     settings.networking.request_timeout = 60
 
 
@@ -146,16 +168,24 @@ class Handlers:
         what an index function returns only after it returns, so a pass woken from inside it could read the
         old child and then sleep until its timer."""
         key = _job_key(namespace, labels)
-        if key is not None and not self.ctx.our_lease_write(key, kwargs.get("body")):
+        body = kwargs.get("body")
+        listed = _listed(kwargs)
+        if (
+            key is not None
+            and not self.ctx.our_lease_write(key, body)
+            and (listed or kwargs.get("type") == "DELETED" or self.ctx.child_news(key, body))
+        ):
             self.ctx.poke(key)
-        if _listed(kwargs):
+        if listed:
             self.ctx.request_audit()
 
     async def node_changed(self, name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
+        """Wake the jobs with pods on the node: those the pods by node name, as the index shows them (not every
+        job's every pod, for each event of each node: at 1,000 jobs, 9,000 pods for each node event)."""
         if _listed(kwargs):
             self.ctx.request_audit()
-        for key, store in list(pods_by_job.items()):
-            if not any((pod[2].get("spec") or {}).get("nodeName") == name for pod in store):
+        for key in self.ctx.state.jobs_on_node(name):
+            if not any((pod[2].get("spec") or {}).get("nodeName") == name for pod in pods_by_job.get(key, [])):
                 continue
             if kwargs.get("type") == "DELETED":
                 self.ctx.poke(key)
@@ -181,6 +211,8 @@ class Handlers:
         considers, for each of the thousands of pod events, on the loop the passes share."""
         await self.child_changed(namespace, labels, body=body, **kwargs)
         key = _job_key(namespace, labels)
+        if key is not None and kwargs.get("type") == "DELETED" and body is not None:
+            self.ctx.state.pod_gone(str((body.get("spec") or {}).get("nodeName") or ""), key, name)
         if key is not None and jobs is not None and key not in jobs and body is not None and _finalizing_pod(body):
             await asyncio.to_thread(self.ctx.applier.release_finalizer, namespace or "", name)
 
@@ -241,7 +273,8 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     kopf.on.cleanup(registry=registry)(handlers.cleanup)
     children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
     for kind, resource in children.items():
-        kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(child_index(kind))
+        index = child_index(kind, ctx.state)
+        kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(index)
         changed = handlers.pod_changed if kind == "Pod" else handlers.child_changed
         kopf.on.event(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}_changed")(changed)
     kopf.index("nodes", registry=registry, id="nodes_by_name")(index_node)

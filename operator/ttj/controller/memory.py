@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ttj.planner.observed import json_copy
 
 JobKey = tuple[str, str]
 
@@ -28,7 +29,7 @@ class OwnWrite:
 
     def over(self, seen: Mapping[str, Any]) -> dict[str, Any] | None:
         """A copy of ours when ``seen`` is from before our writes; None once the watch shows them (or newer)."""
-        return copy.deepcopy(self.obj) if resource_version(seen) in self.before else None
+        return json_copy(self.obj) if resource_version(seen) in self.before else None
 
 
 class Wakeup(asyncio.Event):
@@ -73,6 +74,9 @@ class JobMemory:
     #: until the watch shows them: a pass planned on an index without them writes them again. At start-up, with
     #: the watches seconds behind, each job's pods were sent three times over, and its chief labelled four.
     written_children: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: The PS Deployments as the planner reads them, (kind, name) → what it reads, as of the last event that woke
+    #: a pass (see :meth:`ttj.controller.context.OperatorContext.child_news`).
+    children_seen: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -89,8 +93,26 @@ class OperatorState:
     #: Tasks the operator runs besides kopf's (kept referenced until done).
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
+    #: node name → the (job, pod name) of the pods indexed on it, until their deletion is seen: which jobs a node's
+    #: change concerns. A pod's nodeName never changes once set.
+    pods_on_nodes: dict[str, set[tuple[JobKey, str]]] = field(default_factory=dict)
+
     def job(self, key: JobKey) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())
+
+    def pod_bound(self, node: str, key: JobKey, pod: str) -> None:
+        self.pods_on_nodes.setdefault(node, set()).add((key, pod))
+
+    def pod_gone(self, node: str, key: JobKey, pod: str) -> None:
+        on_node = self.pods_on_nodes.get(node)
+        if on_node is not None:
+            on_node.discard((key, pod))
+            if not on_node:
+                del self.pods_on_nodes[node]
+
+    def jobs_on_node(self, node: str) -> list[JobKey]:
+        """The jobs with pods indexed on ``node`` (perhaps a few more: pods deleted while a watch was away)."""
+        return sorted({key for key, _pod in self.pods_on_nodes.get(node, ())})
 
     def call_soon(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` in the operator's loop, from any thread (asyncio's events are not thread-safe:

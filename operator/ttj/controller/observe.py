@@ -4,14 +4,14 @@ yet."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from ttj.controller.memory import JobKey
-from ttj.planner import Observed
+from ttj.planner import Observed, PlannerConfig
 from ttj.planner.observed import name_of
 from ttj_contract import lease_name
 
@@ -89,3 +89,48 @@ def _version(obj: dict[str, Any]) -> int:
     """The object's resourceVersion as a number (etcd's revision; 0 when it is not one)."""
     version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
     return int(version) if version.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class PassInputs:
+    """What a pass plans on, by version: the job's resourceVersion, each observed child's and node's (kind,
+    name, resourceVersion), the placement verdict, and the planner's configuration (the same object while
+    unchanged: the operator's, the price table re-read only when its file changes). Two passes with equal
+    inputs plan the same but for the clock."""
+
+    job: str
+    objects: frozenset[tuple[str, str, str]]
+    placement: Any
+    config: PlannerConfig
+    prices: Any
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PassInputs)
+            and self.job == other.job
+            and self.objects == other.objects
+            and self.placement == other.placement
+            and self.config is other.config
+            and self.prices is other.prices
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.job, self.objects))
+
+
+def inputs_of(job: Mapping[str, Any], observed: Observed, config: PlannerConfig, prices: Any) -> PassInputs | None:
+    """The inputs of a pass on ``job`` and ``observed`` under ``config`` (the operator's, before the price
+    table in force, ``prices``, replaces its own); None when an object has no resourceVersion to tell it by."""
+    objects = [("Pod", name_of(pod), _rv(pod)) for pod in observed.pods]
+    objects += [("Node", name, _rv(node)) for name, node in observed.nodes.items()]
+    objects += [(kind, name, _rv(child)) for (kind, name), child in observed.children.items()]
+    if observed.lease is not None:
+        objects.append(("Lease", name_of(observed.lease), _rv(observed.lease)))
+    version = _rv(job)
+    if not version or any(not rv for _kind, _name, rv in objects):
+        return None
+    return PassInputs(version, frozenset(objects), observed.placement, config, prices)
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

@@ -3,10 +3,10 @@ pass is due."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -15,10 +15,11 @@ from ttj.controller.apply import Applied, Conflict
 from ttj.controller.backoff import REFUSED_WRITES_BACKOFF
 from ttj.controller.context import OperatorContext
 from ttj.controller.memory import JobKey, OwnWrite, resource_version
-from ttj.controller.observe import JobIndexes, add_own_writes, observe
+from ttj.controller.observe import JobIndexes, PassInputs, add_own_writes, inputs_of, observe
 from ttj.kubeapi import KubeError
 from ttj.mergepatch import merge_patch_between
-from ttj.planner import Observed, Plan, PlannerConfig, Write, observed_pod, plan
+from ttj.planner import Observed, Plan, PlannerConfig, Write, observed_child, observed_pod, plan
+from ttj.planner.observed import json_copy
 
 log = logging.getLogger("ttj.controller")
 
@@ -44,18 +45,34 @@ class JobReconciler:
         self.refused_passes = 0
         #: Whether the job has not run yet, as the last pass planned it.
         self.starting = True
+        #: The inputs of the last pass that ended as planned (its writes applied), and when its timer is due
+        #: (time.monotonic()); None after a pass that did not.
+        self.last_inputs: PassInputs | None = None
+        self.due_at = 0.0
+        #: Passes not planned, their inputs unchanged (for tests and the benchmark's counts).
+        self.skipped_passes = 0
 
     def coalesce_seconds(self) -> float:
         """How long a pass woken by a change waits for more (see :data:`START_UP_COALESCE_SECONDS`)."""
         return START_UP_COALESCE_SECONDS if self.starting else 0.0
 
     async def run_pass(self, body: kopf.Body, indexes: JobIndexes) -> float | None:
-        """One reconcile; returns seconds until the next timed pass, None when the job is gone."""
+        """One reconcile; returns seconds until the next timed pass, None when the job is gone. A pass woken
+        before the last one's timer whose inputs are the last one's (see :func:`inputs_of`) is not planned: the
+        planner is pure, so it would plan the same (but for cost accrued since, written at the next pass)."""
         namespace, name = self.key
         started = time.perf_counter()
-        job = self._current_job(body)
-        observed = await self._observe(job, indexes)
+        seen = self._current_job_source(body)
+        observed = await self._observe(seen, indexes)
         config = self._planner_config()
+        inputs = inputs_of(seen, observed, self.ctx.planner, config.prices)
+        if inputs is not None and inputs == self.last_inputs:
+            remaining = self.due_at - time.monotonic()
+            if remaining > 0:
+                self.skipped_passes += 1
+                return remaining
+        self.last_inputs = None  # until this pass ends as planned
+        job = json_copy(dict(seen))
         now = self.ctx.clock()
         result = plan(job, observed, now, config)
         self._log_plan(job, observed, result)
@@ -80,23 +97,28 @@ class JobReconciler:
         if result.delete_job:
             await self.ctx.api_threads.run(1, self.applier.delete_job, namespace, name)
             return None
-        return self._next_pass(applied, result)
+        delay = self._next_pass(applied, result)
+        if delay is not None and not applied.refused:
+            # A pass on the same inputs would plan the same writes (each idempotent, each applied) and status.
+            self.last_inputs, self.due_at = inputs, time.monotonic() + delay
+        return delay
 
-    def _current_job(self, body: kopf.Body) -> dict[str, Any]:
+    def _current_job_source(self, body: kopf.Body) -> Mapping[str, Any]:
+        """The job as the pass plans on it, not copied: our last status write's answer while the watch still
+        shows the job from before it, else kopf's body."""
         memory = self.ctx.state.jobs.get(self.key)
         if memory is not None and memory.written is not None:
-            ours = memory.written.over(body)
-            if ours is not None:
-                return ours
+            if resource_version(body) in memory.written.before:
+                return memory.written.obj
             memory.written = None  # the watch delivered our writes, or a newer change
-        return copy.deepcopy(dict(body))
+        return body
 
     async def _apply(self, writes: list[Write]) -> Applied:
         if not writes:
             return Applied()
         return await self.ctx.api_threads.run(len(writes), self.applier.apply, self.key[0], writes)
 
-    async def _observe(self, job: dict[str, Any], indexes: JobIndexes) -> Observed:
+    async def _observe(self, job: Mapping[str, Any], indexes: JobIndexes) -> Observed:
         observed = observe(self.key, indexes, gone=self.ctx.state.gone)
         memory = self.ctx.state.jobs.get(self.key)
         if memory is not None and memory.written_children:
@@ -130,7 +152,7 @@ class JobReconciler:
         written = self.ctx.state.job(self.key).written_children
         for kind, name, answer in applied.written:
             if (answer.get("metadata") or {}).get("name") == name:
-                written[(kind, name)] = observed_pod(answer) if kind == "Pod" else answer
+                written[(kind, name)] = observed_pod(answer) if kind == "Pod" else observed_child(kind, answer)
 
     def _planner_config(self) -> PlannerConfig:
         if self.ctx.prices is None:
@@ -156,9 +178,10 @@ class JobReconciler:
         patch = merge_patch_between(old_status, result.status)
         pre = job["metadata"].get("resourceVersion")
         answer = await self.ctx.api_threads.run(1, self.applier.write_status, namespace, name, pre, patch)
-        after = copy.deepcopy(job)
-        after["status"] = answer.get("status", result.status)
-        after["metadata"]["resourceVersion"] = answer["metadata"]["resourceVersion"]
+        # Not a deep copy: ``job`` is this pass's own, and neither it nor this is changed after (a pass plans on
+        # a deep copy of what it finds here).
+        metadata = {**job["metadata"], "resourceVersion": answer["metadata"]["resourceVersion"]}
+        after = {**job, "metadata": metadata, "status": answer.get("status", result.status)}
         memory = self.ctx.state.job(self.key)
         # Every version our writes replaced since the watch last caught up: a watch two writes behind still
         # shows one of them, and a pass planned on it would lose its status write to a 409.

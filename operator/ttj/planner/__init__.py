@@ -23,7 +23,7 @@ from ttj.planner.classify import PodState, PodVerdict, classify_pod
 from ttj.planner.config import CostFunction, PlannerConfig
 from ttj.planner.core import Plan, plan
 from ttj.planner.election import choose_chief, preemption_risk
-from ttj.planner.observed import Observed, observed_pod
+from ttj.planner.observed import Observed, observed_child, observed_pod
 
 __all__ = [
     "CostFunction",
@@ -44,6 +44,7 @@ __all__ = [
     "Write",
     "choose_chief",
     "classify_pod",
+    "observed_child",
     "observed_pod",
     "plan",
     "preemption_risk",

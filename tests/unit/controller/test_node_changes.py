@@ -15,11 +15,11 @@ from prometheus_client import CollectorRegistry
 
 from tests.unit.planner.builders import T0, node
 from ttj.controller.context import OperatorContext
-from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers, index_node
+from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers, child_index, index_node
 from ttj.controller.memory import Wakeup
 from ttj.controller.metrics import Metrics
 from ttj.planner import PodState, classify_pod
-from ttj_contract import AUTOSCALER_DELETION_TAINT, format_time
+from ttj_contract import AUTOSCALER_DELETION_TAINT, LABEL_JOB, format_time
 
 KEY = ("ns", "mnist")
 DRAIN_TAINT = {"key": AUTOSCALER_DELETION_TAINT, "value": "1700000000", "effect": "NoSchedule"}
@@ -47,6 +47,7 @@ def test_the_node_index_keeps_what_the_planner_reads_of_a_node() -> None:
             "metadata": {
                 "name": "n1",
                 "uid": "u1",
+                "resourceVersion": "7",
                 "labels": served["metadata"]["labels"],
                 "creationTimestamp": served["metadata"]["creationTimestamp"],
             },
@@ -68,13 +69,46 @@ def context() -> OperatorContext:
     return OperatorContext(api=None, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
 
 
+def indexed_pods(ctx: OperatorContext, pods: dict[tuple[str, str], tuple[str, str]]) -> dict[Any, Any]:
+    """The pods index as the pod index function fills it, job → (pod name, node name)."""
+    index = child_index("Pod", ctx.state)
+    indexed: dict[Any, Any] = {}
+    for (namespace, job), (pod, node_name) in pods.items():
+        body = {"metadata": {"name": pod, "namespace": namespace}, "spec": {"nodeName": node_name}}
+        entry = asyncio.run(index(namespace=namespace, name=pod, labels={LABEL_JOB: job}, body=kopf.Body(body)))
+        for key, value in entry.items():
+            indexed.setdefault(key, []).append(value)
+    return indexed
+
+
+def test_a_node_change_wakes_only_the_jobs_with_pods_on_it_as_indexed() -> None:
+    """Which jobs have pods on a node is kept as the pods are indexed, and let go when they are deleted: a node's
+    event does not scan every job's every pod."""
+    ctx = context()
+    handlers = Handlers(ctx)
+    pods_by_job = indexed_pods(ctx, {KEY: ("mnist-worker-0-0", "n1"), ("ns", "other"): ("other-worker-0-0", "n2")})
+    assert ctx.state.jobs_on_node("n1") == [KEY]
+    assert ctx.state.jobs_on_node("n2") == [("ns", "other")]
+    assert ctx.state.jobs_on_node("n3") == []
+
+    async def scenario() -> None:
+        ctx.state.loop = asyncio.get_running_loop()
+        ours = ctx.state.job(KEY).wakeup
+        body = {"metadata": {"name": "mnist-worker-0-0", "namespace": "ns"}, "spec": {"nodeName": "n1"}}
+        await handlers.pod_changed("ns", {LABEL_JOB: "mnist"}, "mnist-worker-0-0", body, type="DELETED")
+        assert ctx.state.jobs_on_node("n1") == []
+        ours.clear()
+        del pods_by_job[KEY]
+        await handlers.node_changed(name="n1", pods_by_job=pods_by_job, type="DELETED")  # type: ignore[arg-type]
+        assert not ours.is_set()
+
+    asyncio.run(scenario())
+
+
 def test_a_node_change_wakes_the_jobs_on_it_later_any_pass_before_cancels_the_wait_and_its_deletion_at_once() -> None:
     ctx = context()
     handlers = Handlers(ctx)
-    pods_by_job = {
-        KEY: [("Pod", "mnist-worker-0-0", {"spec": {"nodeName": "n1"}})],
-        ("ns", "other"): [("Pod", "other-worker-0-0", {"spec": {"nodeName": "n2"}})],
-    }
+    pods_by_job = indexed_pods(ctx, {KEY: ("mnist-worker-0-0", "n1"), ("ns", "other"): ("other-worker-0-0", "n2")})
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()

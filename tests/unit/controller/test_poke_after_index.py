@@ -64,3 +64,43 @@ def test_each_child_event_wakes_its_job_after_indexing() -> None:
             assert not other.is_set(), "only the child's own job is woken"
 
     asyncio.run(scenario())
+
+
+def deployment(rv: str, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "mnist-ps-0", "namespace": "ns", "resourceVersion": rv, "labels": {LABEL_JOB: "mnist"}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "ps"}]}}},
+        "status": status,
+    }
+
+
+def test_a_deployment_wakes_its_job_only_when_what_the_planner_reads_of_it_changed() -> None:
+    """A PS Deployment's status changes some five times as its pod comes up; the planner reads of it its metadata,
+    its spec (not the template) and its ReplicaFailure condition."""
+    ctx, registry = registered()
+    changed = by_id(registry._watching)["deployment_changed"].fn
+    failure = {"type": "ReplicaFailure", "status": "True", "message": "exceeded quota"}
+
+    async def woken(body: dict[str, Any], event: str | None = "MODIFIED") -> bool:
+        ctx.state.loop = asyncio.get_running_loop()
+        wakeup = ctx.state.job(KEY).wakeup
+        wakeup.clear()
+        await changed(namespace="ns", labels={LABEL_JOB: "mnist"}, body=body, type=event)
+        await asyncio.sleep(0)
+        return wakeup.is_set()
+
+    async def scenario() -> None:
+        assert await woken(deployment("1"))  # the first event seen
+        assert not await woken(deployment("2", replicas=1, observedGeneration=1))
+        assert not await woken(deployment("3", replicas=1, readyReplicas=1, availableReplicas=1))
+        assert await woken(deployment("4", replicas=1, conditions=[failure]))
+        assert not await woken(deployment("5", replicas=1, conditions=[failure], unavailableReplicas=1))
+        scaled = deployment("6", conditions=[failure])
+        scaled["spec"]["replicas"] = 0
+        assert await woken(scaled)
+        assert await woken(scaled, "DELETED")
+        assert await woken(scaled, None)  # listed again after a watch error
+
+    asyncio.run(scenario())

@@ -75,3 +75,20 @@ def test_kopf_builds_a_diff_base_for_the_jobs_only() -> None:
     job = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "mnist"}, "spec": {"trainSteps": 10}}
     assert storage.build(body=kopf.Body(POD)) == {}
     assert storage.build(body=kopf.Body(job)) == {"spec": {"trainSteps": 10}}
+
+
+def test_json_copy_is_a_deep_copy_of_what_json_decodes_to() -> None:
+    from datetime import UTC, datetime
+
+    from ttj.planner.observed import json_copy
+
+    value = {"a": [{"b": 1, "c": None, "d": 1.5, "e": True, "f": "x"}], "g": {"h": []}}
+    copied = json_copy(value)
+    assert copied == value
+    copied["a"][0]["b"] = 2
+    copied["g"]["h"].append(1)
+    assert value == {"a": [{"b": 1, "c": None, "d": 1.5, "e": True, "f": "x"}], "g": {"h": []}}
+    other = {"at": datetime(2026, 1, 1, tzinfo=UTC), "set": {1}}  # not JSON: copied as copy.deepcopy copies it
+    again = json_copy(other)
+    assert again == other
+    assert again["set"] is not other["set"]
