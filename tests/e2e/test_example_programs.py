@@ -62,7 +62,7 @@ EXAMPLE_RUNS = (
         batch_size=16,
         tolerance=1e-4,
     ),
-    Example("custom_step", {}, train_steps=1500, batch_size=64),
+    Example("custom_step", {}, train_steps=6000, batch_size=64),
 )
 
 
@@ -113,13 +113,17 @@ class Preempted:
         self.elected: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
 
-    def trains(self, chief: str) -> bool:
-        """The chief's own metrics show a global step (the job's status says so only at its next report)."""
-        [pod] = [p for p in self.run.running_workers() if p["metadata"]["name"] == chief] or [None]
-        try:
-            return pod is not None and self.run.trainer_metrics(pod).get("ttj_trainer_global_step", 0.0) >= 1
-        except OSError:
-            return False  # not serving its metrics yet
+    def trains(self) -> bool:
+        """A worker's own metrics show a global step (the job's status says so only at its next report). Any
+        worker's: the chief's first step comes after it initialised the PS and wrote the first checkpoint, and
+        a small model's other workers can take most of the job's steps by then."""
+        for pod in self.run.running_workers():
+            try:
+                if self.run.trainer_metrics(pod).get("ttj_trainer_global_step", 0.0) >= 1:
+                    return True
+            except OSError:
+                continue  # not serving its metrics yet
+        return False
 
     def advance(self) -> bool:
         """One look at the job, acting on what it shows; True once it has succeeded."""
@@ -129,7 +133,7 @@ class Preempted:
         if self.first_chief is None:
             workers = [p["metadata"]["name"] for p in self.run.running_workers()]
             chief = (status.get("chief") or {}).get("pod")
-            if epoch(status) == 1 and len(workers) == WORKERS and chief in workers and self.trains(chief):
+            if epoch(status) == 1 and len(workers) == WORKERS and chief in workers and self.trains():
                 assert status.get("phase") == "Running", (self.run.name, status)
                 self.first_chief = chief
                 self.stack.preempt_pod_node(NAMESPACE, next(w for w in workers if w != chief))

@@ -202,7 +202,7 @@ class WorkQueue:
                 self.add_after(key, delay)
 
 
-def wait_synced(informers: Sequence[Informer], timeout: float = 30.0) -> None:
+def wait_synced(informers: Sequence[Informer], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     for informer in informers:
         if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
