@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from tests.unit.planner.builders import T0
 from ttj.api.crd import crd
+from ttj.controller.context import OperatorContext
 from ttj.controller.handlers import CHILD_RESOURCES
+from ttj.controller.metrics import Metrics
 from ttj.controller.observe import JobIndexes
 from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import MERGE_PATCH, RESOURCES, KubeError, path
@@ -148,6 +153,29 @@ class InProcessApi:
                 self.request("DELETE", path("Pod", NAMESPACE, metadata["name"]), body={"gracePeriodSeconds": 0})
 
 
+def reconciler_for(cluster: InProcessApi, job: str) -> JobReconciler:
+    """A reconciler of ``job`` writing to ``cluster``, its clock stopped at T0."""
+    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
+    return JobReconciler(ctx, (NAMESPACE, job))
+
+
+def indexes_showing(key: tuple[str, str], shown: Observed, nodes: dict[str, Obj], lease: Obj | None) -> JobIndexes:
+    """The operator's indexes as its watches would show the job's children ``shown``, ``lease`` and ``nodes``."""
+    pods = {key: [("Pod", name_of(p), p) for p in shown.pods]}
+    leases = {key: [("Lease", name_of(lease), lease)]} if lease is not None else {}
+    children = [
+        {key: [(kind, name, child) for (kind, name), child in shown.children.items() if kind == wanted]}
+        for wanted in CHILD_RESOURCES
+    ]
+    return JobIndexes(pods, leases, children, {name: [n] for name, n in nodes.items()})  # type: ignore[arg-type]
+
+
+def pass_over(reconciler: JobReconciler, job_seen: Obj, shown: Observed, nodes: dict[str, Obj]) -> float | None:
+    """One pass over watches that show the job as ``job_seen`` and its children as ``shown``."""
+    indexes = indexes_showing(reconciler.key, shown, nodes, shown.lease)
+    return asyncio.run(reconciler.run_pass(job_seen, indexes))  # type: ignore[arg-type]
+
+
 def run_pass(
     reconciler: JobReconciler,
     cluster: InProcessApi,
@@ -160,18 +188,8 @@ def run_pass(
     """One pass of ``reconciler`` over what its watches would show of ``cluster`` (without the Lease when
     ``lease_seen`` is false, or with ``lease`` instead of the Lease there: a lagging Lease watch)."""
     observed = cluster.observe(job, nodes)
-    key = (NAMESPACE, job)
-    pods = {key: [("Pod", name_of(p), p) for p in observed.pods]}
-    leases: dict[Any, Any] = {}
     shown = lease if lease is not None else observed.lease
-    if lease_seen and shown is not None:
-        leases = {key: [("Lease", lease_name(job), shown)]}
-    children = [
-        {key: [(kind, name, child) for (kind, name), child in observed.children.items() if kind == wanted]}
-        for wanted in CHILD_RESOURCES
-    ]
-    by_name = {name: [n] for name, n in nodes.items()}
-    indexes = JobIndexes(pods, leases, children, by_name)  # type: ignore[arg-type]
+    indexes = indexes_showing((NAMESPACE, job), observed, nodes, shown if lease_seen else None)
 
     async def one_pass() -> float | None:
         delay = await reconciler.run_pass(cluster.job(job), indexes)  # type: ignore[arg-type]

@@ -16,14 +16,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from tests.unit.controller import in_process_api
-from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
+from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi, pass_over, reconciler_for
 from tests.unit.planner.builders import T0, job, node
 from ttj.controller.context import OperatorContext
 from ttj.controller.handlers import CHILD_RESOURCES, register
 from ttj.controller.memory import OwnWrite
 from ttj.controller.metrics import Metrics
-from ttj.controller.observe import JobIndexes, add_own_writes
-from ttj.controller.reconciler import CONFLICT_RETRY_SECONDS, START_UP_COALESCE_SECONDS, JobReconciler
+from ttj.controller.observe import add_own_writes
+from ttj.controller.reconciler import CONFLICT_RETRY_SECONDS, START_UP_COALESCE_SECONDS
 from ttj.planner import Observed
 from ttj.planner.observed import name_of
 from ttj_contract import KIND, LABEL_CHIEF, LABEL_JOB, LABEL_ROLE, Role
@@ -31,23 +31,6 @@ from ttj_contract import KIND, LABEL_CHIEF, LABEL_JOB, LABEL_ROLE, Role
 NAME = "mnist"
 KEY = (NAMESPACE, NAME)
 NODES = {n["metadata"]["name"]: n for n in [node(f"gpu-{i}") for i in range(3)] + [node("cpu-0", "on-demand")]}
-
-
-def operator(cluster: InProcessApi) -> JobReconciler:
-    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    return JobReconciler(ctx, KEY)
-
-
-def pass_over(reconciler: JobReconciler, job_seen: dict[str, Any], shown: Observed) -> float | None:
-    """One pass over watches that show the job as ``job_seen`` and its children as ``shown``."""
-    pods = {KEY: [("Pod", name_of(p), p) for p in shown.pods]}
-    leases = {KEY: [("Lease", name_of(shown.lease), shown.lease)]} if shown.lease is not None else {}
-    children = [
-        {KEY: [(kind, name, child) for (kind, name), child in shown.children.items() if kind == wanted]}
-        for wanted in CHILD_RESOURCES
-    ]
-    indexes = JobIndexes(pods, leases, children, {name: [n] for name, n in NODES.items()})  # type: ignore[arg-type]
-    return asyncio.run(reconciler.run_pass(job_seen, indexes))  # type: ignore[arg-type]
 
 
 def creates(cluster: InProcessApi, kind: str) -> int:
@@ -61,19 +44,19 @@ def status_writes(cluster: InProcessApi) -> int:
 def test_a_pass_whose_watches_lag_does_not_create_its_children_again() -> None:
     cluster = InProcessApi(T0)
     cluster.create(job(NAME))
-    reconciler = operator(cluster)
+    reconciler = reconciler_for(cluster, NAME)
     nothing = cluster.observe(NAME, NODES)  # before the first pass: no child yet
 
-    pass_over(reconciler, cluster.job(NAME), nothing)
+    pass_over(reconciler, cluster.job(NAME), nothing, NODES)
     made = {kind: creates(cluster, kind) for kind in ("Pod", "Lease", *CHILD_RESOURCES)}
     assert made["Pod"] == 3
     assert all(made[kind] == 1 for kind in ("Lease", *CHILD_RESOURCES))
 
-    pass_over(reconciler, cluster.job(NAME), nothing)  # the watches have shown none of them yet
+    pass_over(reconciler, cluster.job(NAME), nothing, NODES)  # the watches have shown none of them yet
     assert {kind: creates(cluster, kind) for kind in made} == made
 
     # Once the watches show the children, what the operator remembers of its writes is let go.
-    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
+    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES), NODES)
     assert reconciler.ctx.state.job(KEY).written_children == {}
     assert {kind: creates(cluster, kind) for kind in made} == made
 
@@ -81,7 +64,7 @@ def test_a_pass_whose_watches_lag_does_not_create_its_children_again() -> None:
 def test_a_chief_labelled_by_a_pass_is_not_labelled_again_while_the_pod_watch_lags() -> None:
     cluster = InProcessApi(T0)
     cluster.create(job(NAME))
-    reconciler = operator(cluster)
+    reconciler = reconciler_for(cluster, NAME)
     in_process_api.run_pass(reconciler, cluster, NAME, NODES)
     cluster.run_parameter_server(NAME, "cpu-0")
     workers = [p for p in cluster.observe(NAME, NODES).pods if p["metadata"]["labels"][LABEL_ROLE] == Role.WORKER]
@@ -89,26 +72,26 @@ def test_a_chief_labelled_by_a_pass_is_not_labelled_again_while_the_pod_watch_la
         cluster.run(pod["metadata"]["name"], f"gpu-{i}")
     unlabelled = cluster.observe(NAME, NODES)
 
-    pass_over(reconciler, cluster.job(NAME), unlabelled)  # elects and labels the chief
+    pass_over(reconciler, cluster.job(NAME), unlabelled, NODES)  # elects and labels the chief
     labels = [r for r in cluster.writes("PATCH", "Pod") if LABEL_CHIEF in str(r.body)]
     assert len(labels) == 1
     chief = [p for p in cluster.observe(NAME, NODES).pods if p["metadata"]["labels"].get(LABEL_CHIEF) == "true"]
     assert len(chief) == 1
 
-    pass_over(reconciler, cluster.job(NAME), unlabelled)  # the pod watch has not shown the label yet
+    pass_over(reconciler, cluster.job(NAME), unlabelled, NODES)  # the pod watch has not shown the label yet
     assert [r for r in cluster.writes("PATCH", "Pod") if LABEL_CHIEF in str(r.body)] == labels
 
 
 def test_a_pass_two_status_writes_behind_the_job_watch_writes_its_status_at_once() -> None:
     cluster = InProcessApi(T0)
     cluster.create(job(NAME))
-    reconciler = operator(cluster)
+    reconciler = reconciler_for(cluster, NAME)
     before_any_write = cluster.job(NAME)
     nothing = cluster.observe(NAME, NODES)
 
-    assert pass_over(reconciler, before_any_write, nothing) != CONFLICT_RETRY_SECONDS
+    assert pass_over(reconciler, before_any_write, nothing, NODES) != CONFLICT_RETRY_SECONDS
     cluster.run_parameter_server(NAME, "cpu-0")
-    assert pass_over(reconciler, before_any_write, cluster.observe(NAME, NODES)) != CONFLICT_RETRY_SECONDS
+    assert pass_over(reconciler, before_any_write, cluster.observe(NAME, NODES), NODES) != CONFLICT_RETRY_SECONDS
     written = status_writes(cluster)
     assert written == 2
 
@@ -116,7 +99,7 @@ def test_a_pass_two_status_writes_behind_the_job_watch_writes_its_status_at_once
     cluster.run(name_of(worker), "gpu-0")
     # The job watch still shows the job from before both writes: the pass plans on the second, and its status
     # write (under the resourceVersion that write left) goes through.
-    assert pass_over(reconciler, before_any_write, cluster.observe(NAME, NODES)) != CONFLICT_RETRY_SECONDS
+    assert pass_over(reconciler, before_any_write, cluster.observe(NAME, NODES), NODES) != CONFLICT_RETRY_SECONDS
     assert status_writes(cluster) == written + 1
 
 
@@ -178,7 +161,7 @@ def test_the_lease_as_the_operator_wrote_it_wakes_no_pass_but_any_other_version_
 def test_passes_coalesce_changes_until_the_job_first_runs_and_never_after() -> None:
     cluster = InProcessApi(T0)
     cluster.create(job(NAME))
-    reconciler = operator(cluster)
+    reconciler = reconciler_for(cluster, NAME)
     assert reconciler.coalesce_seconds() == START_UP_COALESCE_SECONDS  # the first pass runs at once regardless
 
     in_process_api.run_pass(reconciler, cluster, NAME, NODES)

@@ -7,20 +7,15 @@ Each test runs passes on the local API server's own code (in process)."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 import ttj.controller.reconciler as reconciler_module
-from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
+from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi, pass_over, reconciler_for
 from tests.unit.planner.builders import T0, job, node
-from ttj.controller.context import OperatorContext
-from ttj.controller.handlers import CHILD_RESOURCES
-from ttj.controller.metrics import Metrics
-from ttj.controller.observe import JobIndexes, inputs_of
+from ttj.controller.observe import inputs_of
 from ttj.controller.reconciler import JobReconciler
 from ttj.planner import Observed, PlannerConfig
 from ttj.planner.observed import name_of
@@ -53,46 +48,28 @@ class Planned:
         monkeypatch.setattr(reconciler_module, "plan", counted)
 
 
-def operator(cluster: InProcessApi) -> JobReconciler:
-    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    return JobReconciler(ctx, KEY)
-
-
-def pass_over(
-    reconciler: JobReconciler, job_seen: dict[str, Any], shown: Observed, nodes: dict[str, Any] = NODES
-) -> float | None:
-    pods = {KEY: [("Pod", name_of(p), p) for p in shown.pods]}
-    leases = {KEY: [("Lease", name_of(shown.lease), shown.lease)]} if shown.lease is not None else {}
-    children = [
-        {KEY: [(kind, name, child) for (kind, name), child in shown.children.items() if kind == wanted]}
-        for wanted in CHILD_RESOURCES
-    ]
-    indexes = JobIndexes(pods, leases, children, {name: [n] for name, n in nodes.items()})  # type: ignore[arg-type]
-    return asyncio.run(reconciler.run_pass(job_seen, indexes))  # type: ignore[arg-type]
-
-
 def started(cluster: InProcessApi, reconciler: JobReconciler) -> None:
     """The first pass creates the children; the second plans on them as the watches show them."""
-    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
+    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES), NODES)
     for i, pod in enumerate(p for p in cluster.objects("Pod") if name_of(p).startswith(f"{NAME}-worker")):
         cluster.run(name_of(pod), f"gpu-{i % 3}")
-    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
+    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES), NODES)
 
 
 def test_a_pass_on_the_inputs_of_the_last_is_skipped_until_its_timer(monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = InProcessApi(T0)
     cluster.create(job(NAME))
-    reconciler = operator(cluster)
+    reconciler = reconciler_for(cluster, NAME)
     started(cluster, reconciler)
     planned = Planned(monkeypatch)
     writes = len(cluster.requests)
 
     # The watch shows the last pass's own writes and nothing else: the pass after it plans on them once ...
-    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
+    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES), NODES)
     assert planned.calls == 1
     # ... and a pass woken again with nothing changed is not planned, nor writes; it sleeps until the same timer.
     due_in = reconciler.due_at
-    delay = pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
+    delay = pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES), NODES)
     assert planned.calls == 1
     assert reconciler.skipped_passes == 1
     assert delay is not None
@@ -101,7 +78,7 @@ def test_a_pass_on_the_inputs_of_the_last_is_skipped_until_its_timer(monkeypatch
     assert len([r for r in cluster.requests[writes:] if r.method != "GET"]) <= 1  # the planned pass's status at most
 
     reconciler.due_at = 0.0  # the last pass's timer is due: planned, though nothing changed
-    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
+    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES), NODES)
     assert planned.calls == 2
 
 
@@ -109,9 +86,9 @@ def test_a_pass_on_the_inputs_of_the_last_is_skipped_until_its_timer(monkeypatch
 def test_a_pass_is_planned_when_any_of_its_inputs_changed(monkeypatch: pytest.MonkeyPatch, change: str) -> None:
     cluster = InProcessApi(T0)
     cluster.create(job(NAME))
-    reconciler = operator(cluster)
+    reconciler = reconciler_for(cluster, NAME)
     started(cluster, reconciler)
-    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES))
+    pass_over(reconciler, cluster.job(NAME), cluster.observe(NAME, NODES), NODES)
     planned = Planned(monkeypatch)
     nodes = NODES
     if change == "pod":
