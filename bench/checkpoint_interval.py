@@ -3,7 +3,7 @@
 A chief lost without a checkpoint on SIGTERM (the TFJob-like restart: no preemption notice used) rolls
 training back to its last periodic checkpoint, and every checkpoint keeps the chief from training while
 it is written. The fixed interval is the spec's (intervalSeconds, intervalSteps); the adaptive one is the
-operator's planner stage (``ttj.planner.checkpoint_interval.choose_interval``: Young-Daly from the chief
+operator's planner stage (``ttj.planner.stages.checkpoint_interval.choose_interval``: Young-Daly from the chief
 node's hazard at its age, from the ICAC'19 lifetimes, and the write time), recomputed as the chief's VM
 ages or changes. Same seeded traces for every variant. Run from the repository root:
 
@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 
 from ttj.api.models import TransientTrainingJobSpec
-from ttj.planner.checkpoint_interval import choose_interval
+from ttj.planner.stages.checkpoint_interval import choose_interval
 from ttj.simulate.engine import CheckpointIntervalChoice, PreemptionTrace, RunResult, SimJob, simulate_run
 from ttj.simulate.fit import FittedModel, fit
 from ttj.simulate.icac19 import load_training_data

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ttj.planner.ending import PERMANENT_EXITS
+from ttj.planner.stages.ending import PERMANENT_EXITS
 from ttj_contract import FINALIZER, JOB_FINALIZER, LABEL_CHIEF, LABEL_METRICS_SCRAPER
 
 ROOT = Path(__file__).resolve().parents[2]

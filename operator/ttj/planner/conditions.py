@@ -100,7 +100,7 @@ class InProgress:
     #: words ("" when none).
     fallback_workers: str = ""
     #: The workers alive but not running yet, and the parameter servers without a running pod, in words (see
-    #: :mod:`ttj.planner.waiting`); "" when none.
+    #: :mod:`ttj.planner.stages.waiting`); "" when none.
     waiting_workers: str = ""
     waiting_servers: str = ""
     #: With spec.deadline, once a step rate is known: where the job stands.

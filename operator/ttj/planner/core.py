@@ -6,9 +6,8 @@ finalizer keeps worker pods from vanishing uncounted), the PS pods holding model
 (``status.parameterServerPods``), when the chief was lost (``status.chief.lostAt``), and holder and
 epoch in the Lease. So a restarted operator, or a simulator, reaches the same decisions.
 
-A pass is a list of stages, each a function from values to a value: spec.suspend, assess the workers,
-cost and budget, the end, the static children, the parameter servers, the worker slots, the chief, and
-last the phase and conditions (:mod:`ttj.planner.conditions`).
+A pass is a list of stages, each a function from values to a value (:mod:`ttj.planner.stages` lists
+them in the order a pass calls them); last come the phase and conditions (:mod:`ttj.planner.conditions`).
 """
 
 from __future__ import annotations
@@ -39,15 +38,9 @@ from ttj.api.models import (
 )
 from ttj.deadline.policy import DeadlineState
 from ttj.planner.actions import EmitEvent, LabelPod, Observation, Refusal, Write
-from ttj.planner.assess import Assessment, assess_workers
-from ttj.planner.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
-from ttj.planner.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
 from ttj.planner.classify import PodState, PodVerdict
 from ttj.planner.conditions import TERMINAL, Derived, Ended, Finished, InProgress, InvalidSpec, Standing, derive
 from ttj.planner.config import CostFunction, PlannerConfig
-from ttj.planner.costing import Costing, cost_and_budget
-from ttj.planner.deadline import DeadlineInputs, DeadlinePlan, deadline_at, plan_deadline
-from ttj.planner.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
 from ttj.planner.evaluation import progress_events
 from ttj.planner.groups import (
     Group,
@@ -60,17 +53,23 @@ from ttj.planner.groups import (
     with_catch_up_workers,
 )
 from ttj.planner.lease import lease_epoch_of, renewed_since_election, reported_progress
-from ttj.planner.losses import LossAccounting, account_losses
 from ttj.planner.lost import ServerLoss
 from ttj.planner.observed import Observed, meta, name_of
 from ttj.planner.ownership import name_problems, ownership_problems
-from ttj.planner.parameter_servers import ParameterServers, parameter_servers, refused_creates
 from ttj.planner.rates import group_steps_per_second, with_steps_per_second
-from ttj.planner.slots import SlotInputs, WorkerSlots, fill_worker_slots
-from ttj.planner.stall import Stall, stall_of, track_progress
-from ttj.planner.static_children import StaticChildren, static_children
-from ttj.planner.suspension import Suspension, suspension_of
-from ttj.planner.waiting import waiting_parameter_servers, waiting_workers
+from ttj.planner.stages.assess import Assessment, assess_workers
+from ttj.planner.stages.checkpoint_interval import IntervalPlan, adaptive_checkpoint_interval
+from ttj.planner.stages.chief import ChiefInputs, ChiefPlan, keep_chief, operators_chief
+from ttj.planner.stages.costing import Costing, cost_and_budget
+from ttj.planner.stages.deadline import DeadlineInputs, DeadlinePlan, deadline_at, plan_deadline
+from ttj.planner.stages.ending import clean_up, deadline_of, ending, final_checkpoint_reported, release_pods
+from ttj.planner.stages.losses import LossAccounting, account_losses
+from ttj.planner.stages.parameter_servers import ParameterServers, parameter_servers, refused_creates
+from ttj.planner.stages.slots import SlotInputs, WorkerSlots, fill_worker_slots
+from ttj.planner.stages.stall import Stall, stall_of, track_progress
+from ttj.planner.stages.static_children import StaticChildren, static_children
+from ttj.planner.stages.suspension import Suspension, suspension_of
+from ttj.planner.stages.waiting import waiting_parameter_servers, waiting_workers
 from ttj_contract import format_time, parse_time, worker_selector
 
 __all__ = ["CostFunction", "Plan", "PlannerConfig", "plan"]
@@ -741,7 +740,7 @@ def _finished_deadline(status: DeadlineStatus | None, standing: Standing | None)
 def _losses(
     run: _Pass, counted: TransientTrainingJobStatus, assessed: Assessment, servers_lost: Iterable[ServerLoss]
 ) -> LossAccounting:
-    """What this pass's losses cost, and the savings net of all losses so far (:mod:`ttj.planner.losses`)."""
+    """What this pass's losses cost, and the savings net of all losses so far (:mod:`ttj.planner.stages.losses`)."""
     return account_losses(
         run.previous.preemption_costs or [],
         run.previous.savings,

@@ -62,7 +62,7 @@ def choose_chief(candidates: Sequence[Candidate], now: datetime) -> Candidate | 
     3. the pod running longest, then the lowest slot (a stable choice).
 
     Speed never counts: a worker of a faster group is chosen only as the safer one. And an election happens
-    only when there is no chief or it is lost (:mod:`ttj.planner.chief`), never because a faster or safer worker
+    only when there is no chief or it is lost (:mod:`ttj.planner.stages.chief`), never because a faster or safer worker
     appeared: moving a healthy chief costs a handover and risks its checkpoint.
     """
     if not candidates:

@@ -12,7 +12,7 @@ the next group with room. The mark is the only memory, and it lives in the statu
 skips the same groups. It lasts until a worker of the group is scheduled after it and runs (a group can still
 get workers while marked: when every later group is full or marked too) or ``workers.capacityRetrySeconds``
 pass (:func:`capacity_retry`), after which new workers try the group again (and workers in less preferred groups
-move back to it, :mod:`ttj.planner.slots`).
+move back to it, :mod:`ttj.planner.stages.slots`).
 
 Why the wait and not the cluster autoscaler's ``NotTriggerScaleUp``/``FailedScaleUp`` Events: the pod's own
 ``PodScheduled=False Unschedulable`` condition is level state the planner already observes; Events are

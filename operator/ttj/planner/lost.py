@@ -1,5 +1,5 @@
 """What one stage finds lost and another accounts for: a value below the stages, so that neither imports the
-other (:mod:`ttj.planner.parameter_servers` finds a parameter server replaced, :mod:`ttj.planner.losses`
+other (:mod:`ttj.planner.stages.parameter_servers` finds a parameter server replaced, :mod:`ttj.planner.stages.losses`
 records what that cost)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ each loss cost, the money."""
 from __future__ import annotations
 
 from ttj.planner.evaluation import evaluated_message, exported_message
-from ttj.planner.losses import describe
+from ttj.planner.stages.losses import describe
 from ttj.timeline.model import Timeline
 from ttj_contract import Role, format_usd
 

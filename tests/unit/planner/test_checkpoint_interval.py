@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.planner.builders import T0, job, node, renew, start
 from ttj.api.models import TransientTrainingJobSpec
-from ttj.planner.checkpoint_interval import (
+from ttj.planner.stages.checkpoint_interval import (
     REPUBLISH_TOLERANCE,
     adaptive_checkpoint_interval,
     choose_interval,

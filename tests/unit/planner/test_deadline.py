@@ -15,8 +15,8 @@ from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, sta
 from ttj.api.models import DeadlineStatus, ProgressStatus, TransientTrainingJobSpec, TransientTrainingJobStatus
 from ttj.cost.budget import BudgetDecision
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.deadline import DeadlineInputs, plan_deadline
 from ttj.planner.groups import Unavailable, group_problems, groups_of
+from ttj.planner.stages.deadline import DeadlineInputs, plan_deadline
 from ttj.planner.world import World
 from ttj_contract import format_time
 

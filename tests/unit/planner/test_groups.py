@@ -583,9 +583,9 @@ def test_budget_projections_price_each_worker_at_its_group() -> None:
     from ttj.cost.prices import load_price_table
     from ttj.planner import PlannerConfig
     from ttj.planner.classify import classify_pod
-    from ttj.planner.costing import cost_and_budget
     from ttj.planner.groups import Unavailable, group_worker_pod, groups_of
     from ttj.planner.observed import Observed
+    from ttj.planner.stages.costing import cost_and_budget
 
     prices = load_price_table()
 
@@ -810,7 +810,7 @@ def release_case(
     chief is slot ``chief``'s; names are ``slot/group``."""
     from ttj.planner.classify import classify_pod
     from ttj.planner.groups import group_worker_pod, groups_of
-    from ttj.planner.slots import release_order
+    from ttj.planner.stages.slots import release_order
 
     manifest = grouped(replicas=len(workers), groups=PRICED_GROUPS, maxReplicas=8)
     spec = TransientTrainingJobSpec.model_validate(manifest["spec"])

@@ -12,7 +12,7 @@ from ttj.api.models import PreemptionCost, TransientTrainingJobStatus
 from ttj.cost.prices import load_price_table
 from ttj.planner import PlannerConfig
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.losses import KEPT_RECORDS, _keep, account_losses, describe
+from ttj.planner.stages.losses import KEPT_RECORDS, _keep, account_losses, describe
 from ttj.planner.world import World
 from ttj_contract import LABEL_ROLE, LABEL_SLOT, Role, format_time, worker_pod_name
 

@@ -11,15 +11,15 @@ from tests.unit.planner.builders import T0, job, node, pods, start, terminate
 from ttj.api.models import ChiefStatus, CostStatus, JobRef, Phase, ProgressStatus, TransientTrainingJobSpec
 from ttj.cost.budget import BudgetDecision
 from ttj.planner import CreateChild, DeleteChild, LabelPod, Observed, PlannerConfig, RemoveFinalizer, UpdateLease
-from ttj.planner.assess import assess_workers
-from ttj.planner.chief import ChiefInputs, keep_chief
 from ttj.planner.classify import PodState, PodVerdict
-from ttj.planner.costing import cost_and_budget
-from ttj.planner.ending import clean_up, ending
 from ttj.planner.groups import groups_of
 from ttj.planner.lease import lease_holder, lease_write, reported_progress
-from ttj.planner.parameter_servers import parameter_servers
-from ttj.planner.slots import SlotInputs, fill_worker_slots
+from ttj.planner.stages.assess import assess_workers
+from ttj.planner.stages.chief import ChiefInputs, keep_chief
+from ttj.planner.stages.costing import cost_and_budget
+from ttj.planner.stages.ending import clean_up, ending
+from ttj.planner.stages.parameter_servers import parameter_servers
+from ttj.planner.stages.slots import SlotInputs, fill_worker_slots
 from ttj.planner.world import World
 from ttj_contract import FINALIZER, LeaseProgress, format_micro_time, format_time
 

@@ -108,9 +108,9 @@ def test_a_chief_stopping_gracefully_stays_chief_until_its_sigterm_checkpoint_is
 def test_a_chief_that_hangs_while_stopping_is_replaced_when_its_grace_period_ends() -> None:
     from tests.unit.planner.builders import job, node
     from ttj.api.models import ChiefStatus
-    from ttj.planner.chief import ChiefInputs, keep_chief
     from ttj.planner.classify import PodState, PodVerdict
     from ttj.planner.config import PlannerConfig
+    from ttj.planner.stages.chief import ChiefInputs, keep_chief
     from ttj_contract import format_micro_time, format_time
 
     def pod(slot: int, **metadata: Any) -> dict[str, Any]:

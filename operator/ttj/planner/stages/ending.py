@@ -64,7 +64,7 @@ def ending(
 
     Success needs both: the chief the Lease names exited 0, and it (the chief of the current ``epoch``)
     reported a checkpoint at trainSteps or beyond. A chief that exited 0 without one is replaced instead
-    (:func:`ttj.planner.chief.keep_chief`), and the new chief writes the final checkpoint."""
+    (:func:`ttj.planner.stages.chief.keep_chief`), and the new chief writes the final checkpoint."""
     chief = verdicts.get(holder) if holder else None
     if (
         holder
