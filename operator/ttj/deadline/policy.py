@@ -175,117 +175,141 @@ def on_demand_seconds(view: DeadlineView, catch_up: int) -> float:
 
 
 def decide(view: DeadlineView) -> DeadlineDecision:
-    """How many catch-up workers the job should hold now, and why (the rules: the module's docstring)."""
-    expected = uniform_steps(view)
-    before = project(view, view.spot_workers, view.catch_up_workers)
-    done, total = view.steps_done, view.steps_total
-    left = (view.deadline - view.now).total_seconds()
-    if done >= total:
-        state = DeadlineState.MET if view.now <= view.deadline else DeadlineState.MISSED
-        return DeadlineDecision(0, state, before, before, None, round(expected), f"finished ({state})")
-    most = view.catch_up_max
-    if left <= 0:
-        return _decision(
-            view,
-            most,
-            DeadlineState.MISSED,
-            before,
-            expected,
-            message=f"the deadline passed with {done}/{total} steps done",
+    """How many catch-up workers the job should hold now, and why: the module docstring's rules, in order."""
+    where = _Where.of(view)
+    return _finished(where) or _past_or_infeasible(where) or _safety_net(where) or _uniform_line(where)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where the job stands against its deadline, as every rule reads it."""
+
+    view: DeadlineView
+    #: steps the uniform line expects by now
+    expected: float
+    #: the ETA with the catch-up workers held before this decision
+    before: Eta | None
+    #: seconds to the deadline
+    left: float
+    #: the catch-up workers the job may hold
+    most: int
+    #: the catch-up workers held now that the rules keep (none unless escalated)
+    held: int
+
+    @classmethod
+    def of(cls, view: DeadlineView) -> _Where:
+        return cls(
+            view=view,
+            expected=uniform_steps(view),
+            before=project(view, view.spot_workers, view.catch_up_workers),
+            left=(view.deadline - view.now).total_seconds(),
+            most=view.catch_up_max,
+            held=view.catch_up_workers if view.escalated else 0,
         )
+
+    @property
+    def line(self) -> str:
+        return f"{self.view.steps_done}/{self.view.steps_total} steps, {round(self.expected)} on the uniform line"
+
+    def in_time(self, count: int) -> bool:
+        """Whether the p90 ETA with ``count`` catch-up workers is before the deadline."""
+        eta = project(self.view, self.view.spot_workers, count)
+        return eta is not None and eta.p90 <= self.view.deadline
+
+    def decision(self, count: int, state: DeadlineState, message: str) -> DeadlineDecision:
+        return _decision(self.view, count, state, self.before, self.expected, message=message)
+
+
+def _finished(where: _Where) -> DeadlineDecision | None:
+    view = where.view
+    if view.steps_done < view.steps_total:
+        return None
+    state = DeadlineState.MET if view.now <= view.deadline else DeadlineState.MISSED
+    return DeadlineDecision(0, state, where.before, where.before, None, round(where.expected), f"finished ({state})")
+
+
+def _past_or_infeasible(where: _Where) -> DeadlineDecision | None:
+    """Rule 1, and a deadline already passed."""
+    view, most, left = where.view, where.most, where.left
+    done, total = view.steps_done, view.steps_total
+    if left <= 0:
+        return where.decision(most, DeadlineState.MISSED, f"the deadline passed with {done}/{total} steps done")
     fastest_rate = view.rate(_spot_when_up(view, view.spot_workers), most)
     fastest = math.inf
     if fastest_rate > 0:
         fastest = (view.join_seconds if most > view.catch_up_workers else 0.0) + _remaining(view) / fastest_rate
-    if fastest > left:
-        words = "no progress" if math.isinf(fastest) else f"{fastest / 3600:.2f} h needed, {left / 3600:.2f} h left"
-        return _decision(
-            view,
-            most,
-            DeadlineState.INFEASIBLE,
-            before,
-            expected,
-            message=f"the deadline cannot be met even with every spot worker and {most} catch-up workers: {words}, "
-            f"{done}/{total} steps done",
-        )
-    guard = COMMIT_GUARD_JOINS * view.join_seconds
-    held = view.catch_up_workers if view.escalated else 0
-    line = f"{done}/{total} steps, {round(expected)} on the uniform line"
+    if fastest <= left:
+        return None
+    words = "no progress" if math.isinf(fastest) else f"{fastest / 3600:.2f} h needed, {left / 3600:.2f} h left"
+    return where.decision(
+        most,
+        DeadlineState.INFEASIBLE,
+        f"the deadline cannot be met even with every spot worker and {most} catch-up workers: {words}, "
+        f"{done}/{total} steps done",
+    )
 
-    def in_time(count: int) -> bool:
-        eta = project(view, view.spot_workers, count)
-        return eta is not None and eta.p90 <= view.deadline
 
+def _safety_net(where: _Where) -> DeadlineDecision | None:
+    """Rule 2: while on-demand alone can still finish, spot until the slack left is the guard (kept one guard
+    longer once workers are held, so that it does not flap), then the fewest that finish alone in time; as spot
+    brings the end closer, fewer are needed, and those held are released one join late."""
+    view, most, left, held = where.view, where.most, where.left, where.held
     reserve = left - on_demand_seconds(view, most)
     # Spot that was never seen out is no risk the safety net can weigh: while it runs and finishes in time
     # alone, the line decides.
     never_out = view.spot_availability >= 1.0 or view.spot_outage_mean_seconds <= 0.0
-    if reserve >= 0 and not (never_out and view.spot_workers > 0 and in_time(0)):
-        # On-demand alone can still finish: spot until the slack left is the guard (kept one guard longer
-        # once workers are held, so that it does not flap), then the fewest that finish alone in time; as
-        # spot brings the end closer, fewer are needed, and those held are released one join late.
-        if reserve > guard + (guard if held else 0):
-            when = view.now + timedelta(seconds=reserve - guard)
-            return _decision(
-                view,
-                0,
-                DeadlineState.ON_TRACK,
-                before,
-                expected,
-                message=f"{line}: spot suffices; on-demand takes over at {when:%Y-%m-%dT%H:%M:%SZ} unless spot "
-                "brings the end closer",
-            )
-        count = _or(
-            _fewest(
-                range(most + 1),
-                lambda c: on_demand_seconds(view, c) <= left - guard - (view.join_seconds if c < held else 0.0),
-            ),
-            most,
+    if reserve < 0 or (never_out and view.spot_workers > 0 and where.in_time(0)):
+        return None
+    guard = COMMIT_GUARD_JOINS * view.join_seconds
+    if reserve > guard + (guard if held else 0):
+        when = view.now + timedelta(seconds=reserve - guard)
+        return where.decision(
+            0,
+            DeadlineState.ON_TRACK,
+            f"{where.line}: spot suffices; on-demand takes over at {when:%Y-%m-%dT%H:%M:%SZ} unless spot "
+            "brings the end closer",
         )
-        return _decision(
-            view,
-            count,
-            DeadlineState.AT_RISK,
-            before,
-            expected,
-            message=f"{left / 3600:.2f} h left and {count} catch-up workers alone need "
-            f"{on_demand_seconds(view, count) / 3600:.2f} h: on-demand for the rest",
-        )
+    count = _or(
+        _fewest(
+            range(most + 1),
+            lambda c: on_demand_seconds(view, c) <= left - guard - (view.join_seconds if c < held else 0.0),
+        ),
+        most,
+    )
+    return where.decision(
+        count,
+        DeadlineState.AT_RISK,
+        f"{left / 3600:.2f} h left and {count} catch-up workers alone need "
+        f"{on_demand_seconds(view, count) / 3600:.2f} h: on-demand for the rest",
+    )
 
-    # On-demand alone can no longer finish (spot must carry part of it), or spot never seen out finishes
-    # alone: the uniform line says when it is not carrying enough.
+
+def _uniform_line(where: _Where) -> DeadlineDecision:
+    """Rules 3 and 4: on-demand alone can no longer finish (spot must carry part of it), or spot never seen out
+    finishes alone: the uniform line says when it is not carrying enough."""
+    view, most, held = where.view, where.most, where.held
+    done, total = view.steps_done, view.steps_total
     # a join's lag is no sign of falling behind: every worker starts that late
     span = (view.deadline - view.started).total_seconds()
-    behind = done < expected - (total / span * view.join_seconds if span > 0 else 0.0)
-    ahead = done >= expected + view.release_margin * total
-    if held > 0 and not (ahead and in_time(0)):
-        count = _or(_fewest(range(held, most + 1), in_time), most)
-        return _decision(
-            view,
+    behind = done < where.expected - (total / span * view.join_seconds if span > 0 else 0.0)
+    ahead = done >= where.expected + view.release_margin * total
+    if held > 0 and not (ahead and where.in_time(0)):
+        count = _or(_fewest(range(held, most + 1), where.in_time), most)
+        return where.decision(
             count,
             DeadlineState.AT_RISK,
-            before,
-            expected,
-            message=f"{line}: holding {count} catch-up workers until ahead by {view.release_margin:.0%} of the "
+            f"{where.line}: holding {count} catch-up workers until ahead by {view.release_margin:.0%} of the "
             "steps and spot alone makes it",
         )
-    if behind or not in_time(0):
-        count = _or(_fewest(range(1, most + 1), in_time), most)
-        return _decision(
-            view,
+    if behind or not where.in_time(0):
+        count = _or(_fewest(range(1, most + 1), where.in_time), most)
+        return where.decision(
             count,
             DeadlineState.AT_RISK,
-            before,
-            expected,
-            message=f"{line}: behind it, or late at p90 without catch-up workers: {count} catch-up workers",
+            f"{where.line}: behind it, or late at p90 without catch-up workers: {count} catch-up workers",
         )
-    return _decision(
-        view,
-        0,
-        DeadlineState.ON_TRACK,
-        before,
-        expected,
-        message=f"{line}: spot suffices (on-demand alone could no longer finish)",
+    return where.decision(
+        0, DeadlineState.ON_TRACK, f"{where.line}: spot suffices (on-demand alone could no longer finish)"
     )
 
 
