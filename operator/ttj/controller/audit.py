@@ -23,6 +23,7 @@ import kopf
 from ttj import kubeapi
 from ttj.controller.context import OperatorContext
 from ttj.controller.memory import JobKey
+from ttj.controller.orphans import finalizing_orphans
 from ttj.kubeapi import METADATA_TABLE, KubeClient, KubeError
 from ttj_contract import LABEL_JOB
 
@@ -134,9 +135,14 @@ _AUDIT_SETTLE_SECONDS = 2.0
 
 
 async def audit_forever(
-    ctx: OperatorContext, children: list[kopf.Index[JobKey, Any]], nodes_by_name: kopf.Index[str, Any]
+    ctx: OperatorContext,
+    children: list[kopf.Index[JobKey, Any]],
+    nodes_by_name: kopf.Index[str, Any],
+    pods_by_job: kopf.Index[JobKey, Any],
+    jobs: kopf.Index[JobKey, Any],
 ) -> None:
-    """Audit the indexes soon after each listing, and at least every resync period."""
+    """Audit the indexes soon after each listing, and at least every resync period; then release the worker
+    pods left on our finalizer by a job that went (:mod:`ttj.controller.orphans`)."""
     state = ctx.state
     lister = ctx.kube if isinstance(ctx.kube, Lister) else KubeClient(ctx.api)
     while True:
@@ -144,20 +150,41 @@ async def audit_forever(
             await asyncio.wait_for(state.audit_due.wait(), timeout=ctx.planner.resync_seconds)
             await asyncio.sleep(_AUDIT_SETTLE_SECONDS)
         state.audit_due.clear()
-        before = snapshot(children, nodes_by_name)  # in the loop: kopf changes the indexes there
-        places = sorted({where.place for where in before.values()})
+        await _forget_ghosts(ctx, lister, children, nodes_by_name)
+        await _release_orphans(ctx, pods_by_job, jobs)
+
+
+async def _forget_ghosts(
+    ctx: OperatorContext, lister: Lister, children: list[kopf.Index[JobKey, Any]], nodes_by_name: kopf.Index[str, Any]
+) -> None:
+    state = ctx.state
+    before = snapshot(children, nodes_by_name)  # in the loop: kopf changes the indexes there
+    places = sorted({where.place for where in before.values()})
+    try:
+        listed = await asyncio.to_thread(_list_places, lister, places)
+    except Exception as exc:  # the audit must outlive any API trouble
+        log.warning("index audit failed: %s", exc)
+        return
+    found = ghosts(before, listed)
+    new = set(found) - state.gone
+    state.gone = frozenset(found)
+    if new:
+        log.info("index audit: %d object(s) deleted while a watch was away, forgotten", len(new))
+        for key in _jobs_to_wake(found, new, set(state.jobs)):
+            ctx.poke(key)
+
+
+async def _release_orphans(
+    ctx: OperatorContext, pods_by_job: kopf.Index[JobKey, Any], jobs: kopf.Index[JobKey, Any]
+) -> None:
+    for orphan in finalizing_orphans(pods_by_job, jobs):  # read in the loop, where kopf changes the indexes
         try:
-            listed = await asyncio.to_thread(_list_places, lister, places)
-        except Exception as exc:  # the audit must outlive any API trouble
-            log.warning("index audit failed: %s", exc)
+            released = await asyncio.to_thread(ctx.applier.release_orphan, orphan)
+        except Exception as exc:  # the sweep must outlive any API trouble: the next one tries again
+            log.warning("could not release pod %s/%s of a job that went: %s", orphan.job[0], orphan.pod, exc)
             continue
-        found = ghosts(before, listed)
-        new = set(found) - state.gone
-        state.gone = frozenset(found)
-        if new:
-            log.info("index audit: %d object(s) deleted while a watch was away, forgotten", len(new))
-            for key in _jobs_to_wake(found, new, set(state.jobs)):
-                ctx.poke(key)
+        if released:
+            log.info("released pod %s/%s of job %s, which went", orphan.job[0], orphan.pod, orphan.job[1])
 
 
 def _list_places(lister: Lister, places: list[Place]) -> dict[Place, Any]:

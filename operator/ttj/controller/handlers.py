@@ -23,6 +23,7 @@ from ttj.controller.context import OperatorContext
 from ttj.controller.loop import reconcile_loop
 from ttj.controller.memory import JobKey, OperatorState
 from ttj.controller.observe import JobIndexes
+from ttj.controller.orphans import finalizing
 from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import RESOURCES
 from ttj.planner import observed_child, observed_pod
@@ -98,12 +99,6 @@ async def index_node(name: str, body: kopf.Body, **_: Any) -> Any:
     return {name: _slim_node(body)}
 
 
-def _finalizing_pod(body: Mapping[str, Any]) -> bool:
-    """A pod being deleted that our finalizer holds."""
-    metadata = body.get("metadata") or {}
-    return bool(metadata.get("deletionTimestamp")) and FINALIZER in (metadata.get("finalizers") or [])
-
-
 class JobsDiffBase(kopf.AnnotationsDiffBaseStorage):
     """kopf builds the diff base (the object's "essence": a deep copy of all but its status) on every event of
     every watched object, but uses it only for creation/update and daemon handlers, which ttj has on its jobs
@@ -155,7 +150,10 @@ class Handlers:
             start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
             log.info("metrics on :%d/metrics", ctx.metrics_port)
         indexes = [kwargs[f"{kind.lower()}s_by_job"] for kind in ("Pod", "Lease", *CHILD_RESOURCES)]
-        auditing = asyncio.create_task(audit_forever(ctx, indexes, kwargs["nodes_by_name"]), name="ttj index audit")
+        auditing = asyncio.create_task(
+            audit_forever(ctx, indexes, kwargs["nodes_by_name"], kwargs["pods_by_job"], kwargs["jobs"]),
+            name="ttj index audit",
+        )
         ctx.state.background.add(auditing)
         auditing.add_done_callback(ctx.state.background.discard)
 
@@ -213,7 +211,7 @@ class Handlers:
         key = _job_key(namespace, labels)
         if key is not None and kwargs.get("type") == "DELETED" and body is not None:
             self.ctx.state.pod_gone(str((body.get("spec") or {}).get("nodeName") or ""), key, name)
-        if key is not None and jobs is not None and key not in jobs and body is not None and _finalizing_pod(body):
+        if key is not None and jobs is not None and key not in jobs and body is not None and finalizing(body):
             await asyncio.to_thread(self.ctx.applier.release_finalizer, namespace or "", name)
 
     async def reconcile_job(
