@@ -29,7 +29,6 @@ from typing import Any, Protocol
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ttj import kubeapi
-from ttj.controller.orphans import Orphan, still_owned
 from ttj.kubeapi import MERGE_PATCH, KubeError
 from ttj.planner import (
     CreateChild,
@@ -166,20 +165,6 @@ class Applier:
         except KubeError as exc:
             if exc.status != 404:
                 log.warning("could not release pod %s/%s: %s", namespace, pod, exc.message)
-
-    def release_orphan(self, orphan: Orphan) -> bool:
-        """Release ``orphan``'s finalizer unless its job, read from the API, still owns it; whether released."""
-        namespace, name = orphan.job
-        try:
-            job: dict[str, Any] | None = self.api.request("GET", kubeapi.path(KIND, namespace, name))
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            job = None
-        if still_owned(orphan, job):
-            return False
-        self.release_finalizer(namespace, orphan.pod)
-        return True
 
     def _remove_finalizer(self, namespace: str, pod: str) -> None:
         """Read the pod, then patch its finalizer list under the resourceVersion read; again if it changed."""

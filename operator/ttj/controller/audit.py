@@ -23,9 +23,9 @@ import kopf
 from ttj import kubeapi
 from ttj.controller.context import OperatorContext
 from ttj.controller.memory import JobKey
-from ttj.controller.orphans import finalizing_orphans
+from ttj.controller.orphans import finalizing_orphans, still_owned
 from ttj.kubeapi import METADATA_TABLE, KubeClient, KubeError
-from ttj_contract import LABEL_JOB
+from ttj_contract import KIND, LABEL_JOB
 
 log = logging.getLogger("ttj.controller")
 
@@ -151,7 +151,7 @@ async def audit_forever(
             await asyncio.sleep(_AUDIT_SETTLE_SECONDS)
         state.audit_due.clear()
         await _forget_ghosts(ctx, lister, children, nodes_by_name)
-        await _release_orphans(ctx, pods_by_job, jobs)
+        await _release_orphans(ctx, lister, pods_by_job, jobs)
 
 
 async def _forget_ghosts(
@@ -175,16 +175,25 @@ async def _forget_ghosts(
 
 
 async def _release_orphans(
-    ctx: OperatorContext, pods_by_job: kopf.Index[JobKey, Any], jobs: kopf.Index[JobKey, Any]
+    ctx: OperatorContext, lister: Lister, pods_by_job: kopf.Index[JobKey, Any], jobs: kopf.Index[JobKey, Any]
 ) -> None:
     for orphan in finalizing_orphans(pods_by_job, jobs):  # read in the loop, where kopf changes the indexes
         try:
-            released = await asyncio.to_thread(ctx.applier.release_orphan, orphan)
+            if still_owned(orphan, await asyncio.to_thread(job_uids, lister, orphan.job)):
+                continue  # the jobs index lags: the job is there
+            await asyncio.to_thread(ctx.applier.release_finalizer, orphan.job[0], orphan.pod)
         except Exception as exc:  # the sweep must outlive any API trouble: the next one tries again
             log.warning("could not release pod %s/%s of a job that went: %s", orphan.job[0], orphan.pod, exc)
-            continue
-        if released:
+        else:
             log.info("released pod %s/%s of job %s, which went", orphan.job[0], orphan.pod, orphan.job[1])
+
+
+def job_uids(api: Lister, key: JobKey) -> set[str]:
+    """The uid of the job named ``key`` now, by a LIST of that name (the operator's role lists jobs; it has no
+    get on them); empty when there is none."""
+    namespace, name = key
+    answer = api.request("GET", kubeapi.path(KIND, namespace), query=[("fieldSelector", f"metadata.name={name}")])
+    return {str((item.get("metadata") or {}).get("uid")) for item in answer.get("items") or []}
 
 
 def _list_places(lister: Lister, places: list[Place]) -> dict[Place, Any]:

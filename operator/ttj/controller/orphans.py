@@ -5,13 +5,13 @@ releases the pods indexed then. Neither covers a pod whose deletion was seen whi
 (the pod and the job come on two watch streams, in no set order: the garbage collector deletes the pods
 the moment the job goes) and which changes no more after (its node is gone, so no kubelet stops it). The sweep
 here, run with the index audit, finds those: indexed pods being deleted that our finalizer holds, whose job is
-not indexed. The job is read from the API before a release, so an index that lags (a job not yet listed)
+not indexed. The job is read from the API (a LIST of its name) before a release, so an index that lags (a job not yet listed)
 never lets a live job's lost worker go uncounted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +49,10 @@ def finalizing_orphans(
     return found
 
 
-def still_owned(orphan: Orphan, job: Mapping[str, Any] | None) -> bool:
-    """Whether ``job`` (as the API returns it now; None: not found) is the job that owns the pod."""
-    return job is not None and (job.get("metadata") or {}).get("uid") == orphan.owner_uid
+def still_owned(orphan: Orphan, job_uids: Collection[str]) -> bool:
+    """Whether the job that owns the pod is among ``job_uids`` (the job of its name, read from the API now:
+    none when it is gone, another when a job of the same name was created since)."""
+    return orphan.owner_uid in job_uids
 
 
 def _owner_uid(pod: Mapping[str, Any]) -> str:
