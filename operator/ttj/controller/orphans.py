@@ -5,8 +5,8 @@ releases the pods indexed then. Neither covers a pod whose deletion was seen whi
 (the pod and the job come on two watch streams, in no set order: the garbage collector deletes the pods
 the moment the job goes) and which changes no more after (its node is gone, so no kubelet stops it). The sweep
 here, run with the index audit, finds those: indexed pods being deleted that our finalizer holds, whose job is
-not indexed. The job is read from the API (a LIST of its name) before a release, so an index that lags (a job not yet listed)
-never lets a live job's lost worker go uncounted.
+not indexed. The job is read from the API (a LIST of its name) before a release, so an index that lags (a
+job not yet listed) never lets a live job's lost worker go uncounted.
 """
 
 from __future__ import annotations
