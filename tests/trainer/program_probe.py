@@ -65,11 +65,14 @@ def main() -> None:
     )
     store.open()
     store.assign_all(store.initial_values())
-    batches = [prepared.first, *(next(prepared.batches) for _ in range(int(steps) - 1))]
     losses, moved = [], []
-    for features, labels in batches:
+    for index in range(int(steps)):
         before = socket_bytes(ps_ports, own_port)
-        loss, _ = store.train_step(features, labels, 1.0)
+        # as a worker does: the batch the program check read, then the pipeline's, read inside the step
+        if index == 0:
+            loss, _ = store.train_step(*prepared.first, 1.0)
+        else:
+            loss, _ = store.train_step_reading(prepared.batches, 1.0)
         moved.append(socket_bytes(ps_ports, own_port) - before)
         losses.append(loss)
     store.flush()

@@ -136,6 +136,54 @@ def test_with_overlap_each_step_lacks_exactly_the_workers_own_previous_gradient(
     np.testing.assert_allclose(trained["ps.model_00001"][0], weights[-1][1], rtol=1e-4, atol=1e-6)
 
 
+def test_a_step_that_reads_its_batch_trains_as_one_given_the_batch_and_the_data_end_is_the_programs_error() -> None:
+    """The worker's step reads a ``tf.data`` batch inside its function: the same losses and variables as
+    steps given the same batches, and the data's end is StopIteration, not an error of the TensorFlow runtime
+    (which the worker takes for a lost parameter server), and to the worker the program's error."""
+    import keras
+
+    from ttj_trainer import program
+    from ttj_trainer.config import load
+    from ttj_trainer.parameters import ParameterStore
+    from ttj_trainer.program import ProgramError
+    from ttj_trainer.selfcheck import sample_env
+    from ttj_trainer.training import Training
+
+    entrypoint = f"{PROGRAMS}:mlp"
+    runs = []
+    for reading in (False, True):
+        keras.utils.set_random_seed(SEED)
+        prepared = program.prepare(entrypoint, program.load(entrypoint, {}), program.InputContext(0, 1, BATCH, SEED))
+        store = ParameterStore.of(
+            prepared,
+            ps_count=1,
+            worker_slots=1,
+            local_device="/device:CPU:0",
+            ps_device_of=lambda _i: "/device:CPU:0",
+            overlap=False,
+        )
+        store.open()
+        store.assign_all(store.initial_values())
+        finite = iter(prepared.program.train_input(program.InputContext(0, 1, BATCH, SEED)).take(3))
+        if reading:
+            losses = [store.train_step_reading(finite, 1.0)[0] for _ in range(3)]
+            with pytest.raises(StopIteration):
+                store.train_step_reading(finite, 1.0)
+            training = Training(load(sample_env()), simulated_gpu_seconds=0.0)
+            with pytest.raises(ProgramError, match="train_input's dataset ended after 0 steps of this worker"):
+                training.step(store, finite, None, chief=False)
+        else:
+            losses = [store.train_step(*batch, 1.0)[0] for batch in finite]
+        store.flush()
+        runs.append((losses, store.read_all()))
+        keras.backend.clear_session()
+    (given, given_values), (read, read_values) = runs
+    np.testing.assert_allclose(read, given, rtol=1e-6)
+    assert given_values.keys() == read_values.keys()
+    for name, value in given_values.items():
+        np.testing.assert_allclose(read_values[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
 def test_embedding_gradients_reach_the_ps_as_rows(parameter_server: str, tmp_path: Path) -> None:
     """A 1M-row table (32 MB) with Adagrad: a step moves kilobytes, growing with the rows it touches."""
     entrypoint = f"{PROGRAMS}:embedding"

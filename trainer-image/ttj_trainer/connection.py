@@ -148,11 +148,14 @@ class Connection:
             if self.store is not None:
                 self.store.local_device = self.local_device
 
-    def next_batch(self) -> tuple[Any, Any]:
-        """The next (features, labels): first the batch the program check read, then the pipeline's."""
+    def next_batch(self) -> tuple[Any, Any] | Any:
+        """The next (features, labels): first the batch the program check read, then the pipeline's; a
+        ``tf.data`` pipeline as its iterator, which the step reads inside its function."""
         if self.pending is not None:
             batch, self.pending = self.pending, None
             return batch
+        if isinstance(self.batches, self.tf.data.Iterator):
+            return self.batches
         features, labels = next(self.batches)
         return features, labels
 

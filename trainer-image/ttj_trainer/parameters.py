@@ -427,12 +427,37 @@ class ParameterStore:
         exactly the worker's own previous gradient; this step's exchange is then sent off and the global
         step returned is the last one the PS reported plus this step (at least what the PS will hold once
         it lands: other workers may add theirs). :meth:`flush` waits for it."""
+        return self._train(
+            lambda functions, weights, pending, scale: functions.call_compute(
+                weights, pending, features, labels, scale
+            ),
+            learning_rate_scale,
+        )
+
+    def train_step_reading(self, batches: Any, learning_rate_scale: float) -> tuple[float, int]:
+        """:meth:`train_step` on the next batch of ``batches`` (a ``tf.data`` iterator), read inside the step's
+        function: no Python per batch (a ``next()`` on the iterator costs more CPU than the read itself, and
+        holds the interpreter lock the exchange thread needs). The end of the data raises StopIteration, as
+        ``next(batches)`` does."""
+        try:
+            return self._train(
+                lambda functions, weights, pending, scale: functions.call_compute_reading(
+                    weights, pending, batches, scale
+                ),
+                learning_rate_scale,
+            )
+        except tf.errors.OutOfRangeError as err:
+            raise StopIteration from err
+
+    def _train(
+        self, compute: Callable[[StepFunctions, list[Any], list[Any], Any], Any], learning_rate_scale: float
+    ) -> tuple[float, int]:
         functions = self._step_functions()
         if self._weights is None:
             self._weights, self._known_step = self._unpack_step(functions.pull())
         scale = self._scale_tensor(learning_rate_scale)
         pending = self._pending if self._pending is not None else functions.no_changes
-        messages, changes, loss = functions.call_compute(self._weights, pending, features, labels, scale)
+        messages, changes, loss = compute(functions, self._weights, pending, scale)
         # The loss is in host memory already (the step's output, beside its messages): no extra sync.
         loss_value = float(loss.numpy())
         if not math.isfinite(loss_value):
@@ -562,10 +587,12 @@ class StepFunctions:
         ]
         self.gradient_layouts: list[Layout] = []
         self.compute = tf.function(self._compute, reduce_retracing=True)
+        self.compute_reading = tf.function(self._compute_reading, reduce_retracing=True)
         self.pull = tf.function(self._read, autograph=False)
         self.exchange = tf.function(self._exchange, autograph=False)
         #: What a step calls: the same functions, called on their flat inputs (:class:`FlatCall`).
         self.call_compute = FlatCall(self.compute)
+        self.call_compute_reading = FlatCall(self.compute_reading)
         self.call_exchange = FlatCall(self.exchange, any_length)
         self.exchange_traced = False
 
@@ -580,6 +607,11 @@ class StepFunctions:
         finally:
             for item in self.mirrored:
                 item.variable._value = originals[item.name]
+
+    def _compute_reading(self, weights: list[Any], pending: list[Any], batches: Any, scale: Any) -> Any:
+        # read where the iterator lives (the host), outside the compute device's scope
+        features, labels = next(batches)
+        return self._compute(weights, pending, features, labels, scale)
 
     def _compute(self, weights: list[Any], pending: list[Any], features: Any, labels: Any, scale: Any) -> Any:
         store = self.store
@@ -711,19 +743,27 @@ class FlatCall:
         self._any_shape: Any = None
 
     def __call__(self, *args: Any) -> Any:
-        flat = tf.nest.flatten(args)
-        if not all(isinstance(value, tf.Tensor) for value in flat):
+        values = tf.nest.flatten(args)
+        if not all(isinstance(value, tf.Tensor | tf.data.Iterator) for value in values):
             return self.function(*args)
         if self.relaxed is not None:
             if self._any_shape is None:
                 self._any_shape = self.function.get_concrete_function(*self.relaxed(*args))
             traced = self._any_shape
         else:
-            key = tuple((value.dtype, tuple(value.shape)) for value in flat)
+            key = tuple(_trace_key(value) for value in values)
             traced = self._traced.get(key)
             if traced is None:
                 traced = self._traced[key] = self.function.get_concrete_function(*args)
-        return traced._call_flat(flat, traced.captured_inputs)
+        # an iterator's flat input is its resource handle
+        return traced._call_flat(tf.nest.flatten(args, expand_composites=True), traced.captured_inputs)
+
+
+def _trace_key(value: Any) -> Any:
+    """What a traced function is specialised to: a tensor's dtype and shape, an iterator's element spec."""
+    if isinstance(value, tf.Tensor):
+        return value.dtype, tuple(value.shape)
+    return repr(value.element_spec)  # a dict of specs does not hash
 
 
 def any_length(messages: list[Any]) -> tuple[Any, ...]:

@@ -226,13 +226,24 @@ class Training:
             self.step_rates.observe(store.step_reports())
             self.slot_rates = self.step_rates.rates(now)
 
-    def step(self, store: Any, batch: tuple[Any, Any], view: LeaseView | None, chief: bool) -> int:
-        """One training step on ``batch``; returns the global step after it."""
-        features, labels = batch
+    def step(self, store: Any, batch: tuple[Any, Any] | Any, view: LeaseView | None, chief: bool) -> int:
+        """One training step on ``batch`` (features, labels), or on the next batch of an iterator the step
+        reads from; returns the global step after it."""
         scale = self.learning_rate_scale(view)
         rate = scale * self.cfg.learning_rate if not self.cfg.program else scale
         began = self.clock()
-        loss, step = store.train_step(features, labels, scale)
+        try:
+            if isinstance(batch, tuple):
+                loss, step = store.train_step(*batch, scale)
+            else:
+                loss, step = store.train_step_reading(batch, scale)
+        except StopIteration as err:
+            from ttj_trainer.program import ProgramError  # the program module loads Keras
+
+            raise ProgramError(
+                f"train_input's dataset ended after {self.local_steps} steps of this worker: training runs by "
+                "steps (trainSteps), not epochs, so the dataset must repeat()"
+            ) from err
         self.stepping_seconds += max(0.0, self.clock() - began) + self.simulated_gpu_seconds
         if not math.isfinite(loss):
             raise LossNotFiniteError(
