@@ -153,8 +153,9 @@ class InProcessApi:
                 self.request("DELETE", path("Pod", NAMESPACE, metadata["name"]), body={"gracePeriodSeconds": 0})
 
 
-def reconciler_for(cluster: InProcessApi, job: str) -> JobReconciler:
-    """A reconciler of ``job`` writing to ``cluster``, its clock stopped at T0."""
+def reconciler_for(cluster: Any, job: str) -> JobReconciler:
+    """A reconciler of ``job`` writing to ``cluster`` (an :class:`InProcessApi`, or what stands in front of one),
+    its clock stopped at T0."""
     ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
     return JobReconciler(ctx, (NAMESPACE, job))
 

@@ -12,19 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from tests.unit.controller import in_process_api
-from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
+from tests.unit.controller.in_process_api import InProcessApi, reconciler_for
 from tests.unit.planner.builders import T0, job, node
-from ttj.controller.context import OperatorContext
-from ttj.controller.metrics import Metrics
 from ttj.controller.reconciler import CONFLICT_RETRY_SECONDS, JobReconciler
 from ttj.kubeapi import KubeError
 from ttj_contract import KIND, LABEL_ROLE, Role
 
 NAME = "mnist"
-KEY = (NAMESPACE, NAME)
 NODES = {n["metadata"]["name"]: n for n in [node(f"gpu-{i}") for i in range(3)] + [node("cpu-0", "on-demand")]}
 
 
@@ -42,8 +37,7 @@ def status_writes(cluster: InProcessApi) -> list[dict[str, Any]]:
 def test_an_election_refused_by_an_existing_lease_is_not_recorded() -> None:
     cluster = InProcessApi(T0)
     cluster.create(job(NAME))
-    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    reconciler = JobReconciler(ctx, KEY)
+    reconciler = reconciler_for(cluster, NAME)
 
     run_pass(reconciler, cluster, lease_seen=True)  # children and a holderless Lease
     lease = cluster.observe(NAME, NODES).lease
@@ -57,8 +51,7 @@ def test_an_election_refused_by_an_existing_lease_is_not_recorded() -> None:
 
     # A restarted operator (which remembers no Lease of its own making) whose Lease watch lags: the pass sees no
     # Lease, elects in a create, and the API refuses it.
-    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    reconciler = JobReconciler(ctx, KEY)
+    reconciler = reconciler_for(cluster, NAME)
     delay = run_pass(reconciler, cluster, lease_seen=False)
     assert delay is not None
     assert delay < 1
@@ -94,8 +87,7 @@ def three_workers_running(cluster: InProcessApi, kube: Any) -> tuple[JobReconcil
     """A job of three workers started on ``cluster`` by an operator writing through ``kube``: its reconciler, its
     chief, another worker, and its Lease."""
     cluster.create(job(NAME, workers={"replicas": 3}))
-    ctx = OperatorContext(api=None, kube=kube, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    reconciler = JobReconciler(ctx, KEY)
+    reconciler = reconciler_for(kube, NAME)
     workers = started(cluster, reconciler)
     chief = status_writes(cluster)[-1]["chief"]["pod"]
     other = next(w for w in workers if w != chief)

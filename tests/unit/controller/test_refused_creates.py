@@ -9,20 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from tests.unit.controller import in_process_api
-from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi
+from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi, reconciler_for
 from tests.unit.planner.builders import T0, job, node
 from ttj.controller.backoff import REFUSED_WRITES_BACKOFF
-from ttj.controller.context import OperatorContext
-from ttj.controller.metrics import Metrics
 from ttj.controller.reconciler import JobReconciler
 from ttj.kubeapi import KubeError, path
 from ttj_contract import KIND, LABEL_ROLE, Role
 
 NAME = "mnist"
-KEY = (NAMESPACE, NAME)
 NODES = {n["metadata"]["name"]: n for n in [node(f"gpu-{i}") for i in range(3)] + [node("cpu-0", "on-demand")]}
 
 
@@ -61,8 +56,7 @@ def events(cluster: InProcessApi) -> list[dict[str, Any]]:
 def test_a_quota_refusal_is_reported_the_election_happens_and_the_job_recovers() -> None:
     cluster = QuotaApi(pods=3)  # the PS pod and two workers: the third worker is refused
     cluster.create(job(NAME))
-    ctx = OperatorContext(api=None, kube=cluster, metrics=Metrics(CollectorRegistry()), clock=lambda: T0)  # type: ignore[arg-type]
-    reconciler = JobReconciler(ctx, KEY)
+    reconciler = reconciler_for(cluster, NAME)
     cluster.run_parameter_server(NAME, "cpu-0")
 
     delay = run_pass(reconciler, cluster)
