@@ -11,6 +11,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pytest
 
+from tests.timeline.events import as_kept
 from tests.unit.planner.builders import T0, job, node, renew, run_pod, run_ps, start, terminate
 from tests.unit.planner.test_groups import MOVE_BACK_GROUPS, gpu_node, passes, pod_writes, unschedulable
 from ttj.cost.prices import load_price_table
@@ -41,16 +42,7 @@ class Run:
             if holder is not None and holder["status"].get("phase") == "Running":
                 renew(self.world, now)
             self.world.reconcile(now, PRICED)
-            for event in self.world.events[len(self.events) :]:
-                self.events.append(
-                    {
-                        "type": event.type,
-                        "reason": event.reason,
-                        "message": event.message,
-                        "lastTimestamp": format_time(now),
-                        "involvedObject": {"kind": "TransientTrainingJob", "name": "mnist"},
-                    }
-                )
+            self.events += as_kept(self.world.events[len(self.events) :], now)
 
     def ready(self, pod_name: str, node_name: str, running: datetime, ready: datetime) -> None:
         run_pod(self.world, pod_name, node_name, running)

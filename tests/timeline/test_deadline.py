@@ -11,13 +11,13 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from tests.timeline.events import as_kept
 from tests.unit.planner.builders import T0, job, node, pods, renew, run_pod, start
 from ttj.planner.world import World
 from ttj.timeline.cluster import from_cluster
 from ttj.timeline.draw import figure
 from ttj.timeline.model import DeadlineMove, PodSpan, Timeline
 from ttj.timeline.text import render
-from ttj_contract import format_time
 
 #: each worker trains 0.4 steps/s
 RATE = 0.4
@@ -44,16 +44,7 @@ class DeadlineRun:
         )
         before = len(self.world.events)
         self.world.reconcile(now)
-        for event in self.world.events[before:]:
-            self.events.append(
-                {
-                    "type": event.type,
-                    "reason": event.reason,
-                    "message": event.message,
-                    "lastTimestamp": format_time(now),
-                    "involvedObject": {"kind": "TransientTrainingJob", "name": "mnist"},
-                }
-            )
+        self.events += as_kept(self.world.events[before:], now)
         for pod in pods(self.world):
             if pod.get("status", {}).get("phase") == "Pending":
                 self.world.observed.nodes.setdefault("od-0", node("od-0", "on-demand"))
