@@ -68,11 +68,9 @@ def main() -> None:
     losses, moved = [], []
     for index in range(int(steps)):
         before = socket_bytes(ps_ports, own_port)
-        # as a worker does: the batch the program check read, then the pipeline's, read inside the step
-        if index == 0:
-            loss, _ = store.train_step(*prepared.first, 1.0)
-        else:
-            loss, _ = store.train_step_reading(prepared.batches, 1.0)
+        # as a worker does: the batch the program check read, then the pipeline's, each read inside the step
+        batches = iter(tf.data.Dataset.from_tensors(prepared.first)) if index == 0 else prepared.batches
+        loss, _ = store.train_step_reading(batches, 1.0)
         moved.append(socket_bytes(ps_ports, own_port) - before)
         losses.append(loss)
     store.flush()

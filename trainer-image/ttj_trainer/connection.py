@@ -149,12 +149,15 @@ class Connection:
                 self.store.local_device = self.local_device
 
     def next_batch(self) -> tuple[Any, Any] | Any:
-        """The next (features, labels): first the batch the program check read, then the pipeline's; a
-        ``tf.data`` pipeline as its iterator, which the step reads inside its function."""
+        """The next (features, labels): first the batch the program check read, then the pipeline's; with a
+        ``tf.data`` pipeline, as iterators (of the check's batch alone, then the pipeline's), which the step reads
+        inside its function."""
+        reading = isinstance(self.batches, self.tf.data.Iterator)
         if self.pending is not None:
             batch, self.pending = self.pending, None
-            return batch
-        if isinstance(self.batches, self.tf.data.Iterator):
+            # as an iterator of itself: the step that reads the pipeline's batches reads it (one traced step)
+            return iter(self.tf.data.Dataset.from_tensors(batch)) if reading else batch
+        if reading:
             return self.batches
         features, labels = next(self.batches)
         return features, labels

@@ -592,7 +592,7 @@ class StepFunctions:
         self.exchange = tf.function(self._exchange, autograph=False)
         #: What a step calls: the same functions, called on their flat inputs (:class:`FlatCall`).
         self.call_compute = FlatCall(self.compute)
-        self.call_compute_reading = FlatCall(self.compute_reading)
+        self.call_compute_reading = FlatCall(self.compute_reading, any_batch_size)
         self.call_exchange = FlatCall(self.exchange, any_length)
         self.exchange_traced = False
 
@@ -764,6 +764,18 @@ def _trace_key(value: Any) -> Any:
     if isinstance(value, tf.Tensor):
         return value.dtype, tuple(value.shape)
     return repr(value.element_spec)  # a dict of specs does not hash
+
+
+def any_batch_size(weights: list[Any], pending: list[Any], batches: Any, scale: Any) -> tuple[Any, ...]:
+    """The reading step's argument spec: ``batches`` as an iterator of batches of any size, so one traced function
+    reads the check's batch (an iterator of it alone) and the pipeline's (whose last batch may be short)."""
+
+    def any_size(spec: Any) -> Any:
+        if isinstance(spec, tf.TensorSpec) and spec.shape.rank:
+            return tf.TensorSpec([None, *spec.shape[1:]], spec.dtype)
+        return spec
+
+    return weights, pending, tf.data.IteratorSpec(tf.nest.map_structure(any_size, batches.element_spec)), scale
 
 
 def any_length(messages: list[Any]) -> tuple[Any, ...]:
