@@ -148,19 +148,14 @@ class Connection:
             if self.store is not None:
                 self.store.local_device = self.local_device
 
-    def next_batch(self) -> tuple[Any, Any] | Any:
-        """The next (features, labels): first the batch the program check read, then the pipeline's; with a
-        ``tf.data`` pipeline, as iterators (of the check's batch alone, then the pipeline's), which the step reads
-        inside its function."""
-        reading = isinstance(self.batches, self.tf.data.Iterator)
+    def next_batch(self) -> Any:
+        """What the next step reads its batch from, inside its function: first the batch the program check read,
+        as an iterator of itself (the same traced step reads it), then the pipeline's iterator (a program's input
+        is a ``tf.data.Dataset``, checked at start)."""
         if self.pending is not None:
             batch, self.pending = self.pending, None
-            # as an iterator of itself: the step that reads the pipeline's batches reads it (one traced step)
-            return iter(self.tf.data.Dataset.from_tensors(batch)) if reading else batch
-        if reading:
-            return self.batches
-        features, labels = next(self.batches)
-        return features, labels
+            return iter(self.tf.data.Dataset.from_tensors(batch))
+        return self.batches
 
     def first_connect(self, liveness: Liveness, held_up: Callable[[str], None]) -> None:
         """Connects once every PS accepts connections; a PS that is down or restarting (a replacement worker

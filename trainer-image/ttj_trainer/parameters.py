@@ -732,8 +732,9 @@ class FlatCall:
     the exchange runs. Here a traced function is looked up by the shapes and dtypes of the inputs alone.
 
     ``relaxed``: how to trace, given the call's arguments: the argument specs to trace with (e.g. messages of
-    any length, so the exchange of a table's rows is traced once). Arguments that are not all tensors (numpy
-    arrays, composite tensors) go through the ``tf.function`` as usual.
+    any length, so the exchange of a table's rows is traced once); with it, a ``tf.data`` iterator is an input
+    too (its resource handle). Arguments that are not all such inputs (numpy arrays, composite tensors) go
+    through the ``tf.function`` as usual.
     """
 
     def __init__(self, function: Any, relaxed: Callable[..., tuple[Any, ...]] | None = None) -> None:
@@ -744,26 +745,20 @@ class FlatCall:
 
     def __call__(self, *args: Any) -> Any:
         values = tf.nest.flatten(args)
-        if not all(isinstance(value, tf.Tensor | tf.data.Iterator) for value in values):
+        inputs = tf.Tensor if self.relaxed is None else tf.Tensor | tf.data.Iterator
+        if not all(isinstance(value, inputs) for value in values):
             return self.function(*args)
         if self.relaxed is not None:
             if self._any_shape is None:
                 self._any_shape = self.function.get_concrete_function(*self.relaxed(*args))
             traced = self._any_shape
         else:
-            key = tuple(_trace_key(value) for value in values)
+            key = tuple((value.dtype, tuple(value.shape)) for value in values)
             traced = self._traced.get(key)
             if traced is None:
                 traced = self._traced[key] = self.function.get_concrete_function(*args)
         # an iterator's flat input is its resource handle
         return traced._call_flat(tf.nest.flatten(args, expand_composites=True), traced.captured_inputs)
-
-
-def _trace_key(value: Any) -> Any:
-    """What a traced function is specialised to: a tensor's dtype and shape, an iterator's element spec."""
-    if isinstance(value, tf.Tensor):
-        return value.dtype, tuple(value.shape)
-    return repr(value.element_spec)  # a dict of specs does not hash
 
 
 def any_batch_size(weights: list[Any], pending: list[Any], batches: Any, scale: Any) -> tuple[Any, ...]:
