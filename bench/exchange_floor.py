@@ -7,12 +7,12 @@ Run from the repository root:
 
 dense: 25 Dense layers of 1000 x 1000 (25.0 M parameters, 100 MB of float32, 50 variables) on batches of 4,
 SGD with momentum, so a step's computation is small beside moving 100 MB each way. One worker process
-against a real PS process (``python -m ttj_trainer``): the exchange alone (``StepFunctions.exchange``: the
-gradients to the PS, the update there, the weights back), the step exact and overlapped, the computation
-alone; against the floor, the same bytes sent and answered over a plain loopback socket in the same
-process. Then TensorFlow's ``ParameterServerStrategy`` with one worker and the same PS-side thread settings
-trains the same model (the tutorial's ``ClusterCoordinator`` loop, 1 worker + 1 PS, steps scheduled and
-joined in chunks): its time per step.
+against a real PS process (``python -m ttj_trainer``): the exchange alone (the gradients to the PS, the
+update there, the weights back), over the PS's wire and through TensorFlow's call, the step exact and
+overlapped both ways, the computation alone; against the floor, the same bytes sent and answered over a plain
+loopback socket in the same process. Then TensorFlow's ``ParameterServerStrategy`` with one worker and the
+same PS-side thread settings trains the same model (the tutorial's ``ClusterCoordinator`` loop, 1 worker +
+1 PS, steps scheduled and joined in chunks): its time per step.
 
 sparse: a 10 M x 16 table (640 MB, on the PS; plain SGD, whose update of a table is a scatter of its
 rows) looked up by 4,096 ids per batch (skewed, so ids repeat as in click logs), averaged into a small
@@ -35,7 +35,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.program_vs_fit import child_env, exchange_times, load_average, socket_exchange_ms
+from bench.program_vs_fit import (
+    child_env,
+    exchange_times,
+    load_average,
+    ps_part_of_wire_exchange_ms,
+    socket_exchange_ms,
+)
 from bench.ps_strategy import coordinator_strategy, coordinator_train_step
 from tests.trainer.processes import TrainerJob, free_port, wait_for
 
@@ -135,11 +141,14 @@ def ttj_child(ps: str, own: str, kind: str, steps: int) -> None:
     entrypoint = f"bench.exchange_floor:{kind}_program"
     batch = DENSE_BATCH if kind == "dense" else 256
     prepared = program.prepare(entrypoint, program.load(entrypoint, {}), InputContext(0, 1, batch, 0))
-    store = ParameterStore.of(prepared, ps_count=1, worker_slots=1, local_device=devices.worker_cpu(0), overlap=False)
+    host = ps.rsplit(":", 1)[0]
+    store = ParameterStore.of(
+        prepared, ps_count=1, worker_slots=1, local_device=devices.worker_cpu(0), overlap=False, wire_hosts=[host]
+    )
     store.open()
     store.assign_all(store.initial_values())
     batches = [prepared.first, *(next(prepared.batches) for _ in range(9))]
-    ps_port, own_port = ps.rsplit(":", 1)[1], own.rsplit(":", 1)[1]
+    ps_ports, own_port = [ps.rsplit(":", 1)[1], str(store.wire_port())], own.rsplit(":", 1)[1]
 
     def timed(action: Any, count: int = steps) -> list[float]:
         times = []
@@ -152,9 +161,9 @@ def ttj_child(ps: str, own: str, kind: str, steps: int) -> None:
     moved: list[int] = []
 
     def counted(i: int) -> None:
-        before = socket_bytes([ps_port], own_port)
+        before = socket_bytes(ps_ports, own_port)
         store.train_step(*batches[i % 10], 1.0)
-        moved.append(socket_bytes([ps_port], own_port) - before)
+        moved.append(socket_bytes(ps_ports, own_port) - before)
 
     timed(counted, 10)
     result: dict[str, Any] = {"bytes_per_step": statistics.median(moved[3:])}
@@ -171,25 +180,44 @@ def ttj_child(ps: str, own: str, kind: str, steps: int) -> None:
         floors = [d * (4 + row) + d * (8 + row) + 2 * tower for d in distinct]
         result |= {"floor_bytes_from_batch": statistics.median(floors), "distinct_ids": statistics.median(distinct)}
         result["ids_per_batch"] = int(np.prod(batches[0][0].shape))
-    exact = timed(lambda i: store.train_step(*batches[i % 10], 1.0))
-    store.overlap = True
-    overlapped = timed(lambda i: store.train_step(*batches[i % 10], 1.0))
+    for transport in ("wire", "tensorflow"):  # the PS's wire (the default), then TensorFlow's call
+        store.flush()
+        store.wire_hosts = (host,) if transport == "wire" else ()
+        store.reset_transport()
+        store.overlap = False
+        result[f"step_exact_{transport}_ms"] = statistics.median(
+            timed(lambda i: store.train_step(*batches[i % 10], 1.0))
+        )
+        store.overlap = True
+        result[f"step_overlap_{transport}_ms"] = statistics.median(
+            timed(lambda i: store.train_step(*batches[i % 10], 1.0))
+        )
     store.flush()
+    store.wire_hosts = (host,)
+    store.reset_transport()
+    store.overlap = False
+    store.train_step(*batches[0], 1.0)
     compute = timed(lambda i: functions.call_compute(weights, functions.no_changes, *batches[i % 10], scale)[2].numpy())
-    exchange = exchange_times(functions, weights, batches, steps + 3)
     round_trip = timed(lambda _i: store.global_step())
     floor = socket_exchange_ms(up, down, 10 if up > 10**7 else 40)
+    for transport, wire in (("wire", store._wire), ("tensorflow", None)):
+        exchange = statistics.median(exchange_times(store, wire, weights, batches, steps + 3))
+        result |= {
+            f"exchange_{transport}_ms": exchange,
+            f"exchange_{transport}_over_floor": exchange / floor,
+            f"exchange_{transport}_bytes_per_second": (up + down) / exchange * 1000,
+        }
+    if kind == "dense":
+        ps_part = ps_part_of_wire_exchange_ms(store, messages, min(steps, 10))
+        result |= {
+            "ps_part_of_wire_exchange_ms": ps_part,
+            "exchange_wire_less_ps_part_over_floor": (result["exchange_wire_ms"] - ps_part) / floor,
+        }
     result |= {
         "message_bytes_up_down": [up, down],
-        "step_exact_ms": statistics.median(exact),
-        "step_overlap_ms": statistics.median(overlapped),
         "compute_ms": statistics.median(compute),
-        "exchange_ms": statistics.median(exchange),
         "round_trip_ms": statistics.median(round_trip),
         "socket_exchange_floor_ms": floor,
-        "exchange_over_floor": statistics.median(exchange) / floor,
-        "exchange_over_floor_with_one_rpc": statistics.median(exchange) / (floor + statistics.median(round_trip)),
-        "exchange_bytes_per_second": (up + down) / statistics.median(exchange) * 1000,
         "socket_bytes_per_second": (up + down) / floor * 1000,
         "parameters": int(sum(int(np.prod(v.shape)) for v in prepared.program.model.trainable_variables)),
     }

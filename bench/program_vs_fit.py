@@ -7,13 +7,15 @@ Run from the repository root (each round ~1 min; rounds alternate ttj, fit, ttj,
 ttj: real trainer processes (``python -m ttj_trainer``, a PS and worker 0) with the Lease served by the HTTP
 double of tests/trainer, training ``bench.user_program:program`` (the small CNN, SGD with momentum); its
 rate is the global step published by the chief over the window. fit: a child process runs ``model.fit`` of
-the same program on the same batches. Both run twice a round: with the trainer's thread settings (intra 1,
+the same program on the same batches. ttj runs with its exchange over the PS's wire (the default) and through
+TensorFlow's call (``TTJ_WIRE=0``). All run twice a round: with the trainer's thread settings (intra 1,
 inter 2 on ≤ 4 CPUs) and with TensorFlow's defaults (``TTJ_INTRA_OP_THREADS=0``, ``TTJ_INTER_OP_THREADS=0``).
 Then, where a ttj step's time goes: one worker against a real PS, timed per part (the step on local
-variables; the same step against the PS, exact and with the exchange overlapped; its computation and its
-exchange alone; one RPC round trip; reading every variable) with the bytes the step moves (kernel counters
-of the worker–PS connections), and the exchange's floor: the same bytes sent and answered over a plain
-loopback socket in the same process.
+variables; the same step against the PS, exact and with the exchange overlapped, over the wire and through
+TensorFlow's call; its computation and its exchange alone, both ways; the PS's own part of an exchange; one
+RPC round trip; reading every variable) with the bytes the step moves (kernel counters of the worker–PS
+connections), and the exchange's floor: the same bytes sent and answered over a plain loopback socket in
+the same process.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ STARTUP = 240.0
 THREADS = {"intra": 1, "inter": 2}
 #: The trainer's thread settings, and TensorFlow's own (every core), for both sides alike.
 THREADINGS = ("trainer", "default")
+#: A step's exchange over the PS's wire (the trainer's default), and through TensorFlow's call.
+TRANSPORTS = ("wire", "tensorflow")
+WHO = (*(f"ttj-{transport}" for transport in TRANSPORTS), "fit")
 
 
 def load_average() -> str:
@@ -52,10 +57,13 @@ def child_env() -> dict[str, str]:
     return dict(os.environ) | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def ttj_rate(workdir: Path, args: argparse.Namespace, threads: str, workers: int = 1) -> float:
+def ttj_rate(workdir: Path, args: argparse.Namespace, threads: str, workers: int = 1, transport: str = "wire") -> float:
     """Global steps per second of a ttj job (PS + ``workers`` workers) over the window, after warm-up.
-    ``threads``: "trainer" (its own settings: intra 1, inter 2 on ≤ 4 CPUs) or "default" (TensorFlow's)."""
+    ``threads``: "trainer" (its own settings: intra 1, inter 2 on ≤ 4 CPUs) or "default" (TensorFlow's);
+    ``transport``: the exchange over the PS's "wire" (the trainer's default) or "tensorflow"'s call."""
     knobs = {} if threads == "trainer" else {"TTJ_INTRA_OP_THREADS": "0", "TTJ_INTER_OP_THREADS": "0"}
+    if transport == "tensorflow":
+        knobs["TTJ_WIRE"] = "0"
     workdir.mkdir()
     with LeaseDouble("default", lease_name("job"), holder="job-worker-0") as lease:
         job = TrainerJob(
@@ -129,21 +137,49 @@ def fit_child(threads: str, args: argparse.Namespace) -> None:
     print(json.dumps({"steps_per_second": (len(window) - 1) / (window[-1] - window[0])}))
 
 
-def exchange_times(functions: Any, weights: Any, batches: list[Any], count: int) -> list[float]:
-    """ms of the exchange alone, each on the gradients of a step computed (untimed) just before: a message
-    sent again would not be sent again (TensorFlow keeps a copy of a tensor where it once sent it)."""
+def exchange_times(store: Any, wire: Any, weights: Any, batches: list[Any], count: int) -> list[float]:
+    """ms of the exchange alone (over ``wire``, or TensorFlow's call when None), each on the gradients of a
+    step computed (untimed) just before: a message sent again would not be sent again (TensorFlow keeps a
+    copy of a tensor where it once sent it)."""
     import tensorflow as tf
 
+    functions = store._step_functions()
     scale = tf.constant(1.0, tf.float32)
     times = []
     for i in range(count):
         messages, _, loss = functions.call_compute(weights, functions.no_changes, *batches[i % len(batches)], scale)
         loss.numpy()
         started = time.perf_counter()
-        weights, global_step = functions.call_exchange(messages)
-        global_step.numpy()
+        weights, _ = store._exchange_over(wire, functions, messages)
         times.append((time.perf_counter() - started) * 1000)
     return times[3:]
+
+
+def ps_part_of_wire_exchange_ms(store: Any, messages: list[Any], count: int) -> float:
+    """The PS's own part of an exchange over the wire, timed here: the resident function the PS runs (the
+    update, the weights packed) on this process's copies of the PS's variables, with the message made a
+    tensor and the answer bytes as the PS does; median ms of ``count``. The exchange less this is the
+    transport's."""
+    import numpy as np
+    import tensorflow as tf
+
+    from ttj_trainer import wire
+    from ttj_trainer.parameters import open_shared
+
+    values = store.read_all()
+    with tf.device(store.local_device):
+        for slot in store.slots:
+            value = values.get(slot.name, np.zeros(slot.shape, slot.dtype.as_numpy_dtype))
+            tf.raw_ops.AssignVariableOp(resource=open_shared(slot), value=tf.constant(value, slot.dtype))
+    function = wire.load(tf, store._step_functions().resident_exchange())
+    payload = messages[0].numpy()
+    times = []
+    for _ in range(count + 3):
+        started = time.perf_counter()
+        message = tf.constant(np.frombuffer(payload, np.uint8))
+        function._call_flat([message], function.captured_inputs).numpy()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[3:])
 
 
 def socket_exchange_ms(up: int, down: int, count: int = 40) -> float:
@@ -218,19 +254,6 @@ def ps_update_alone(store: Any, functions: Any, messages: list[Any]) -> Any:
     return tf.function(update, autograph=False), tf.function(read, autograph=False)
 
 
-def input_read_pairs(store: Any, batches: Any, timed: Any, cpu: dict[str, list[float]], pairs: int = 10) -> Any:
-    """Overlapped steps on the input pipeline, its batch read by Python's ``next`` before the step's call
-    against read inside it, alternating (``pairs`` of 200 steps each): the CPU ms per step of each side."""
-    results: dict[str, list[list[float]]] = {"python_next": [], "in_function": []}
-    for _ in range(pairs):
-        timed(lambda _i: store.train_step(*next(batches), 1.0), 200, "python_next")
-        results["python_next"].append(cpu.pop("python_next"))
-        timed(lambda _i: store.train_step_reading(batches, 1.0), 200, "in_function")
-        results["in_function"].append(cpu.pop("in_function"))
-    store.flush()
-    return results
-
-
 def profile(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir()
     job = TrainerJob(workdir, workdir / "unused-kubeconfig", slots=1)
@@ -293,23 +316,40 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
             return prepared.step(p.model, p.optimizer, features, labels)
 
     on_local = timed(lambda i: float(local_step(*batches[i % 10]).numpy()), 200, "step_local")
-    store = ParameterStore.of(prepared, ps_count=1, worker_slots=1, local_device=local, overlap=False)
+    host = ps.rsplit(":", 1)[0]
+    store = ParameterStore.of(
+        prepared, ps_count=1, worker_slots=1, local_device=local, overlap=False, wire_hosts=[host]
+    )
     store.open()
     store.assign_all(store.initial_values())
-    ps_port, own_port = ps.rsplit(":", 1)[1], own.rsplit(":", 1)[1]
+    ps_ports, own_port = [ps.rsplit(":", 1)[1], str(store.wire_port())], own.rsplit(":", 1)[1]
     moved: list[int] = []
 
     def counted_step(i: int) -> None:
-        before = socket_bytes([ps_port], own_port)
+        before = socket_bytes(ps_ports, own_port)
         store.train_step(*batches[i % 10], 1.0)
-        moved.append(socket_bytes([ps_port], own_port) - before)
+        moved.append(socket_bytes(ps_ports, own_port) - before)
 
     timed(counted_step, 20)
-    exact = timed(lambda i: store.train_step(*batches[i % 10], 1.0), 200, "step_against_ps_exact")
-    store.overlap = True
-    overlapped = timed(lambda i: store.train_step(*batches[i % 10], 1.0), 200, "step_against_ps_overlap")
+    steps: dict[str, list[float]] = {}
+    # each side twice, alternating: the wire, then TensorFlow's call (the wire dropped and turned off)
+    for transport in ("wire", "tensorflow", "wire", "tensorflow"):
+        store.flush()
+        store.wire_hosts = (host,) if transport == "wire" else ()
+        store.reset_transport()
+        store.overlap = False
+        steps.setdefault(f"exact_{transport}", []).extend(
+            timed(lambda i: store.train_step(*batches[i % 10], 1.0), 200, f"step_exact_{transport}")
+        )
+        store.overlap = True
+        steps.setdefault(f"overlap_{transport}", []).extend(
+            timed(lambda i: store.train_step(*batches[i % 10], 1.0), 200, f"step_overlap_{transport}")
+        )
     store.flush()
-    input_pairs = input_read_pairs(store, prepared.batches, timed, cpu)
+    store.wire_hosts = (host,)
+    store.reset_transport()
+    store.train_step(*batches[0], 1.0)
+    store.flush()
     functions = store._step_functions()
     weights, _ = functions.pull()
     scale = tf.constant(1.0, tf.float32)
@@ -319,7 +359,8 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
         200,
         "compute",
     )
-    exchange = exchange_times(functions, weights, batches, n)
+    exchange = exchange_times(store, None, weights, batches, n)
+    exchange_wire = exchange_times(store, store._wire, weights, batches, n)
     update, read = ps_update_alone(store, functions, messages)
     ps_update = timed(lambda _i: update().numpy(), name="ps_update_on_resident_message")
     ps_call = timed(lambda _i: read().numpy(), name="ps_call_reading_the_global_step")
@@ -332,15 +373,20 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
     up = sum(int(m.shape[0]) for m in messages)
     down = sum(int(m.shape[0]) for m in weights)
     floor = socket_exchange_ms(up, down)
-    # The design needs one round trip per PS per step: as TensorFlow's RPC takes it, plus the bytes.
+    ps_part = ps_part_of_wire_exchange_ms(store, messages, n)
+    # Through TensorFlow's call the design needs one of its round trips per PS per step, plus the bytes; over
+    # the wire one plain round trip with the bytes, which is the floor itself.
     round_trip_floor = statistics.median(round_trip) + floor
     print(
         json.dumps(
             {
                 "step_local_ms": statistics.median(on_local),
-                "step_against_ps_exact_ms": statistics.median(exact),
-                "step_against_ps_overlap_ms": statistics.median(overlapped),
+                **{f"step_against_ps_{name}_ms": statistics.median(times) for name, times in steps.items()},
                 "compute_ms": statistics.median(compute),
+                "exchange_wire_ms": statistics.median(exchange_wire),
+                "exchange_wire_over_floor": statistics.median(exchange_wire) / floor,
+                "ps_part_of_wire_exchange_ms": ps_part,
+                "exchange_wire_less_ps_part_over_floor": (statistics.median(exchange_wire) - ps_part) / floor,
                 "exchange_ms": statistics.median(exchange),
                 "pull_ms": statistics.median(pull),
                 "exchange_floor_ms": floor,
@@ -350,7 +396,6 @@ def profile_child(ps: str, own: str, args: argparse.Namespace) -> None:
                 "exchange_less_ps_compute_over_floor_with_one_rpc": (statistics.median(exchange) - ps_compute)
                 / round_trip_floor,
                 "cpu_ms_per_call_worker_ps": cpu,
-                "input_read_ab_cpu_ms_worker_ps": input_pairs,
                 "round_trip_ms": statistics.median(round_trip),
                 "read_all_variables_ms": statistics.median(read_all),
                 "bytes_per_step": statistics.median(moved[5:]),
@@ -382,12 +427,14 @@ def main() -> int:
         profile_child(ps, own, args)
         return 0
     root = Path(tempfile.mkdtemp(prefix="ttj-bench-fit-"))
-    rates: dict[str, list[float]] = {f"{who} {threads}": [] for threads in THREADINGS for who in ("ttj", "fit")}
+    rates: dict[str, list[float]] = {f"{who} {threads}": [] for threads in THREADINGS for who in WHO}
     loads = [load_average()]
     for round_ in range(args.rounds):
         for threads in THREADINGS:
-            rates[f"ttj {threads}"].append(ttj_rate(root / f"ttj-{threads}-{round_}", args, threads))
-            loads.append(load_average())
+            for transport in TRANSPORTS:
+                workdir = root / f"ttj-{transport}-{threads}-{round_}"
+                rates[f"ttj-{transport} {threads}"].append(ttj_rate(workdir, args, threads, transport=transport))
+                loads.append(load_average())
             rates[f"fit {threads}"].append(fit_rate(args, threads))
             loads.append(load_average())
         print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rates.items()), flush=True)
@@ -395,13 +442,16 @@ def main() -> int:
     loads.append(load_average())
     print(f"batch {args.batch_size}, {args.window:.0f} s windows, load average (1/5/15 min) over the run: {loads}")
     for threads in THREADINGS:
-        ttj, fit = rates[f"ttj {threads}"], rates[f"fit {threads}"]
-        ratios = [t / f for t, f in zip(ttj, fit, strict=True)]
-        print(
-            f"{threads} threads: ttj 1 worker + 1 PS {[round(r, 1) for r in ttj]} steps/s, model.fit in one process "
-            f"{[round(r, 1) for r in fit]} steps/s; ratio ttj / fit per round {[round(r, 2) for r in ratios]}, "
-            f"median {statistics.median(ratios) if ratios else float('nan'):.2f} (goal >= 0.85)"
-        )
+        fit = rates[f"fit {threads}"]
+        for transport in TRANSPORTS:
+            ttj = rates[f"ttj-{transport} {threads}"]
+            ratios = [t / f for t, f in zip(ttj, fit, strict=True)]
+            print(
+                f"{threads} threads, exchange over {transport}: ttj 1 worker + 1 PS {[round(r, 1) for r in ttj]} "
+                f"steps/s, model.fit in one process {[round(r, 1) for r in fit]} steps/s; ratio ttj / fit per round "
+                f"{[round(r, 2) for r in ratios]}, median {statistics.median(ratios) if ratios else float('nan'):.2f}"
+                " (goal >= 0.85)"
+            )
     print(f"where a ttj step's time goes: {json.dumps(parts)}")
     return 0
 

@@ -68,6 +68,8 @@ class Role(StrEnum):
 #: The trainer container's name and the TensorFlow server port.
 CONTAINER_NAME = "trainer"
 TF_PORT = 2222
+#: The parameter server's port for a step's exchange (``ttj_trainer.wire``), the container port named ``wire``.
+WIRE_PORT = 2223
 #: The trainer's Prometheus endpoint (TTJ_METRICS_PORT's default), the container port named ``metrics``.
 METRICS_PORT = 9090
 

@@ -1,5 +1,6 @@
 """Run as a script: trains a program for N steps against a real PS (in its own process), as a worker does,
-and writes the program's variables afterwards, the losses and the PS's socket bytes per step to an .npz.
+and writes the program's variables afterwards, the losses and the PS's socket bytes per step (its TensorFlow
+server's and its wire's) to an .npz.
 
 ``program_probe.py PS_ADDRESSES OWN_ADDRESS ENTRYPOINT ARGS_JSON STEPS BATCH SEED OUT [CHECKPOINT_DIR]``
 
@@ -18,6 +19,7 @@ import sys
 import keras
 import numpy as np
 import tensorflow as tf
+from prometheus_client import REGISTRY
 
 from ttj_trainer import checkpoints, devices, program
 from ttj_trainer.parameters import ParameterStore
@@ -25,6 +27,8 @@ from ttj_trainer.variables import GLOBAL_STEP
 
 #: "1": train with the exchange overlapped (the trainer's default); else exactly, one step after the other.
 OVERLAP = "PROBE_OVERLAP"
+#: "0": every exchange through TensorFlow's call; else over the PS's wire, as a worker does.
+WIRE = "PROBE_WIRE"
 
 
 def socket_bytes(ps_ports: list[str], own_port: str) -> int:
@@ -62,8 +66,12 @@ def main() -> None:
         worker_slots=1,
         local_device=devices.worker_cpu(0),
         overlap=os.environ.get(OVERLAP) == "1",
+        wire_hosts=[] if os.environ.get(WIRE) == "0" else [address.rpartition(":")[0] for address in ps_list],
     )
     store.open()
+    wire_port = store.wire_port() if len(ps_list) == 1 else None
+    if wire_port is not None:
+        ps_ports.append(str(wire_port))
     store.assign_all(store.initial_values())
     losses, moved = [], []
     for index in range(int(steps)):
@@ -75,12 +83,17 @@ def main() -> None:
         losses.append(loss)
     store.flush()
     values = store.read_all()
+    transports = {
+        t: REGISTRY.get_sample_value("ttj_trainer_exchanges_total", {"transport": t}) or 0.0
+        for t in ("wire", "tensorflow")
+    }
     if checkpoint_dir:
         checkpoints.save(checkpoint_dir, int(values[GLOBAL_STEP]), 1, values, writer="probe")
     np.savez(
         out,
         losses=np.array(losses),
         moved=np.array(moved),
+        **{"exchanges." + t: np.array(n) for t, n in transports.items()},
         **{"model." + str(i): v.numpy() for i, v in enumerate(p.model.variables)},
         **{"opt." + str(i): v.numpy() for i, v in enumerate(p.optimizer.variables)},
         **{"ps." + k.replace("/", "_"): v for k, v in values.items()},

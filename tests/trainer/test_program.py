@@ -44,11 +44,18 @@ def train_under_ttj(
     *,
     checkpoint_dir: str = "",
     overlap: bool = False,
+    wire: bool = True,
 ) -> Any:
     """``ps``: the PS addresses, comma-separated; with ``checkpoint_dir`` the probe also checkpoints there;
-    ``overlap``: the exchange overlapped with the next step (else exact steps)."""
+    ``overlap``: the exchange overlapped with the next step (else exact steps); ``wire``: over the PS's wire
+    where it can (else always TensorFlow's call)."""
     out = tmp_path / "trained.npz"
-    env = os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "PROBE_OVERLAP": str(int(overlap))}
+    env = os.environ | {
+        "PYTHONPATH": str(ROOT),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PROBE_OVERLAP": str(int(overlap)),
+        "PROBE_WIRE": str(int(wire)),
+    }
     own = f"127.0.0.7:{free_port('127.0.0.7')}"
     command = [
         sys.executable,
@@ -82,17 +89,20 @@ def train_with_keras_fit(entrypoint: str, args: dict[str, str], steps: int = STE
     return p.model, p.optimizer
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize(("optimizer", "wire"), [("sgd", True), ("adam", True), ("adam", False)])
 def test_one_worker_one_ps_trains_exactly_as_keras_fit(
-    parameter_server: str, tmp_path: Path, optimizer: str, record_property: Any
+    parameter_server: str, tmp_path: Path, optimizer: str, wire: bool, record_property: Any
 ) -> None:
     """SGD with Nesterov momentum, and Adam with an exponential-decay schedule of the global step, on a model
-    with BatchNormalization, Dropout, an L2 regulariser and a custom layer."""
+    with BatchNormalization, Dropout, an L2 regulariser and a custom layer; the exchange over the PS's wire
+    (after the first, which traces it through TensorFlow's call), and through TensorFlow's call alone."""
     entrypoint, args = f"{PROGRAMS}:mlp", {"optimizer": optimizer}
-    trained = train_under_ttj(parameter_server, tmp_path, entrypoint, args)
+    trained = train_under_ttj(parameter_server, tmp_path, entrypoint, args, wire=wire)
     model, keras_optimizer = train_with_keras_fit(entrypoint, args)
     assert int(keras_optimizer.iterations.numpy()) == STEPS
     assert int(trained["ps.ttj_global_step"]) == STEPS
+    over_wire = STEPS - 1 if wire else 0
+    assert (trained["exchanges.wire"], trained["exchanges.tensorflow"]) == (over_wire, STEPS - over_wire)
     worst = 0.0
     for i, variable in enumerate(model.variables):
         expected = variable.numpy()
@@ -264,7 +274,8 @@ def test_two_ps_tasks_hold_the_variables_as_planned_and_the_checkpoint_restores_
     tmp_path: Path,
 ) -> None:
     """Trained against two real PS processes: each variable is on the task the plan gives it, the table's
-    gradient still arrives as rows, and the checkpoint restores into the program's own model in three lines."""
+    gradient still arrives as rows (every exchange through TensorFlow's call: the update spans both PS tasks),
+    and the checkpoint restores into the program's own model in three lines."""
     from ttj_trainer import program
     from ttj_trainer.parameters import LIVE, plan
 
@@ -290,6 +301,7 @@ def test_two_ps_tasks_hold_the_variables_as_planned_and_the_checkpoint_restores_
     assert {planned["model/00000"], planned["model/00001"]} == {0, 1}  # the table on one task, the tower on the other
     table_bytes = 200_000 * 8 * 4
     assert float(np.median(trained["moved"][2:])) < table_bytes / 20
+    assert (trained["exchanges.wire"], trained["exchanges.tensorflow"]) == (0, 6)
     # The three lines of docs/programs.md, in this process: the user's plain Keras model.
     p = program.load(entrypoint, args)
     model = program.built_model(p)

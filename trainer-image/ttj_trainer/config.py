@@ -42,6 +42,9 @@ class Knob(StrEnum):
     TERMINATION_LOG = "TTJ_TERMINATION_LOG"
     #: 1: a step's exchange with the PS runs while the next step computes; 0: one after the other (exact).
     OVERLAP_EXCHANGE = "TTJ_OVERLAP_EXCHANGE"
+    #: 1: a step's exchange goes over the PS's wire (``ttj_trainer.wire``) where it can; 0: always through
+    #: TensorFlow's cross-process call.
+    WIRE = "TTJ_WIRE"
 
 
 class ConfigError(Exception):
@@ -87,6 +90,7 @@ class TrainerConfig:
     program: str = ""
     program_args: dict[str, str] | None = None
     overlap_exchange: bool = True
+    wire: bool = True
 
     @property
     def own_port(self) -> int:
@@ -198,6 +202,7 @@ def load(env: Mapping[str, str] | None = None) -> TrainerConfig:
         program=program,
         program_args=program_args,
         overlap_exchange=bool(_int(env, Knob.OVERLAP_EXCHANGE, 1)),
+        wire=bool(_int(env, Knob.WIRE, 1)),
     )
 
 

@@ -131,6 +131,7 @@ class Connection:
             worker_slots=len(self.cfg.worker_addresses),
             local_device=self.local_device,
             overlap=self.cfg.overlap_exchange,
+            wire_hosts=[address.rpartition(":")[0] for address in self.cfg.ps_addresses] if self.cfg.wire else [],
         )
         event(
             log,

@@ -19,6 +19,11 @@ role = Gauge("ttj_trainer_role", "1 for the role this process plays now (ps, wor
 global_step = Gauge("ttj_trainer_global_step", "The global step last seen on the parameter server")
 local_steps = Counter("ttj_trainer_local_steps_total", "Training steps this worker applied")
 steps_per_second = Gauge("ttj_trainer_steps_per_second", "This worker's training steps per second (last 10 s)")
+exchanges = Counter(
+    "ttj_trainer_exchanges_total",
+    "Steps' exchanges with the parameter servers, by transport: wire (the PS's own stream) or tensorflow (its call)",
+    ["transport"],
+)
 loss = Gauge("ttj_trainer_loss", "Training loss of this worker's latest batch")
 learning_rate = Gauge("ttj_trainer_learning_rate", "Learning rate in use (after active-worker scaling)")
 checkpoint_step = Gauge("ttj_trainer_checkpoint_step", "Global step of the latest checkpoint this chief knows")

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -33,9 +34,14 @@ import numpy as np
 import tensorflow as tf
 
 from ttj_contract import Role
+from ttj_trainer import metrics
+from ttj_trainer.logs import event
 from ttj_trainer.packing import Layout, Part, from_bytes
 from ttj_trainer.program import Prepared, TrainStep
 from ttj_trainer.variables import GLOBAL_STEP, MODEL_PREFIX, Shared, rebind, reindex_optimizer, shared_resource
+from ttj_trainer.wire import PORT_VARIABLE, ResidentFunction, WireClient
+
+log = logging.getLogger("ttj_trainer.parameters")
 
 HEARTBEATS = "ttj/heartbeats"
 #: Per worker slot, written by its worker with its heartbeat: (wall time, steps this process took, when this
@@ -46,6 +52,8 @@ STEP_REPORTS = "ttj/step-reports"
 STEP_REPORT_FIELDS = 4
 LIVE = (HEARTBEATS, STEP_REPORTS)
 SHARED_NAME_PREFIX = "ttj:"
+#: The global step at the end of its PS's weights message (int64).
+GLOBAL_STEP_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -195,11 +203,14 @@ class ParameterStore:
         local_device: str,
         ps_device_of: Callable[[int], str] = ps_device,
         overlap: bool = True,
+        wire_hosts: Sequence[str] = (),
     ) -> None:
         """``variables``: the program's PS-resident variables, ``initial`` their fresh values; ``step`` the
         program's training step; ``local_device``: where this worker computes (its GPU, else its CPU);
         ``ps_device_of``: the device of PS task i (replaceable to check placement without a cluster);
-        ``overlap``: a step's exchange runs while the next step computes (see :meth:`train_step`)."""
+        ``overlap``: a step's exchange runs while the next step computes (see :meth:`train_step`);
+        ``wire_hosts``: each PS's host, to exchange a step over :mod:`ttj_trainer.wire` (empty: through
+        TensorFlow's call)."""
         self.ps_device_of = ps_device_of
         self.model = model
         self.optimizer = optimizer
@@ -208,6 +219,10 @@ class ParameterStore:
         self.initial = initial
         self.ps_count = ps_count
         self.overlap = overlap
+        self.wire_hosts = tuple(wire_hosts)
+        self._wire: WireClient | None = None
+        #: Whether this connection's exchanges go through TensorFlow's call (no wire, or it cannot be used).
+        self._without_wire = False
         self.slots = plan(variables, ps_count, worker_slots)
         self.name_of = {id(item.variable): item.name for item in variables}
         self.by_name = {s.name: s for s in self.slots}
@@ -242,6 +257,7 @@ class ParameterStore:
         local_device: str,
         ps_device_of: Callable[[int], str] = ps_device,
         overlap: bool = True,
+        wire_hosts: Sequence[str] = (),
     ) -> ParameterStore:
         """The store of a prepared program: its model, optimizer, step, shared variables and fresh values."""
         return cls(
@@ -255,6 +271,7 @@ class ParameterStore:
             local_device=local_device,
             ps_device_of=ps_device_of,
             overlap=overlap,
+            wire_hosts=wire_hosts,
         )
 
     @property
@@ -267,12 +284,11 @@ class ParameterStore:
         handles = {}
         for slot in self.slots:
             with tf.device(self.ps_device_of(slot.ps_index)):
-                handles[slot.name] = tf.raw_ops.VarHandleOp(
-                    dtype=slot.dtype, shape=slot.shape, container="", shared_name=SHARED_NAME_PREFIX + slot.name
-                )
+                handles[slot.name] = open_shared(slot)
         self.handles = handles
         self._functions = {}
         self._forget_step_state()
+        self.reset_transport()
         first = not self.resources
         for item in self.variables:
             handle = handles[item.name]
@@ -311,6 +327,7 @@ class ParameterStore:
             with contextlib.suppress(Exception):  # the connection is being dropped for this very error
                 self._in_flight.result()
         self._forget_step_state()
+        self.reset_transport()
         self.handles = {}
         self._functions = {}
         for resource in self.resources.values():
@@ -319,6 +336,21 @@ class ParameterStore:
 
     def _device(self, name: str) -> str:
         return self.ps_device_of(self.by_name[name].ps_index)
+
+    @contextlib.contextmanager
+    def bound_to(self, handles: dict[str, Any], ps_device_of: Callable[[int], str]) -> Iterator[None]:
+        """While tracing a function the PS runs itself: the variables read and written through ``handles``
+        (opened inside the function) on the devices ``ps_device_of`` names."""
+        saved = self.handles, self.ps_device_of, {name: r._handle for name, r in self.resources.items()}
+        self.handles, self.ps_device_of = handles, ps_device_of
+        for name, resource in self.resources.items():
+            rebind(resource, handles[name])
+        try:
+            yield
+        finally:
+            self.handles, self.ps_device_of = saved[0], saved[1]
+            for name, resource in self.resources.items():
+                resource._handle = saved[2][name]
 
     def _read(self, name: str) -> Any:
         slot = self.by_name[name]
@@ -463,17 +495,93 @@ class ParameterStore:
         if not math.isfinite(loss_value):
             return loss_value, self._known_step  # its gradients never reach the PS
         if not self.overlap:
-            self._weights, self._known_step = self._unpack_step(functions.call_exchange(messages))
+            self._weights, self._known_step = self._exchange(functions, messages)
             return loss_value, self._known_step
         self._take_in_flight()
         if not functions.exchange_traced:  # traced here: tracing reads the Keras variables, which compute swaps
-            self._weights, self._known_step = self._unpack_step(functions.call_exchange(messages))
+            self._weights, self._known_step = self._exchange(functions, messages)
             self._pending = None
-            functions.exchange_traced = True
             return loss_value, self._known_step
         self._pending = changes
-        self._in_flight = self._exchanger().submit(functions.call_exchange, messages)
+        self._in_flight = self._exchanger().submit(self._exchange_over, self._wire_for(functions), functions, messages)
         return loss_value, self._known_step + 1
+
+    def _exchange(self, functions: StepFunctions, messages: list[Any]) -> tuple[list[Any], int]:
+        """A step's exchange, over the wire when this connection has one (traced and installed here, on the
+        step's thread: tracing reads the Keras variables), else through TensorFlow's call."""
+        if not functions.exchange_traced:
+            pulled = self._exchange_over(None, functions, messages)
+            functions.exchange_traced = True
+            self._wire_for(functions)
+            return pulled
+        return self._exchange_over(self._wire_for(functions), functions, messages)
+
+    def _exchange_over(
+        self, wire: WireClient | None, functions: StepFunctions, messages: list[Any]
+    ) -> tuple[list[Any], int]:
+        if wire is None:
+            metrics.exchanges.labels("tensorflow").inc()
+            return self._unpack_step(functions.call_exchange(messages))
+        answer = np.frombuffer(wire.exchange(messages[0].numpy()), np.uint8)
+        metrics.exchanges.labels("wire").inc()
+        return [tf.constant(answer)], int(answer[-GLOBAL_STEP_BYTES:].view(np.int64)[0])
+
+    def _wire_for(self, functions: StepFunctions) -> WireClient | None:
+        """This connection's wire with the step's current resident function on the PS, or None when the step
+        goes through TensorFlow's call: no PS host given, more than one PS (the update spans them), a PS that
+        offers no wire, or an exchange that needs the worker's own state."""
+        if self._without_wire or not functions.exchange_traced:
+            return None
+        if self._wire is not None and self._wire.installed == functions.exchange_version:
+            return self._wire
+        if not self.wire_hosts:
+            return self._through_tensorflow("the wire is turned off")
+        if self.ps_count != 1:
+            return self._through_tensorflow(f"{self.ps_count} parameter servers share each update")
+        if self._wire is None:
+            port = self.wire_port()
+            if port is None:
+                return self._through_tensorflow("the parameter server offers no wire")
+            try:
+                self._wire = WireClient(tf, self.wire_hosts[0], port)
+            except tf.errors.UnavailableError as err:
+                return self._through_tensorflow(f"{err.message}; is the port open between the job's pods?")
+        resident = functions.resident_exchange()
+        if resident is None:
+            return self._through_tensorflow("the update reads state of the worker's own (e.g. its learning rate)")
+        try:
+            self._wire.install(functions.exchange_version, resident)
+        except tf.errors.UnavailableError:
+            raise  # the PS went away: as any exchange's failure
+        except tf.errors.OpError as err:
+            return self._through_tensorflow(f"the parameter server cannot run the update: {err.message}")
+        event(log, "exchanging over the wire", address=self._wire.address, function_bytes=len(resident.graph))
+        return self._wire
+
+    def _through_tensorflow(self, why: str) -> None:
+        event(
+            log, "exchanging through TensorFlow's call", logging.WARNING if self.wire_hosts else logging.INFO, why=why
+        )
+        self._without_wire = True
+        self._drop_wire()
+
+    def wire_port(self) -> int | None:
+        """The port PS 0's wire listens on, as it published it; None from a PS that publishes none."""
+        with tf.device(self.ps_device_of(0)):
+            handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[], container="", shared_name=PORT_VARIABLE)
+            if not bool(tf.raw_ops.VarIsInitializedOp(resource=handle).numpy()):
+                return None
+            return int(tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64).numpy())
+
+    def _drop_wire(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+        self._wire = None
+
+    def reset_transport(self) -> None:
+        """The wire closed; the next exchange chooses its transport again (after (re)connecting)."""
+        self._drop_wire()
+        self._without_wire = False
 
     def _scale_tensor(self, value: float) -> Any:
         """The learning-rate scale as the step's input; it changes about once a heartbeat, not every step."""
@@ -488,7 +596,7 @@ class ParameterStore:
     def _take_in_flight(self) -> None:
         if self._in_flight is not None:
             in_flight, self._in_flight = self._in_flight, None
-            self._weights, self._known_step = self._unpack_step(in_flight.result())
+            self._weights, self._known_step = in_flight.result()
 
     def _exchanger(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -595,6 +703,8 @@ class StepFunctions:
         self.call_compute_reading = FlatCall(self.compute_reading, any_batch_size)
         self.call_exchange = FlatCall(self.exchange, any_length)
         self.exchange_traced = False
+        #: Counts the exchange's traces: the wire's resident function is the trace of one of them.
+        self.exchange_version = 0
 
     @contextlib.contextmanager
     def _on_mirrors(self) -> Iterator[None]:
@@ -662,13 +772,36 @@ class StepFunctions:
                 self.exchange = tf.function(self._exchange, autograph=False)
                 self.call_exchange = FlatCall(self.exchange, any_length)
                 self.exchange_traced = False
+                self.exchange_version += 1
             messages = [layout.pack(values) for layout in layouts]
+        # On the host, copied there inside the step (on a GPU that copy overlaps the rest of the step): what
+        # goes to the network either way.
         with tf.device(host_of(store.local_device)):
-            return messages, changes, tf.identity(tf.cast(loss, tf.float32))
+            return [tf.identity(message) for message in messages], changes, tf.identity(tf.cast(loss, tf.float32))
 
     def _exchange(self, messages: list[Any]) -> Any:
         self._update(messages)
         return self._read()
+
+    def resident_exchange(self) -> ResidentFunction | None:
+        """The exchange as PS 0 runs it itself (:mod:`ttj_trainer.wire`): its message in, its weights message
+        out, the variables opened by name inside it and no device named. None when the trace captures
+        something of this worker (e.g. a learning-rate schedule reading a variable of its own), which the PS
+        does not have."""
+        store = self.store
+
+        def resident(message: Any) -> Any:
+            handles = {slot.name: open_shared(slot) for slot in store.slots}
+            with store.bound_to(handles, lambda _index: ""):
+                self._update([message])
+                return self._packed()[0]
+
+        traced = tf.function(resident, autograph=False).get_concrete_function(tf.TensorSpec([None], tf.uint8))
+        if traced.captured_inputs:
+            return None
+        return ResidentFunction(
+            traced.graph.as_graph_def().SerializeToString(), traced.inputs[0].name, traced.outputs[0].name
+        )
 
     def _update(self, messages: list[Any]) -> None:
         """On the PS tasks: the gradients and non-trainable changes of ``messages`` applied."""
@@ -717,6 +850,13 @@ class StepFunctions:
                 read = {name: store._read(name) for name in layout.names}
                 messages.append(layout.pack(read))
         return messages
+
+
+def open_shared(slot: Slot) -> Any:
+    """A handle on the named shared variable of ``slot`` (on the device in scope)."""
+    return tf.raw_ops.VarHandleOp(
+        dtype=slot.dtype, shape=slot.shape, container="", shared_name=SHARED_NAME_PREFIX + slot.name
+    )
 
 
 def part_of(slot: Slot) -> Part:

@@ -42,6 +42,7 @@ from ttj_contract import (
     SIGTERM_EXIT_MARGIN_SECONDS,
     SPOT_LABEL,
     TF_PORT,
+    WIRE_PORT,
     Env,
     Provisioning,
     Role,
@@ -164,13 +165,15 @@ def _resources(requirements: Any, gpus: int = 0, default_requests: dict[str, str
     return out
 
 
-def _container(image: str, env: list[Obj], resources: Obj, mounts: list[Obj]) -> Obj:
+def _container(image: str, env: list[Obj], resources: Obj, mounts: list[Obj], role: Role) -> Obj:
+    # A parameter server also serves the workers' exchanges on its wire.
+    wire = [{"name": "wire", "containerPort": WIRE_PORT}] if role == Role.PS else []
     container: Obj = {
         "name": CONTAINER_NAME,
         "image": image,
         "command": ["python", "-m", "ttj_trainer"],
         "env": env,
-        "ports": [{"name": "tf", "containerPort": TF_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
+        "ports": [{"name": "tf", "containerPort": TF_PORT}, *wire, {"name": "metrics", "containerPort": METRICS_PORT}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": _container_security(),
     }
@@ -311,6 +314,7 @@ def bare_worker_pod(
                 _env(name, namespace, spec, Role.WORKER, slot, job_batch_size=job_batch_size),
                 _resources(workers.resources, workers.gpus_per_worker, DEFAULT_WORKER_REQUESTS),
                 [*mounts, *scratch_mounts],
+                Role.WORKER,
             )
         ],
         "volumes": [*volumes, *scratch],
@@ -374,6 +378,7 @@ def ps_deployment(
                 _env(name, namespace, spec, Role.PS, index),
                 _resources(spec.parameter_servers.resources, default_requests=DEFAULT_PS_REQUESTS),
                 scratch_mounts,
+                Role.PS,
             )
         ],
         "volumes": scratch,
@@ -414,9 +419,9 @@ def headless_service(job: JobRef) -> Obj:
 
 
 def network_policy(job: JobRef) -> Obj:
-    """Only the job's own pods may reach its pods' TensorFlow port (a TF server runs whatever graph a client
-    sends); the metrics port is open to pods of namespaces labelled ``LABEL_METRICS_SCRAPER=true``; nothing
-    else gets in. Egress stays open (GCS, the API server, DNS)."""
+    """Only the job's own pods may reach its pods' TensorFlow port and its parameter servers' wire (both run
+    whatever graph a client sends); the metrics port is open to pods of namespaces labelled
+    ``LABEL_METRICS_SCRAPER=true``; nothing else gets in. Egress stays open (GCS, the API server, DNS)."""
     name = job.name
     own_pods = {"matchLabels": {LABEL_JOB: name}}
     return {
@@ -427,7 +432,10 @@ def network_policy(job: JobRef) -> Obj:
             "podSelector": own_pods,
             "policyTypes": ["Ingress"],
             "ingress": [
-                {"from": [{"podSelector": own_pods}], "ports": [{"protocol": "TCP", "port": TF_PORT}]},
+                {
+                    "from": [{"podSelector": own_pods}],
+                    "ports": [{"protocol": "TCP", "port": TF_PORT}, {"protocol": "TCP", "port": WIRE_PORT}],
+                },
                 {
                     "from": [{"namespaceSelector": {"matchLabels": {LABEL_METRICS_SCRAPER: "true"}}}],
                     "ports": [{"protocol": "TCP", "port": METRICS_PORT}],

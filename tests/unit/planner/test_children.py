@@ -64,7 +64,11 @@ def trainer_container(task: str, resources: dict[str, Any]) -> dict[str, Any]:
             {"name": "TTJ_CHECKPOINT_INTERVAL_SECONDS", "value": "300"},
             {"name": "TTJ_DESIRED_WORKERS", "value": "3"},
         ],
-        "ports": [{"name": "tf", "containerPort": 2222}, {"name": "metrics", "containerPort": 9090}],
+        "ports": [
+            {"name": "tf", "containerPort": 2222},
+            *([{"name": "wire", "containerPort": 2223}] if task == "ps" else []),
+            {"name": "metrics", "containerPort": 9090},
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -220,7 +224,7 @@ NETWORK_POLICY: dict[str, Any] = {
         "ingress": [
             {
                 "from": [{"podSelector": {"matchLabels": {"transient.training/job-name": "mnist"}}}],
-                "ports": [{"protocol": "TCP", "port": 2222}],
+                "ports": [{"protocol": "TCP", "port": 2222}, {"protocol": "TCP", "port": 2223}],
             },
             {
                 "from": [{"namespaceSelector": {"matchLabels": {"transient.training/metrics-scraper": "true"}}}],
