@@ -112,6 +112,8 @@ class Preempted:
         self.first_chief: str | None = None
         self.elected: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
+        #: A surviving worker's exchanges with its PS by transport, when the new chief was elected.
+        self.exchanges: dict[str, float] = {}
 
     def trains(self) -> bool:
         """A worker's own metrics show a global step (the job's status says so only at its next report). Any
@@ -119,11 +121,26 @@ class Preempted:
         a small model's other workers can take most of the job's steps by then."""
         for pod in self.run.running_workers():
             try:
-                if self.run.trainer_metrics(pod).get("ttj_trainer_global_step", 0.0) >= 1:
-                    return True
+                metrics = self.run.trainer_metrics(pod)
             except OSError:
                 continue  # not serving its metrics yet
+            if metrics.get("ttj_trainer_global_step", 0.0) >= 1:
+                return True
         return False
+
+    def count_exchanges(self) -> None:
+        """The exchanges of the worker that took the most, by transport."""
+        for pod in self.run.running_workers():
+            try:
+                metrics = self.run.trainer_metrics(pod)
+            except OSError:
+                continue
+            counts = {
+                transport: metrics.get(f'ttj_trainer_exchanges_total{{transport="{transport}"}}', 0.0)
+                for transport in ("wire", "tensorflow")
+            }
+            if sum(counts.values()) > sum(self.exchanges.values()):
+                self.exchanges = counts
 
     def advance(self) -> bool:
         """One look at the job, acting on what it shows; True once it has succeeded."""
@@ -141,6 +158,7 @@ class Preempted:
         elif self.elected is None:
             if epoch(status) >= 2 and status["chief"]["pod"] != self.first_chief:
                 self.elected = status
+                self.count_exchanges()
         elif status.get("phase") == "Succeeded":
             self.final = status
         return self.final is not None
@@ -182,6 +200,12 @@ def train_through_preemptions_and_serve(
         assert elected is not None
         assert step(final) >= example.train_steps, run.name
         assert final.get("preemptions", 0) >= 2, (run.name, final)
+        # With one PS a worker's exchanges go over its wire (the first of a connection traces through
+        # TensorFlow); with more, through TensorFlow's call.
+        if run.job()["spec"]["parameterServers"]["replicas"] == 1:
+            assert job.exchanges["wire"] > job.exchanges["tensorflow"], (run.name, job.exchanges)
+        else:
+            assert job.exchanges["wire"] == 0 < job.exchanges["tensorflow"], (run.name, job.exchanges)
         assert final.get("failures", 0) == 0, (run.name, run.warnings())
         assert final.get("chiefElections", 0) >= 2, (run.name, final)
         assert epoch(final) >= epoch(elected) >= 2, run.name

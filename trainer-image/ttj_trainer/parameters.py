@@ -535,9 +535,9 @@ class ParameterStore:
         if self._wire is not None and self._wire.installed == functions.exchange_version:
             return self._wire
         if not self.wire_hosts:
-            return self._through_tensorflow("the wire is turned off")
+            return self._through_tensorflow("the wire is turned off", logging.INFO)
         if self.ps_count != 1:
-            return self._through_tensorflow(f"{self.ps_count} parameter servers share each update")
+            return self._through_tensorflow(f"{self.ps_count} parameter servers share each update", logging.INFO)
         if self._wire is None:
             port = self.wire_port()
             if port is None:
@@ -558,10 +558,8 @@ class ParameterStore:
         event(log, "exchanging over the wire", address=self._wire.address, function_bytes=len(resident.graph))
         return self._wire
 
-    def _through_tensorflow(self, why: str) -> None:
-        event(
-            log, "exchanging through TensorFlow's call", logging.WARNING if self.wire_hosts else logging.INFO, why=why
-        )
+    def _through_tensorflow(self, why: str, level: int = logging.WARNING) -> None:
+        event(log, "exchanging through TensorFlow's call", level, why=why)
         self._without_wire = True
         self._drop_wire()
 
