@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,7 +49,10 @@ from tests.trainer.processes import TrainerJob, free_port, wait_for
 from ttj_trainer.program import InputContext, Program
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS, WIDTH, DENSE_BATCH = 25, 1000, 4
+DENSE_BATCH = 4
+#: The dense model's size (``--width``; its layers stay 25): in the environment, so the worker child builds the same.
+WIDTH_VARIABLE = "BENCH_DENSE_WIDTH"
+LAYERS, WIDTH = 25, int(os.environ.get(WIDTH_VARIABLE, "1000"))
 ROWS, TABLE_WIDTH, IDS_PER_BATCH = 10_000_000, 16, 4096
 INTRA, INTER = 1, 2
 
@@ -145,6 +149,7 @@ def ttj_child(ps: str, own: str, kind: str, steps: int) -> None:
     store = ParameterStore.of(
         prepared, ps_count=1, worker_slots=1, local_device=devices.worker_cpu(0), overlap=False, wire_hosts=[host]
     )
+    store.wire_max_bytes = 1 << 40  # the wire at every size, to compare
     store.open()
     store.assign_all(store.initial_values())
     batches = [prepared.first, *(next(prepared.batches) for _ in range(9))]
@@ -327,6 +332,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", nargs="?", choices=["dense", "sparse"], default="dense")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--width", type=int, default=1000, help="dense: the layers' width (1000: 25 M parameters)")
     parser.add_argument("--no-tf", action="store_true", help="dense: skip TensorFlow's ParameterServerStrategy")
     parser.add_argument("--tf-only", action="store_true", help="dense: only TensorFlow's ParameterServerStrategy")
     parser.add_argument("--ttj-child", nargs=3, help=argparse.SUPPRESS)
@@ -338,6 +344,7 @@ def main() -> int:
     if args.tf_child:
         tf_coordinator_child(args.tf_child, args.steps)
         return 0
+    os.environ[WIDTH_VARIABLE] = str(args.width)  # for the children
     root = Path(tempfile.mkdtemp(prefix="ttj-bench-exchange-"))
     loads = [load_average()]
     if not args.tf_only:

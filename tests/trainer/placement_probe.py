@@ -3,7 +3,8 @@ and "the selected compute device" (CPU:1), and prints where each op was placed, 
 (and, under "update", the devices, e.g. CPU:0, where the optimizer's arithmetic on whole tensors runs; under
 "evaluate", where the chief's evaluation of a batch places its ops; under "packed", where each of the step's
 functions packs its message: the gradients on the compute device, the weights on the PS; under
-"mirrors_written", where the worker's copies of the weights are written).
+"mirrors_written", where the worker's copies of the weights are written; under "messages_out", where the step's
+packed gradients leave its function; under "resident_devices", the devices the wire's resident update names).
 
 ``placement_probe.py [ENTRYPOINT [ARGS_JSON]]``: the built-in small CNN by default, else that program.
 
@@ -63,6 +64,23 @@ for name, graph in graphs.items():
         if op.type == "ConcatV2":
             packed[name].add(op.device)
 mirrors_written = {op.device for op in graphs["compute"].get_operations() if op.type == "AssignVariableOp"}
+
+
+def placed_at(tensor: tf.Tensor) -> str:
+    """The device of the op that made ``tensor``, looking through the identities a traced function adds to its
+    outputs (they name no device)."""
+    while not tensor.op.device and tensor.op.type == "Identity":
+        tensor = tensor.op.inputs[0]
+    return str(tensor.op.device)
+
+
+messages_out = {placed_at(tensor) for tensor in graphs["compute"].structured_outputs[0]}
+resident = functions.resident_exchange()
+assert resident is not None
+resident_graph = tf.compat.v1.GraphDef.FromString(resident.graph)
+resident_devices = {node.device for node in resident_graph.node} | {
+    node.device for function in resident_graph.library.function for node in function.node_def
+}
 store.evaluate_batch(features, labels, p.loss)
 evaluate = store._functions["evaluate"].get_concrete_function(features, labels).graph
 evaluated: dict[str, set[str]] = defaultdict(set)
@@ -74,6 +92,8 @@ result = {
     "step": step,
     "packed": {k: sorted(v) for k, v in packed.items()},
     "mirrors_written": sorted(mirrors_written),
+    "messages_out": sorted(messages_out),
+    "resident_devices": sorted(resident_devices),
     "evaluate": {k: sorted(v) for k, v in evaluated.items()},
 }
 json.dump(result | {"compute": compute}, sys.stdout)

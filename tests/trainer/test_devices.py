@@ -58,6 +58,10 @@ def test_the_training_steps_compute_is_placed_on_the_selected_device() -> None:
     # the weights unpacked into the worker's copies on the compute device.
     assert found["packed"] == {"compute": [compute], "exchange": ["/device:CPU:0"]}
     assert found["mirrors_written"] == [compute]
+    # The packed gradients leave the step on the worker's host (copied off a GPU inside the step), where the
+    # wire sends them from; the wire's resident update names no device: the PS runs it on its own.
+    assert found["messages_out"] == ["/device:CPU:0"]
+    assert found["resident_devices"] == [""]
 
 
 @pytest.mark.tensorflow
