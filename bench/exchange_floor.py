@@ -149,7 +149,6 @@ def ttj_child(ps: str, own: str, kind: str, steps: int) -> None:
     store = ParameterStore.of(
         prepared, ps_count=1, worker_slots=1, local_device=devices.worker_cpu(0), overlap=False, wire_hosts=[host]
     )
-    store.wire_max_bytes = 1 << 40  # the wire at every size, to compare
     store.open()
     store.assign_all(store.initial_values())
     batches = [prepared.first, *(next(prepared.batches) for _ in range(9))]

@@ -157,8 +157,8 @@ def exchange_times(store: Any, wire: Any, weights: Any, batches: list[Any], coun
 
 def ps_part_of_wire_exchange_ms(store: Any, messages: list[Any], count: int) -> float:
     """The PS's own part of an exchange over the wire, timed here: the resident function the PS runs (the
-    update, the weights packed) on this process's copies of the PS's variables, with the message made a
-    tensor and the answer bytes as the PS does; median ms of ``count``. The exchange less this is the
+    update, the weights packed) on this process's copies of the PS's variables, with the message taken as a
+    tensor and the answer's bytes as the PS does; median ms of ``count``. The exchange less this is the
     transport's."""
     import numpy as np
     import tensorflow as tf
@@ -176,8 +176,8 @@ def ps_part_of_wire_exchange_ms(store: Any, messages: list[Any], count: int) -> 
     times = []
     for _ in range(count + 3):
         started = time.perf_counter()
-        message = tf.constant(np.frombuffer(payload, np.uint8))
-        function._call_flat([message], function.captured_inputs).numpy()
+        message = wire.as_tensor(tf, payload)
+        wire.as_array(tf, function._call_flat([message], function.captured_inputs))
         times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times[3:])
 

@@ -29,8 +29,6 @@ from ttj_trainer.variables import GLOBAL_STEP
 OVERLAP = "PROBE_OVERLAP"
 #: "0": every exchange through TensorFlow's call; else over the PS's wire, as a worker does.
 WIRE = "PROBE_WIRE"
-#: The largest weights message the wire carries (the trainer's own when unset).
-WIRE_MAX_BYTES = "PROBE_WIRE_MAX_BYTES"
 
 
 def socket_bytes(ps_ports: list[str], own_port: str) -> int:
@@ -70,8 +68,6 @@ def main() -> None:
         overlap=os.environ.get(OVERLAP) == "1",
         wire_hosts=[] if os.environ.get(WIRE) == "0" else [address.rpartition(":")[0] for address in ps_list],
     )
-    if WIRE_MAX_BYTES in os.environ:
-        store.wire_max_bytes = int(os.environ[WIRE_MAX_BYTES])
     store.open()
     wire_port = store.wire_port() if len(ps_list) == 1 else None
     if wire_port is not None:

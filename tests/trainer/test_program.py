@@ -45,22 +45,17 @@ def train_under_ttj(
     checkpoint_dir: str = "",
     overlap: bool = False,
     wire: bool = True,
-    wire_max_bytes: int | None = None,
 ) -> Any:
     """``ps``: the PS addresses, comma-separated; with ``checkpoint_dir`` the probe also checkpoints there;
     ``overlap``: the exchange overlapped with the next step (else exact steps); ``wire``: over the PS's wire
     where it can (else always TensorFlow's call)."""
     out = tmp_path / "trained.npz"
-    env = (
-        os.environ
-        | {
-            "PYTHONPATH": str(ROOT),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "PROBE_OVERLAP": str(int(overlap)),
-            "PROBE_WIRE": str(int(wire)),
-        }
-        | ({"PROBE_WIRE_MAX_BYTES": str(wire_max_bytes)} if wire_max_bytes is not None else {})
-    )
+    env = os.environ | {
+        "PYTHONPATH": str(ROOT),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PROBE_OVERLAP": str(int(overlap)),
+        "PROBE_WIRE": str(int(wire)),
+    }
     own = f"127.0.0.7:{free_port('127.0.0.7')}"
     command = [
         sys.executable,
@@ -94,21 +89,18 @@ def train_with_keras_fit(entrypoint: str, args: dict[str, str], steps: int = STE
     return p.model, p.optimizer
 
 
-#: How a test's exchanges go: over the wire (the default), through TensorFlow's call with the wire turned off,
-#: or through it for a model past the wire's size.
-TRANSPORTS = {"wire": {}, "turned off": {"wire": False}, "past its size": {"wire_max_bytes": 1000}}
+#: How a test's exchanges go: over the wire (the default), or through TensorFlow's call with the wire turned off.
+TRANSPORTS = {"wire": {}, "turned off": {"wire": False}}
 
 
-@pytest.mark.parametrize(
-    ("optimizer", "transport"), [("sgd", "wire"), ("adam", "wire"), ("adam", "turned off"), ("sgd", "past its size")]
-)
+@pytest.mark.parametrize(("optimizer", "transport"), [("sgd", "wire"), ("adam", "wire"), ("adam", "turned off")])
 def test_one_worker_one_ps_trains_exactly_as_keras_fit(
     parameter_server: str, tmp_path: Path, optimizer: str, transport: str, record_property: Any
 ) -> None:
     """SGD with Nesterov momentum, and Adam with an exponential-decay schedule of the global step, on a model
     with BatchNormalization, Dropout, an L2 regulariser and a custom layer; the exchange over the PS's wire
-    (after the first, which traces it through TensorFlow's call), and through TensorFlow's call alone: the
-    wire turned off, or a model past the wire's size."""
+    (after the first, which traces it through TensorFlow's call), and through TensorFlow's call alone (the
+    wire turned off)."""
     entrypoint, args = f"{PROGRAMS}:mlp", {"optimizer": optimizer}
     trained = train_under_ttj(parameter_server, tmp_path, entrypoint, args, **TRANSPORTS[transport])
     wire = transport == "wire"

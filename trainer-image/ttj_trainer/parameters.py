@@ -39,7 +39,7 @@ from ttj_trainer.logs import event
 from ttj_trainer.packing import Layout, Part, from_bytes
 from ttj_trainer.program import Prepared, TrainStep
 from ttj_trainer.variables import GLOBAL_STEP, MODEL_PREFIX, Shared, rebind, reindex_optimizer, shared_resource
-from ttj_trainer.wire import MAX_WEIGHTS_BYTES, PORT_VARIABLE, ResidentFunction, WireClient
+from ttj_trainer.wire import PORT_VARIABLE, ResidentFunction, WireClient, as_array, as_tensor
 
 log = logging.getLogger("ttj_trainer.parameters")
 
@@ -220,7 +220,6 @@ class ParameterStore:
         self.ps_count = ps_count
         self.overlap = overlap
         self.wire_hosts = tuple(wire_hosts)
-        self.wire_max_bytes = MAX_WEIGHTS_BYTES
         self._wire: WireClient | None = None
         #: Whether this connection's exchanges go through TensorFlow's call (no wire, or it cannot be used).
         self._without_wire = False
@@ -523,9 +522,9 @@ class ParameterStore:
         if wire is None:
             metrics.exchanges.labels("tensorflow").inc()
             return self._unpack_step(functions.call_exchange(messages))
-        answer = np.frombuffer(wire.exchange(messages[0].numpy()), np.uint8)
+        answer = wire.exchange(as_array(tf, messages[0]))
         metrics.exchanges.labels("wire").inc()
-        return [tf.constant(answer)], int(answer[-GLOBAL_STEP_BYTES:].view(np.int64)[0])
+        return [as_tensor(tf, answer)], int(answer[-GLOBAL_STEP_BYTES:].view(np.int64)[0])
 
     def _wire_for(self, functions: StepFunctions) -> WireClient | None:
         """This connection's wire with the step's current resident function on the PS, or None when the step
@@ -539,11 +538,6 @@ class ParameterStore:
             return self._through_tensorflow("the wire is turned off", logging.INFO)
         if self.ps_count != 1:
             return self._through_tensorflow(f"{self.ps_count} parameter servers share each update", logging.INFO)
-        weights_bytes = functions.weights_layouts[0].fixed_bytes
-        if weights_bytes > self.wire_max_bytes:
-            return self._through_tensorflow(
-                f"the weights message ({weights_bytes} bytes) is past the wire's {self.wire_max_bytes}", logging.INFO
-            )
         if self._wire is None:
             port = self.wire_port()
             if port is None:
