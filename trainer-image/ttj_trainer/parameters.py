@@ -39,7 +39,7 @@ from ttj_trainer.logs import event
 from ttj_trainer.packing import Layout, Part, from_bytes
 from ttj_trainer.program import Prepared, TrainStep
 from ttj_trainer.variables import GLOBAL_STEP, MODEL_PREFIX, Shared, rebind, reindex_optimizer, shared_resource
-from ttj_trainer.wire import PORT_VARIABLE, ResidentFunction, WireClient, as_array, as_tensor
+from ttj_trainer.wire import ResidentFunction, WireClient, as_array, as_tensor, port_handle
 
 log = logging.getLogger("ttj_trainer.parameters")
 
@@ -341,16 +341,17 @@ class ParameterStore:
     def bound_to(self, handles: dict[str, Any], ps_device_of: Callable[[int], str]) -> Iterator[None]:
         """While tracing a function the PS runs itself: the variables read and written through ``handles``
         (opened inside the function) on the devices ``ps_device_of`` names."""
-        saved = self.handles, self.ps_device_of, {name: r._handle for name, r in self.resources.items()}
+        saved_handles, saved_devices = self.handles, self.ps_device_of
+        saved_resources = {name: resource._handle for name, resource in self.resources.items()}
         self.handles, self.ps_device_of = handles, ps_device_of
         for name, resource in self.resources.items():
             rebind(resource, handles[name])
         try:
             yield
         finally:
-            self.handles, self.ps_device_of = saved[0], saved[1]
+            self.handles, self.ps_device_of = saved_handles, saved_devices
             for name, resource in self.resources.items():
-                resource._handle = saved[2][name]
+                resource._handle = saved_resources[name]
 
     def _read(self, name: str) -> Any:
         slot = self.by_name[name]
@@ -566,7 +567,7 @@ class ParameterStore:
     def wire_port(self) -> int | None:
         """The port PS 0's wire listens on, as it published it; None from a PS that publishes none."""
         with tf.device(self.ps_device_of(0)):
-            handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[], container="", shared_name=PORT_VARIABLE)
+            handle = port_handle(tf)
             if not bool(tf.raw_ops.VarIsInitializedOp(resource=handle).numpy()):
                 return None
             return int(tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64).numpy())

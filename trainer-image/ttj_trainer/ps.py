@@ -25,7 +25,7 @@ def run(cfg: TrainerConfig) -> int:
     from tensorflow.core.protobuf import tensorflow_server_pb2
 
     from ttj_trainer.parameters import ps_device
-    from ttj_trainer.wire import PORT_VARIABLE, WireServer
+    from ttj_trainer.wire import WireServer, port_handle
 
     # An exchange asks little compute of the PS (its update and packing: 0.2 ms of a ~3 ms exchange,
     # measured), and between requests its threads would spin waiting for work: CPU taken from the workers
@@ -54,8 +54,7 @@ def run(cfg: TrainerConfig) -> int:
         context.context().set_server_def(server_def)
         wire = WireServer(tf, cfg.pod_ip or "0.0.0.0", WIRE_PORT)
         with tf.device(ps_device(cfg.task_index)):
-            port_handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[], container="", shared_name=PORT_VARIABLE)
-            tf.raw_ops.AssignVariableOp(resource=port_handle, value=tf.constant(wire.port, tf.int64))
+            tf.raw_ops.AssignVariableOp(resource=port_handle(tf), value=tf.constant(wire.port, tf.int64))
     except (tf.errors.OpError, RuntimeError, OSError) as err:
         event(log, "cannot start the parameter server", logging.ERROR, address=cfg.own_address, error=str(err))
         return 4

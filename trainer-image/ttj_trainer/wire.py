@@ -49,9 +49,15 @@ HEADER = struct.Struct("!BQ")
 #: Frame kinds. FUNCTION (worker → PS): the resident function; READY (PS → worker): it is loaded;
 #: STEP: packed gradients (worker → PS), packed weights (PS → worker); ERROR (PS → worker): code and message.
 FUNCTION, READY, STEP, ERROR = 1, 2, 3, 4
-ERROR_CODE = struct.Struct("!I")
-#: TensorFlow's error codes (tensorflow/core/protobuf/error_codes.proto) used here.
-UNKNOWN, UNAVAILABLE = 2, 14
+#: An ERROR frame's TensorFlow error code, and a FUNCTION frame's length of its names.
+U32 = struct.Struct("!I")
+#: TensorFlow's error code (tensorflow/core/protobuf/error_codes.proto) for what the PS cannot say better.
+UNKNOWN = 2
+
+
+def port_handle(tf: Any) -> Any:
+    """A handle on :data:`PORT_VARIABLE` (on the device in scope)."""
+    return tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[], container="", shared_name=PORT_VARIABLE)
 
 
 class WireClosedError(ConnectionError):
@@ -148,13 +154,13 @@ class ResidentFunction:
 
     def encode(self) -> list[bytes]:
         names = json.dumps({"input": self.input_name, "output": self.output_name}).encode()
-        return [ERROR_CODE.pack(len(names)), names, self.graph]
+        return [U32.pack(len(names)), names, self.graph]
 
     @classmethod
     def decode(cls, body: Any) -> ResidentFunction:
-        (length,) = ERROR_CODE.unpack_from(body)
-        names = json.loads(bytes(body[ERROR_CODE.size : ERROR_CODE.size + length]))
-        return cls(bytes(body[ERROR_CODE.size + length :]), names["input"], names["output"])
+        (length,) = U32.unpack_from(body)
+        names = json.loads(bytes(body[U32.size : U32.size + length]))
+        return cls(bytes(body[U32.size + length :]), names["input"], names["output"])
 
 
 def load(tf: Any, function: ResidentFunction) -> Any:
@@ -208,7 +214,7 @@ class WireServer:
             while True:
                 try:
                     kind, body = receive_frame(conn)
-                except (OSError, WireClosedError):
+                except OSError:  # a WireClosedError too
                     return
                 try:
                     if kind == FUNCTION:
@@ -234,7 +240,7 @@ class WireServer:
 
 def _send_error(conn: socket.socket, code: int, message: str) -> None:
     with contextlib.suppress(OSError):
-        send_frame(conn, ERROR, ERROR_CODE.pack(code), message.encode())
+        send_frame(conn, ERROR, U32.pack(code), message.encode())
 
 
 def _listen(host: str, preferred_port: int) -> socket.socket:
@@ -288,11 +294,11 @@ class WireClient:
         try:
             send_frame(self.sock, kind, *parts)
             answer, body = receive_frame(self.sock)
-        except (OSError, WireClosedError) as err:
+        except OSError as err:  # a WireClosedError too
             raise self._lost(err) from err
         if answer == ERROR:
-            (code,) = ERROR_CODE.unpack_from(body)
-            text = bytes(body[ERROR_CODE.size :]).decode(errors="replace")
+            (code,) = U32.unpack_from(body)
+            text = bytes(body[U32.size :]).decode(errors="replace")
             raise error_of(code)(None, None, f"parameter server {self.address}: {text}")
         return body
 
