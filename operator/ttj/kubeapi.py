@@ -224,12 +224,15 @@ class KubeClient:
             raise
         return True
 
-    def watch_events(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[JSON]:
+    def watch_events(
+        self, path: str, resource_version: str, timeout_seconds: int, query: Sequence[tuple[str, str]] = ()
+    ) -> Iterator[JSON]:
         """One watch request: yields ``{"type", "object"}`` events until the server ends it."""
         response = self._send(
             "GET",
             path,
             query=[
+                *query,
                 ("watch", "true"),
                 ("resourceVersion", resource_version),
                 ("allowWatchBookmarks", "true"),

@@ -2,8 +2,9 @@
 
 After a ``410 Gone`` kopf lists the resource again and resumes watching from the list, but it never
 removes from its indexes the objects that are missing from that list: an object deleted during the gap
-gets no DELETED event and stays indexed for the life of the process (a deleted pod would keep holding its
-slot, a deleted node keep its pods alive). The audit compares the indexes with a fresh LIST: an object
+gets no DELETED event and stays indexed for the life of the process (a deleted node would keep its pods
+alive, a deleted Lease its chief). The pods are watched by the operator itself and need no audit
+(:mod:`ttj.controller.pods`). The audit compares the indexes with a fresh LIST: an object
 indexed *before* the LIST was sent and missing from its answer was deleted, and the planner no longer sees
 it. It runs soon after any listing (kopf delivers listed objects as events of type None) and at every
 resync period.
@@ -23,7 +24,7 @@ import kopf
 from ttj import kubeapi
 from ttj.controller.context import OperatorContext
 from ttj.controller.memory import JobKey
-from ttj.controller.orphans import finalizing_orphans, still_owned
+from ttj.controller.orphans import Orphan, finalizing_orphans, still_owned
 from ttj.kubeapi import METADATA_TABLE, KubeClient, KubeError
 from ttj_contract import KIND, LABEL_JOB
 
@@ -138,13 +139,13 @@ async def audit_forever(
     ctx: OperatorContext,
     children: list[kopf.Index[JobKey, Any]],
     nodes_by_name: kopf.Index[str, Any],
-    pods_by_job: kopf.Index[JobKey, Any],
+    pods_by_job: Mapping[JobKey, Iterable[tuple[str, str, dict[str, Any]]]],
     jobs: kopf.Index[JobKey, Any],
 ) -> None:
     """Audit the indexes soon after each listing, and at least every resync period; then release the worker
     pods left on our finalizer by a job that went (:mod:`ttj.controller.orphans`)."""
     state = ctx.state
-    lister = ctx.kube if isinstance(ctx.kube, Lister) else KubeClient(ctx.api)
+    lister = lister_of(ctx)
     while True:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.audit_due.wait(), timeout=ctx.planner.resync_seconds)
@@ -175,17 +176,31 @@ async def _forget_ghosts(
 
 
 async def _release_orphans(
-    ctx: OperatorContext, lister: Lister, pods_by_job: kopf.Index[JobKey, Any], jobs: kopf.Index[JobKey, Any]
+    ctx: OperatorContext,
+    lister: Lister,
+    pods_by_job: Mapping[JobKey, Iterable[tuple[str, str, dict[str, Any]]]],
+    jobs: kopf.Index[JobKey, Any],
 ) -> None:
-    for orphan in finalizing_orphans(pods_by_job, jobs):  # read in the loop, where kopf changes the indexes
-        try:
-            if still_owned(orphan, await asyncio.to_thread(job_uids, lister, orphan.job)):
-                continue  # the jobs index lags: the job is there
-            await asyncio.to_thread(ctx.applier.release_finalizer, orphan.job[0], orphan.pod)
-        except Exception as exc:  # the sweep must outlive any API trouble: the next one tries again
-            log.warning("could not release pod %s/%s of a job that went: %s", orphan.job[0], orphan.pod, exc)
-        else:
-            log.info("released pod %s/%s of job %s, which went", orphan.job[0], orphan.pod, orphan.job[1])
+    for orphan in finalizing_orphans(pods_by_job, jobs):  # read in the loop, where the indexes change
+        await release_orphan(ctx, lister, orphan)
+
+
+def lister_of(ctx: OperatorContext) -> Lister:
+    return ctx.kube if isinstance(ctx.kube, Lister) else KubeClient(ctx.api)
+
+
+async def release_orphan(ctx: OperatorContext, lister: Lister, orphan: Orphan) -> None:
+    """Release ``orphan`` from our finalizer once a LIST shows its job gone: the jobs index may lag (at the
+    operator's start it is empty until kopf has listed the jobs), and a pod released while its job is there
+    would have its loss never counted."""
+    try:
+        if still_owned(orphan, await asyncio.to_thread(job_uids, lister, orphan.job)):
+            return
+        await asyncio.to_thread(ctx.applier.release_finalizer, orphan.job[0], orphan.pod)
+    except Exception as exc:  # the sweep must outlive any API trouble: the next one tries again
+        log.warning("could not release pod %s/%s of a job that went: %s", orphan.job[0], orphan.pod, exc)
+    else:
+        log.info("released pod %s/%s of job %s, which went", orphan.job[0], orphan.pod, orphan.job[1])
 
 
 def job_uids(api: Lister, key: JobKey) -> set[str]:

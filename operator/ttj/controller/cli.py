@@ -267,6 +267,7 @@ def _operator_context(
             resync_seconds=args.resync,
         ),
         metrics_port=args.metrics_port or None,
+        namespaces=tuple(args.namespace or ()),
         prices=prices,
         placement=placement,
     )

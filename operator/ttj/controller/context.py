@@ -54,6 +54,8 @@ class OperatorContext:
     placement: PlacementSource | None = None
     #: Where the writes go; None: the API server behind ``api``.
     kube: KubeApi | None = None
+    #: The namespaces (kopf patterns) the operator acts in; none: every namespace.
+    namespaces: tuple[str, ...] = ()
     #: How long a job's daemon waits after a failed pass before the next.
     backoff: Backoff = field(default_factory=Backoff)
     state: OperatorState = field(default_factory=OperatorState)

@@ -4,8 +4,9 @@ stop. The passes themselves are :mod:`ttj.controller.reconciler`'s, their loop :
 
 Level-based: a pass runs when the daemon starts (create/resume), on every change of the job (but not of its
 status alone: that is our own write) or of one of its children (an event handler per kind of child pokes the
-job's daemon once kopf has indexed the change), on the deletion of a node its pods ran on, within a second of
-another change of such a node, and on the planner's timer.
+job's daemon once kopf has indexed the change; the pods, watched by :mod:`ttj.controller.pods`, once they are in
+its index), on the deletion of a node its pods ran on, within a second of another change of such a node, and on
+the planner's timer.
 """
 
 from __future__ import annotations
@@ -16,17 +17,23 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import kopf
+from kopf._cogs.structs.references import (  # kopf's own reading of --namespace patterns
+    NamespaceName,
+    match_namespace,
+)
+from kubernetes.client import ApiClient
 from prometheus_client import start_http_server
 
-from ttj.controller.audit import audit_forever
+from ttj.controller.audit import audit_forever, lister_of, release_orphan
 from ttj.controller.context import OperatorContext
 from ttj.controller.loop import reconcile_loop
-from ttj.controller.memory import JobKey, OperatorState
+from ttj.controller.memory import JobKey
 from ttj.controller.observe import JobIndexes
-from ttj.controller.orphans import finalizing
+from ttj.controller.orphans import finalizing_orphans
+from ttj.controller.pods import Batch, Inbox, PodIndex, PodWatch, job_key, places
 from ttj.controller.reconciler import JobReconciler
-from ttj.kubeapi import RESOURCES
-from ttj.planner import observed_child, observed_pod
+from ttj.kubeapi import RESOURCES, KubeClient
+from ttj.planner import observed_child
 from ttj.planner.observed import json_copy
 from ttj_contract import FINALIZER, GROUP, JOB_FINALIZER, LABEL_JOB, PLURAL, VERSION
 
@@ -58,11 +65,6 @@ def _listed(kwargs: Mapping[str, Any]) -> bool:
     return "type" in kwargs and kwargs["type"] is None
 
 
-def _job_key(namespace: str | None, labels: Mapping[str, str]) -> JobKey | None:
-    job = labels.get(LABEL_JOB)
-    return (namespace or "", job) if job else None
-
-
 def _slim_node(body: kopf.Body) -> dict[str, Any]:
     metadata = {k: body.metadata.get(k) for k in _NODE_KEEP if body.metadata.get(k) is not None}
     status = body.get("status") or {}
@@ -73,23 +75,16 @@ def _slim_node(body: kopf.Body) -> dict[str, Any]:
     }
 
 
-def child_index(kind: str, state: OperatorState | None = None) -> Callable[..., Any]:
-    """The index function of one kind of child: the job's key → (kind, name, the object). Index functions
-    and the handlers that only poke are coroutines: kopf runs those in its loop, where a sync function would
-    cost a hop to an executor thread on every event of every child. A pod bound to a node is also noted in
-    ``state``'s pods by node (see :meth:`OperatorState.pod_bound`)."""
+def child_index(kind: str) -> Callable[..., Any]:
+    """The index function of one kind of child other than pods: the job's key → (kind, name, the object). Index
+    functions and the handlers that only poke are coroutines: kopf runs those in its loop, where a sync function
+    would cost a hop to an executor thread on every event of every child."""
 
     async def index(namespace: str, name: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> Any:
-        key = _job_key(namespace, labels)
+        key = job_key(namespace, labels)
         if key is None:
             return None
-        if kind != "Pod":
-            return {key: (kind, name, observed_child(kind, body))}
-        pod = observed_pod(body)
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and state is not None:
-            state.pod_bound(str(node), key, name)
-        return {key: (kind, name, pod)}
+        return {key: (kind, name, observed_child(kind, body))}
 
     index.__name__ = f"{kind.lower()}s_by_job"
     return index
@@ -141,6 +136,11 @@ class Handlers:
 
     def __init__(self, ctx: OperatorContext) -> None:
         self.ctx = ctx
+        self.pods = PodIndex()
+        #: kopf's index of the jobs, once the operator has started.
+        self.jobs: kopf.Index[JobKey, Any] | None = None
+        self.watch: PodWatch | None = None
+        self.lister = lister_of(ctx)
 
     async def startup(self, settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         ctx = self.ctx
@@ -149,23 +149,48 @@ class Handlers:
         if ctx.metrics_port is not None:
             start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
             log.info("metrics on :%d/metrics", ctx.metrics_port)
-        indexes = [kwargs[f"{kind.lower()}s_by_job"] for kind in ("Pod", "Lease", *CHILD_RESOURCES)]
-        auditing = asyncio.create_task(
-            audit_forever(ctx, indexes, kwargs["nodes_by_name"], kwargs["pods_by_job"], kwargs["jobs"]),
-            name="ttj index audit",
+        self.jobs = kwargs["jobs"]
+        indexes = [kwargs[f"{kind.lower()}s_by_job"] for kind in ("Lease", *CHILD_RESOURCES)]
+        self._in_background(
+            audit_forever(ctx, indexes, kwargs["nodes_by_name"], self.pods, kwargs["jobs"]), "ttj index audit"
         )
-        ctx.state.background.add(auditing)
-        auditing.add_done_callback(ctx.state.background.discard)
+        # Its own connections: each watch holds one for minutes.
+        client = KubeClient(ApiClient(ctx.api.configuration))
+        self.watch = PodWatch(client, Inbox(ctx.state.call_soon, self.pods_changed).deliver)
+        for place in await asyncio.to_thread(_places_now, client, ctx.namespaces):
+            self.watch.start(place)
+
+    def _in_background(self, work: Any, name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self.ctx.state.background.add(task)
+        task.add_done_callback(self.ctx.state.background.discard)
 
     async def cleanup(self, **_: Any) -> None:
         """The operator stops: the Events its last passes planned are posted first, for a while."""
+        if self.watch is not None:
+            await asyncio.to_thread(self.watch.close)
         await self.ctx.events.drain(timeout=_EVENTS_DRAIN_SECONDS)
+
+    def pods_changed(self, batch: Batch) -> None:
+        """In the loop: the pods' changes into the index; each wakes its job. A pod of a job that no longer
+        exists must not hang on our finalizer."""
+        state = self.ctx.state
+        for applied in self.pods.apply(batch):
+            key, name, pod = applied.change.key, applied.change.name, applied.change.pod
+            if pod is None:
+                state.pod_gone(_node_of(applied.before), key, name)
+            elif node := _node_of(pod):
+                state.pod_bound(node, key, name)
+            self.ctx.poke(key)
+            if pod is not None and self.jobs is not None and key not in self.jobs:
+                for orphan in finalizing_orphans({key: [("Pod", name, pod)]}, self.jobs):
+                    self._in_background(release_orphan(self.ctx, self.lister, orphan), f"release {key[0]}/{name}")
 
     async def child_changed(self, namespace: str | None, labels: Mapping[str, str], **kwargs: Any) -> None:
         """A child changed: plan its job again. Poked from here, not from the index function: kopf stores
         what an index function returns only after it returns, so a pass woken from inside it could read the
         old child and then sleep until its timer."""
-        key = _job_key(namespace, labels)
+        key = job_key(namespace, labels)
         body = kwargs.get("body")
         listed = _listed(kwargs)
         if (
@@ -177,13 +202,13 @@ class Handlers:
         if listed:
             self.ctx.request_audit()
 
-    async def node_changed(self, name: str, pods_by_job: kopf.Index[JobKey, Any], **kwargs: Any) -> None:
+    async def node_changed(self, name: str, **kwargs: Any) -> None:
         """Wake the jobs with pods on the node: those the pods by node name, as the index shows them (not every
         job's every pod, for each event of each node: at 1,000 jobs, 9,000 pods for each node event)."""
         if _listed(kwargs):
             self.ctx.request_audit()
         for key in self.ctx.state.jobs_on_node(name):
-            if not any((pod[2].get("spec") or {}).get("nodeName") == name for pod in pods_by_job.get(key, [])):
+            if not any(_node_of(pod) == name for _kind, _name, pod in self.pods.get(key, [])):
                 continue
             if kwargs.get("type") == "DELETED":
                 self.ctx.poke(key)
@@ -195,25 +220,6 @@ class Handlers:
             self.ctx.poke((namespace, name))
         return {(namespace, name): True}
 
-    async def pod_changed(
-        self,
-        namespace: str | None,
-        labels: Mapping[str, str],
-        name: str = "",
-        body: Mapping[str, Any] | None = None,
-        jobs: kopf.Index[JobKey, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """A pod changed: plan its job again; and a worker of a job that no longer exists must not hang on our
-        finalizer. One handler for both: kopf builds the arguments of every handler (and of every filter) it
-        considers, for each of the thousands of pod events, on the loop the passes share."""
-        await self.child_changed(namespace, labels, body=body, **kwargs)
-        key = _job_key(namespace, labels)
-        if key is not None and kwargs.get("type") == "DELETED" and body is not None:
-            self.ctx.state.pod_gone(str((body.get("spec") or {}).get("nodeName") or ""), key, name)
-        if key is not None and jobs is not None and key not in jobs and body is not None and finalizing(body):
-            await asyncio.to_thread(self.ctx.applier.release_finalizer, namespace or "", name)
-
     async def reconcile_job(
         self,
         *,
@@ -221,15 +227,18 @@ class Handlers:
         namespace: str,
         name: str,
         body: kopf.Body,
-        pods_by_job: kopf.Index[JobKey, Any],
         leases_by_job: kopf.Index[JobKey, Any],
         nodes_by_name: kopf.Index[str, Any],
         **kwargs: Any,
     ) -> None:
         children = [kwargs[f"{kind.lower()}s_by_job"] for kind in CHILD_RESOURCES]
-        indexes = JobIndexes(pods_by_job, leases_by_job, children, nodes_by_name)
+        indexes = JobIndexes(self.pods, leases_by_job, children, nodes_by_name)
         key = (namespace, name)
         reconciler = JobReconciler(self.ctx, key)
+        place = _place_of(namespace, self.ctx.namespaces)
+        if self.watch is not None:
+            self.watch.start(place)  # a namespace a pattern matched since the start
+        await self.pods.listed_event(place).wait()  # else its first pass would find none of its pods
 
         async def one_pass() -> float | None:
             return await reconciler.run_pass(body, indexes)
@@ -248,7 +257,7 @@ class Handlers:
             if stopped.reason is not None and kopf.DaemonStoppingReason.RESOURCE_DELETED in stopped.reason:
                 self.ctx.metrics.forget(namespace, name)
                 # Read the index here, on the loop that updates it: a thread iterating it would race its updates.
-                held = _finalized_pods(pods_by_job.get(key, []))
+                held = _finalized_pods(self.pods.get(key, []))
                 await asyncio.shield(asyncio.to_thread(self._release_workers, key[0], held))
 
     def _release_workers(self, namespace: str, pod_names: list[str]) -> None:
@@ -256,6 +265,32 @@ class Handlers:
         pod deleted later is caught by :meth:`pod_changed`)."""
         for pod_name in pod_names:
             self.ctx.applier.release_finalizer(namespace, pod_name)
+
+
+def _node_of(pod: Mapping[str, Any] | None) -> str:
+    return str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+
+
+def _exact(pattern: str) -> bool:
+    """Whether a --namespace pattern names one namespace (no globs, no list, no negation)."""
+    return not any(char in pattern for char in "*?[],!")
+
+
+def _place_of(namespace: str, patterns: tuple[str, ...]) -> str:
+    """The place whose watch holds the pods of ``namespace``."""
+    return namespace if patterns else ""
+
+
+def _places_now(client: KubeClient, patterns: tuple[str, ...]) -> list[str]:
+    """The places to watch from the start: every namespace, the ones named, and those that the patterns match now
+    (a namespace created later is watched once a job of it runs)."""
+    named = [pattern for pattern in patterns if _exact(pattern)]
+    globs = [pattern for pattern in patterns if not _exact(pattern)]
+    if not globs:
+        return places(named)
+    listed = client.request("GET", "/api/v1/namespaces").get("items") or []
+    names = [NamespaceName(str((ns.get("metadata") or {}).get("name") or "")) for ns in listed]
+    return places([*named, *(name for name in names if any(match_namespace(name, glob) for glob in globs))])
 
 
 def _finalized_pods(indexed: Iterable[tuple[str, str, Any]]) -> list[str]:
@@ -269,14 +304,13 @@ def register(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     job_labels = {LABEL_JOB: kopf.PRESENT}
     kopf.on.startup(registry=registry)(handlers.startup)
     kopf.on.cleanup(registry=registry)(handlers.cleanup)
-    children = {kind: RESOURCES[kind].kopf_name for kind in ("Pod", "Lease")} | CHILD_RESOURCES
+    children = {"Lease": RESOURCES["Lease"].kopf_name} | CHILD_RESOURCES
     for kind, resource in children.items():
-        index = child_index(kind, ctx.state)
-        kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(index)
-        changed = handlers.pod_changed if kind == "Pod" else handlers.child_changed
+        kopf.index(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}s_by_job")(child_index(kind))
+        changed = handlers.child_changed
         kopf.on.event(resource, labels=job_labels, registry=registry, id=f"{kind.lower()}_changed")(changed)
     kopf.index("nodes", registry=registry, id="nodes_by_name")(index_node)
-    kopf.on.event("nodes", registry=registry, id="node_changed")(handlers.node_changed)  # type: ignore[arg-type]
+    kopf.on.event("nodes", registry=registry, id="node_changed")(handlers.node_changed)
     kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="jobs")(handlers.index_job)  # type: ignore[arg-type]
     daemon = kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, id="reconcile", cancellation_timeout=10, backoff=1)
     daemon(handlers.reconcile_job)  # type: ignore[arg-type]

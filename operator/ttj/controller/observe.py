@@ -4,7 +4,7 @@ yet."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +18,9 @@ from ttj_contract import lease_name
 
 @dataclass(frozen=True)
 class JobIndexes:
-    """kopf's indexes a pass observes a job through."""
+    """The indexes a pass observes a job through: kopf's, and the pods' own (:mod:`ttj.controller.pods`)."""
 
-    pods: kopf.Index[JobKey, Any]
+    pods: Mapping[JobKey, Iterable[tuple[str, str, dict[str, Any]]]]
     leases: kopf.Index[JobKey, Any]
     #: One index per kind of :data:`CHILD_RESOURCES`.
     children: Sequence[kopf.Index[JobKey, Any]]

@@ -62,19 +62,25 @@ def json_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def observed_pod(pod: Mapping[str, Any]) -> Obj:
-    """A copy of what the planner reads of ``pod``: its metadata (without managedFields), the spec fields of
+def observed_pod(pod: Mapping[str, Any], *, owned: bool = False) -> Obj:
+    """What the planner reads of ``pod``: its metadata (without managedFields), the spec fields of
     :data:`POD_SPEC_READ`, its status. The containers (the environment, TF_CONFIG naming every worker) and
-    volumes are most of a pod; an operator keeping thousands of pods need not hold them."""
+    volumes are most of a pod; an operator keeping thousands of pods need not hold them. A copy, unless the
+    caller ``owned`` ``pod`` alone (freshly decoded): then its parts are kept as they are."""
+    keep = _same if owned else json_copy
     slim: Obj = {}
     if "metadata" in pod:
-        slim["metadata"] = {k: json_copy(v) for k, v in pod["metadata"].items() if k != "managedFields"}
+        slim["metadata"] = {k: keep(v) for k, v in pod["metadata"].items() if k != "managedFields"}
     if "spec" in pod:
         spec = pod["spec"] or {}
-        slim["spec"] = {k: json_copy(spec[k]) for k in POD_SPEC_READ if k in spec}
+        slim["spec"] = {k: keep(spec[k]) for k in POD_SPEC_READ if k in spec}
     if "status" in pod:
-        slim["status"] = json_copy(pod["status"])
+        slim["status"] = keep(pod["status"])
     return slim
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def observed_child(kind: str, obj: Mapping[str, Any]) -> Obj:

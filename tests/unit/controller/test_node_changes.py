@@ -15,9 +15,10 @@ from prometheus_client import CollectorRegistry
 
 from tests.unit.planner.builders import T0, node
 from ttj.controller.context import OperatorContext
-from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers, child_index, index_node
+from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers, index_node
 from ttj.controller.memory import Wakeup
 from ttj.controller.metrics import Metrics
+from ttj.controller.pods import Batch, change_of
 from ttj.planner import PodState, classify_pod
 from ttj_contract import AUTOSCALER_DELETION_TAINT, LABEL_JOB, format_time
 
@@ -69,16 +70,13 @@ def context() -> OperatorContext:
     return OperatorContext(api=None, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
 
 
-def indexed_pods(ctx: OperatorContext, pods: dict[tuple[str, str], tuple[str, str]]) -> dict[Any, Any]:
-    """The pods index as the pod index function fills it, job → (pod name, node name)."""
-    index = child_index("Pod", ctx.state)
-    indexed: dict[Any, Any] = {}
+def index_pods(handlers: Handlers, pods: dict[tuple[str, str], tuple[str, str]]) -> None:
+    """The pods put in the operator's pod index as its watch delivers them, job → (pod name, node name)."""
+    batch: Batch = []
     for (namespace, job), (pod, node_name) in pods.items():
-        body = {"metadata": {"name": pod, "namespace": namespace}, "spec": {"nodeName": node_name}}
-        entry = asyncio.run(index(namespace=namespace, name=pod, labels={LABEL_JOB: job}, body=kopf.Body(body)))
-        for key, value in entry.items():
-            indexed.setdefault(key, []).append(value)
-    return indexed
+        body = {"metadata": {"name": pod, "namespace": namespace, "labels": {LABEL_JOB: job}}}
+        batch.append(change_of("ADDED", body | {"spec": {"nodeName": node_name}}))  # type: ignore[arg-type]
+    handlers.pods_changed(batch)
 
 
 def test_a_node_change_wakes_only_the_jobs_with_pods_on_it_as_indexed() -> None:
@@ -86,7 +84,7 @@ def test_a_node_change_wakes_only_the_jobs_with_pods_on_it_as_indexed() -> None:
     event does not scan every job's every pod."""
     ctx = context()
     handlers = Handlers(ctx)
-    pods_by_job = indexed_pods(ctx, {KEY: ("mnist-worker-0-0", "n1"), ("ns", "other"): ("other-worker-0-0", "n2")})
+    index_pods(handlers, {KEY: ("mnist-worker-0-0", "n1"), ("ns", "other"): ("other-worker-0-0", "n2")})
     assert ctx.state.jobs_on_node("n1") == [KEY]
     assert ctx.state.jobs_on_node("n2") == [("ns", "other")]
     assert ctx.state.jobs_on_node("n3") == []
@@ -94,12 +92,13 @@ def test_a_node_change_wakes_only_the_jobs_with_pods_on_it_as_indexed() -> None:
     async def scenario() -> None:
         ctx.state.loop = asyncio.get_running_loop()
         ours = ctx.state.job(KEY).wakeup
-        body = {"metadata": {"name": "mnist-worker-0-0", "namespace": "ns"}, "spec": {"nodeName": "n1"}}
-        await handlers.pod_changed("ns", {LABEL_JOB: "mnist"}, "mnist-worker-0-0", body, type="DELETED")
+        body = {"metadata": {"name": "mnist-worker-0-0", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}}
+        handlers.pods_changed([change_of("DELETED", body)])  # type: ignore[list-item]
         assert ctx.state.jobs_on_node("n1") == []
+        assert ours.is_set(), "the deletion woke its job"
+        assert KEY not in handlers.pods
         ours.clear()
-        del pods_by_job[KEY]
-        await handlers.node_changed(name="n1", pods_by_job=pods_by_job, type="DELETED")  # type: ignore[arg-type]
+        await handlers.node_changed(name="n1", type="DELETED")
         assert not ours.is_set()
 
     asyncio.run(scenario())
@@ -108,26 +107,26 @@ def test_a_node_change_wakes_only_the_jobs_with_pods_on_it_as_indexed() -> None:
 def test_a_node_change_wakes_the_jobs_on_it_later_any_pass_before_cancels_the_wait_and_its_deletion_at_once() -> None:
     ctx = context()
     handlers = Handlers(ctx)
-    pods_by_job = indexed_pods(ctx, {KEY: ("mnist-worker-0-0", "n1"), ("ns", "other"): ("other-worker-0-0", "n2")})
+    index_pods(handlers, {KEY: ("mnist-worker-0-0", "n1"), ("ns", "other"): ("other-worker-0-0", "n2")})
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         ctx.state.loop = loop
         ours, other = ctx.state.job(KEY).wakeup, ctx.state.job(("ns", "other")).wakeup
-        await handlers.node_changed(name="n1", pods_by_job=pods_by_job, type="MODIFIED")  # type: ignore[arg-type]
+        await handlers.node_changed(name="n1", type="MODIFIED")
         assert not ours.is_set()
         assert ours.pending is not None
         assert 0 < ours.pending.when() - loop.time() <= NODE_CHANGE_DELAY_SECONDS
         assert other.pending is None, "only the jobs with pods on the node"
         first = ours.pending.when()
-        await handlers.node_changed(name="n1", pods_by_job=pods_by_job, type="MODIFIED")  # type: ignore[arg-type]
+        await handlers.node_changed(name="n1", type="MODIFIED")
         assert ours.pending.when() == first, "a second change of the node is seen by the same pass"
         ours.clear()  # a pass starts: it sees the node
         assert ours.pending is None
         await asyncio.sleep(0)
         assert not ours.is_set()
 
-        await handlers.node_changed(name="n1", pods_by_job=pods_by_job, type="DELETED")  # type: ignore[arg-type]
+        await handlers.node_changed(name="n1", type="DELETED")
         assert ours.is_set()
         assert other.pending is None
         assert not other.is_set()

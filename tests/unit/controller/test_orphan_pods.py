@@ -1,51 +1,58 @@
-"""A worker whose job is gone does not hang on the operator's finalizer: the pod's own event handler releases
-it (one handler per pod event for both the poke and the release: kopf builds each handler's and each filter's
-arguments on every event of thousands of pods)."""
+"""A worker whose job is gone does not hang on the operator's finalizer: the change of the pod that the pod watch
+delivers releases it, as it wakes a live job; but only once a LIST shows the job gone, as the jobs index is empty
+until kopf has listed the jobs (and a worker released while its job is there would have its loss never counted)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import kopf
 from prometheus_client import CollectorRegistry
 
 from ttj.controller.context import OperatorContext
-from ttj.controller.handlers import register
+from ttj.controller.handlers import Handlers
 from ttj.controller.metrics import Metrics
-from ttj_contract import FINALIZER, LABEL_JOB
+from ttj.controller.pods import change_of
+from ttj_contract import API_VERSION, FINALIZER, KIND, LABEL_JOB
 
 LABELS = {LABEL_JOB: "mnist"}
+OWNER = [{"apiVersion": API_VERSION, "kind": KIND, "name": "mnist", "uid": "job-uid"}]
 
 
 class Pods:
-    """The API as the finalizer release sees it: one pod, being deleted, held by our finalizer."""
+    """The API as the finalizer release sees it: one pod, being deleted, held by our finalizer; the jobs of its
+    name that a LIST finds."""
 
-    def __init__(self) -> None:
+    def __init__(self, jobs_listed: list[str]) -> None:
         self.requests: list[tuple[str, str]] = []
+        self.jobs_listed = jobs_listed
 
     def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
         self.requests.append((method, path))
+        if path.endswith("/transienttrainingjobs"):
+            return {"items": [{"metadata": {"name": "mnist", "uid": uid}} for uid in self.jobs_listed]}
         return {"metadata": {"name": "w-0", "resourceVersion": "3", "finalizers": [FINALIZER]}}
 
 
 def deleted_pod() -> dict[str, Any]:
-    metadata = {"name": "w-0", "namespace": "ns", "labels": LABELS, "finalizers": [FINALIZER]}
+    metadata = {"name": "w-0", "namespace": "ns", "labels": LABELS, "finalizers": [FINALIZER], "ownerReferences": OWNER}
     return {"metadata": {**metadata, "deletionTimestamp": "2026-11-28T12:00:00Z"}}
 
 
-def pod_changed(jobs: dict[Any, Any], body: dict[str, Any]) -> tuple[list[tuple[str, str]], bool]:
-    """The requests the pod's event handler made, and whether it woke the job."""
-    api = Pods()
+def pod_changed(
+    jobs: dict[Any, Any], body: dict[str, Any], jobs_listed: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, str]], bool]:
+    """The requests the pod's change made, and whether it woke the job."""
+    api = Pods(list(jobs_listed))
     ctx = OperatorContext(api=None, kube=api, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
-    registry = kopf.OperatorRegistry()
-    register(registry, ctx)
-    handler = next(h for h in registry._watching.get_all_handlers() if h.id == "pod_changed").fn
+    handlers = Handlers(ctx)
+    handlers.jobs = jobs  # type: ignore[assignment]
 
     async def scenario() -> bool:
         ctx.state.loop = asyncio.get_running_loop()
         wakeup = ctx.state.job(("ns", "mnist")).wakeup
-        await handler(namespace="ns", name="w-0", labels=LABELS, body=body, jobs=jobs)
+        handlers.pods_changed([change_of("MODIFIED", body)])  # type: ignore[list-item]
+        await asyncio.gather(*ctx.state.background)
         return wakeup.is_set()
 
     woken = asyncio.run(scenario())
@@ -54,8 +61,19 @@ def pod_changed(jobs: dict[Any, Any], body: dict[str, Any]) -> tuple[list[tuple[
 
 def test_a_deleted_worker_of_a_gone_job_is_released() -> None:
     requests, _ = pod_changed({}, deleted_pod())
-    assert [method for method, _path in requests] == ["GET", "PATCH"]
-    assert all(path.endswith("/pods/w-0") for _method, path in requests)
+    assert [method for method, _path in requests] == ["GET", "GET", "PATCH"]
+    assert requests[0][1].endswith("/namespaces/ns/transienttrainingjobs")
+    assert all(path.endswith("/pods/w-0") for _method, path in requests[1:])
+
+
+def test_a_deleted_worker_is_kept_while_the_jobs_index_lags_its_job() -> None:
+    requests, _ = pod_changed({}, deleted_pod(), jobs_listed=("job-uid",))
+    assert [method for method, _path in requests] == ["GET"]
+
+
+def test_a_deleted_worker_of_a_job_of_the_same_name_created_since_is_released() -> None:
+    requests, _ = pod_changed({}, deleted_pod(), jobs_listed=("newer-uid",))
+    assert [method for method, _path in requests] == ["GET", "GET", "PATCH"]
 
 
 def test_a_deleted_worker_of_a_live_job_is_left_to_its_pass() -> None:

@@ -20,7 +20,7 @@ from ttj.controller.metrics import Metrics
 from ttj_contract import LABEL_JOB
 
 KEY = ("ns", "mnist")
-KINDS = ["Pod", "Lease", *CHILD_RESOURCES]
+KINDS = ["Lease", *CHILD_RESOURCES]  # the pods: test_pod_watch
 
 
 def registered() -> tuple[OperatorContext, kopf.OperatorRegistry]:

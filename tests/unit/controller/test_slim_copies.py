@@ -3,15 +3,13 @@ the planner reads it, and kopf builds no diff base for objects other than the jo
 
 from __future__ import annotations
 
-import asyncio
+import copy
 from typing import Any
 
 import kopf
-from prometheus_client import CollectorRegistry
 
-from ttj.controller.context import OperatorContext
-from ttj.controller.handlers import JobsDiffBase, register
-from ttj.controller.metrics import Metrics
+from ttj.controller.handlers import JobsDiffBase
+from ttj.controller.pods import PodIndex, change_of
 from ttj.planner import observed_pod
 from ttj_contract import API_VERSION, FINALIZER, KIND, LABEL_JOB
 
@@ -59,15 +57,12 @@ def test_a_pod_is_kept_as_the_planner_reads_it_and_not_shared_with_the_event() -
     assert observed_pod({"metadata": {"name": "p"}}) == {"metadata": {"name": "p"}}
 
 
-def test_the_pod_index_keeps_the_slim_pod() -> None:
-    ctx = OperatorContext(api=None, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
-    registry = kopf.OperatorRegistry()
-    register(registry, ctx)
-    indexer = {str(h.id): h for h in registry._indexing.get_all_handlers()}["pods_by_job"]
-    indexed = asyncio.run(
-        indexer.fn(namespace="ns", name="mnist-worker-0-0", labels={LABEL_JOB: "mnist"}, body=kopf.Body(POD))
-    )
-    assert indexed == {("ns", "mnist"): ("Pod", "mnist-worker-0-0", SLIM)}
+def test_the_pod_index_keeps_the_slim_pod_of_the_decoded_event_without_copying_it() -> None:
+    decoded = copy.deepcopy(POD)
+    index = PodIndex()
+    index.apply([change_of("ADDED", decoded)])  # type: ignore[list-item]
+    assert index[("ns", "mnist")] == [("Pod", "mnist-worker-0-0", SLIM)]
+    assert index[("ns", "mnist")][0][2]["status"] is decoded["status"]
 
 
 def test_kopf_builds_a_diff_base_for_the_jobs_only() -> None:
