@@ -94,17 +94,25 @@ class OperatorContext:
             return False
         return resource_version(body) == resource_version(memory.lease_written.obj)
 
-    def child_news(self, key: JobKey, body: Mapping[str, Any] | None) -> bool:
-        """Whether this event of a child may change what the job's next pass plans. A PS Deployment's status
-        changes some five times as its pod comes up (replicas, ready, available, observedGeneration), and the
-        planner reads of it only the ReplicaFailure condition: each woke a pass that planned nothing (a tenth
-        of a 100-job start-up's passes). Every other kind, and anything else of a Deployment, is news."""
-        if body is None or body.get("kind") != "Deployment":
-            return True
+    def child_news(self, key: JobKey, body: Mapping[str, Any] | None, *, listed: bool = False) -> bool:
+        """Whether this event of a child may change what the job's next pass plans. A child ``listed`` again
+        unchanged (kopf lists every kind again each time a watch ends: at 1,000 jobs, 6,000 children at once) is
+        not. A PS Deployment's status changes some five times as its pod comes up (replicas, ready, available,
+        observedGeneration), and the planner reads of it only the ReplicaFailure condition: each woke a pass
+        that planned nothing (a tenth of a 100-job start-up's passes). Every other kind, and anything else of a
+        Deployment, is news."""
         memory = self.state.jobs.get(key)
-        if memory is None:
+        if body is None or memory is None:
             return True
         name = str((body.get("metadata") or {}).get("name") or "")
+        child = (str(body.get("kind") or ""), name)
+        version = resource_version(body)
+        before = memory.children_versions.get(child)
+        memory.children_versions[child] = version
+        if listed and before == version:
+            return False
+        if child[0] != "Deployment":
+            return True
         view = deployment_as_planned(body)
         if memory.children_seen.get(("Deployment", name)) == view:
             return False

@@ -27,7 +27,7 @@ from prometheus_client import start_http_server
 from ttj.controller.audit import audit_forever, lister_of, release_orphan
 from ttj.controller.context import OperatorContext
 from ttj.controller.loop import reconcile_loop
-from ttj.controller.memory import JobKey
+from ttj.controller.memory import JobKey, resource_version
 from ttj.controller.observe import JobIndexes
 from ttj.controller.orphans import finalizing_orphans
 from ttj.controller.pods import Batch, Inbox, PodIndex, PodWatch, job_key, places
@@ -196,7 +196,7 @@ class Handlers:
         if (
             key is not None
             and not self.ctx.our_lease_write(key, body)
-            and (listed or kwargs.get("type") == "DELETED" or self.ctx.child_news(key, body))
+            and (kwargs.get("type") == "DELETED" or self.ctx.child_news(key, body, listed=listed))
         ):
             self.ctx.poke(key)
         if listed:
@@ -205,9 +205,17 @@ class Handlers:
     async def node_changed(self, name: str, **kwargs: Any) -> None:
         """Wake the jobs with pods on the node: those the pods by node name, as the index shows them (not every
         job's every pod, for each event of each node: at 1,000 jobs, 9,000 pods for each node event)."""
+        state = self.ctx.state
+        version = resource_version(kwargs.get("body") or {})
+        unchanged = state.node_versions.get(name) == version
+        state.node_versions[name] = version
+        if kwargs.get("type") == "DELETED":
+            state.node_versions.pop(name, None)
         if _listed(kwargs):
             self.ctx.request_audit()
-        for key in self.ctx.state.jobs_on_node(name):
+            if unchanged:
+                return  # listed again as it was: nothing for its jobs' passes
+        for key in state.jobs_on_node(name):
             if not any(_node_of(pod) == name for _kind, _name, pod in self.pods.get(key, [])):
                 continue
             if kwargs.get("type") == "DELETED":

@@ -142,3 +142,26 @@ def test_a_delayed_wakeup_wakes() -> None:
         assert wakeup.pending is None
 
     asyncio.run(scenario())
+
+
+def test_a_node_listed_again_unchanged_wakes_no_job() -> None:
+    """kopf lists the nodes again each time their watch ends: 1,000 jobs' passes for nothing."""
+    ctx = context()
+    handlers = Handlers(ctx)
+    index_pods(handlers, {KEY: ("mnist-worker-0-0", "n1")})
+    served = {"metadata": {"name": "n1", "resourceVersion": "7"}}
+
+    async def scenario() -> None:
+        ctx.state.loop = asyncio.get_running_loop()
+        ours = ctx.state.job(KEY).wakeup
+        await handlers.node_changed(name="n1", body=served, type="MODIFIED")
+        assert ours.pending is not None
+        ours.clear()
+        await handlers.node_changed(name="n1", body=served, type=None)
+        assert ours.pending is None
+        assert not ours.is_set()
+        changed = {"metadata": {"name": "n1", "resourceVersion": "8"}}
+        await handlers.node_changed(name="n1", body=changed, type=None)
+        assert ours.pending is not None, "changed while the watch was away"
+
+    asyncio.run(scenario())

@@ -101,6 +101,30 @@ def test_a_deployment_wakes_its_job_only_when_what_the_planner_reads_of_it_chang
         scaled["spec"]["replicas"] = 0
         assert await woken(scaled)
         assert await woken(scaled, "DELETED")
-        assert await woken(scaled, None)  # listed again after a watch error
+        assert not await woken(scaled, None), "listed again unchanged, as kopf does each time a watch ends"
+        assert await woken(deployment("7", conditions=[failure]), None), "listed again, changed during the gap"
+
+    asyncio.run(scenario())
+
+
+def test_a_child_listed_again_unchanged_wakes_no_pass() -> None:
+    """kopf lists every kind again each time a watch ends: at 1,000 jobs, every job's every child at once."""
+    ctx, registry = registered()
+    changed = by_id(registry._watching)["service_changed"].fn
+    service = {"kind": "Service", "metadata": {"name": "mnist", "namespace": "ns", "resourceVersion": "4"}}
+
+    async def woken(body: dict[str, Any], event: str | None) -> bool:
+        ctx.state.loop = asyncio.get_running_loop()
+        wakeup = ctx.state.job(KEY).wakeup
+        wakeup.clear()
+        await changed(namespace="ns", labels={LABEL_JOB: "mnist"}, body=body, type=event)
+        return wakeup.is_set()
+
+    async def scenario() -> None:
+        assert await woken(service, None), "the first listing: news"
+        assert not await woken(service, None)
+        assert await woken(service, "MODIFIED"), "a watch event is news"
+        newer = {**service, "metadata": {**service["metadata"], "resourceVersion": "9"}}
+        assert await woken(newer, None)
 
     asyncio.run(scenario())
