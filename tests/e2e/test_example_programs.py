@@ -112,7 +112,8 @@ class Preempted:
         self.first_chief: str | None = None
         self.elected: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
-        #: A surviving worker's exchanges with its PS by transport, when the new chief was elected.
+        #: The exchanges with its PS by transport of the worker that had taken the most, looked at each round from
+        #: the preemptions until the job succeeded (at one look only, a worker might have taken just its first).
         self.exchanges: dict[str, float] = {}
 
     def trains(self) -> bool:
@@ -158,9 +159,10 @@ class Preempted:
         elif self.elected is None:
             if epoch(status) >= 2 and status["chief"]["pod"] != self.first_chief:
                 self.elected = status
-                self.count_exchanges()
         elif status.get("phase") == "Succeeded":
             self.final = status
+        if self.first_chief is not None and self.final is None:
+            self.count_exchanges()
         return self.final is not None
 
 
