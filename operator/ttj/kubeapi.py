@@ -248,6 +248,7 @@ class KubeClient:
             if self._closed:  # closed while this watch was being opened: end it now, not at its timeout
                 with contextlib.suppress(Exception):
                     response.response.shutdown()
+        ended = False
         try:
             for chunk in response.response.stream(amt=None, decode_content=False):
                 buffer += chunk
@@ -255,8 +256,11 @@ class KubeClient:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
                         yield json.loads(line)
+            ended = True
         finally:
             with self._watch_lock:
                 self._open_watches.discard(response.response)
             with contextlib.suppress(Exception):
+                if not ended:  # left mid-stream: the connection must not carry another request after it
+                    response.response.close()
                 response.response.release_conn()

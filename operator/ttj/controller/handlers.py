@@ -179,6 +179,9 @@ class Handlers:
             key, name, pod = applied.change.key, applied.change.name, applied.change.pod
             if pod is None:
                 state.pod_gone(_node_of(applied.before), key, name)
+                if (memory := state.jobs.get(key)) is not None:
+                    # Seen deleted: our own last write of it (a finalizer released) no longer stands in for it.
+                    memory.written_children.pop(("Pod", name), None)
             elif node := _node_of(pod):
                 state.pod_bound(node, key, name)
             self.ctx.poke(key)

@@ -165,3 +165,18 @@ def test_a_node_listed_again_unchanged_wakes_no_job() -> None:
         assert ours.pending is not None, "changed while the watch was away"
 
     asyncio.run(scenario())
+
+
+def test_a_pod_seen_deleted_is_no_longer_shown_as_our_last_write_of_it() -> None:
+    """A pass shows the pods as our writes left them until the watch shows those writes; a pod whose finalizer we
+    released and that the watch then saw deleted must not come back from that memory (its loss would stay
+    accounted for ever, no newer pod event coming to push it out)."""
+    ctx = context()
+    handlers = Handlers(ctx)
+    index_pods(handlers, {KEY: ("mnist-worker-0-0", "n1")})
+    released = {"metadata": {"name": "mnist-worker-0-0", "namespace": "ns", "resourceVersion": "99"}}
+    ctx.state.job(KEY).written_children[("Pod", "mnist-worker-0-0")] = released
+    ctx.state.job(KEY).written_children[("Pod", "mnist-worker-1-0")] = {"metadata": {"name": "mnist-worker-1-0"}}
+    body = {"metadata": {"name": "mnist-worker-0-0", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}}
+    handlers.pods_changed([change_of("DELETED", body)])  # type: ignore[list-item]
+    assert list(ctx.state.job(KEY).written_children) == [("Pod", "mnist-worker-1-0")]
