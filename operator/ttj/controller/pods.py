@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ttj.controller.memory import JobKey
+from ttj.controller.memory import JobKey, resource_version
 from ttj.kubeapi import JSON, KubeClient, KubeError
 from ttj.planner import observed_pod
 from ttj_contract import LABEL_JOB
@@ -144,13 +144,9 @@ class PodIndex(Mapping[JobKey, list[PodEntry]]):
         applied = []
         for change in [*listing.pods, *gone]:
             before = self._put(change)
-            if change.pod is None or before is None or _version(before) != _version(change.pod):
+            if change.pod is None or before is None or resource_version(before) != resource_version(change.pod):
                 applied.append(Applied(change, before))
         return applied
-
-
-def _version(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def places(namespaces: Iterable[str]) -> list[Place]:
