@@ -655,9 +655,34 @@ def start_up_lag(pods: PodLog, jobs: JobLog, started: float) -> str:
     )
 
 
+def _clock(epoch: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(epoch)) + f"{epoch % 1:.3f}"[1:]
+
+
+def slowest_replacements(pods: PodLog, count: int = 5) -> list[str]:
+    """The lost workers whose replacement came last after their loss was seen: the pod, its job, and when (the time
+    of day, as the operator's log gives it) it was seen lost, stopped and replaced, to find them in that log."""
+    wall = time.time() - time.monotonic()
+    rows = []
+    for name, seen in pods.lost.items():
+        job, slot = pods.slot.get(name, ("", ""))
+        slot_pods = [n for n, key in pods.slot.items() if key == (job, slot) and n != name]
+        later = [pods.added[n] for n in slot_pods if pods.added.get(n, 0) > seen - 5]
+        if later:
+            stopped = pods.stopped.get(name)
+            rows.append((min(later) - seen, name, job, seen, stopped, min(later)))
+    return [
+        f"{name} ({job}): replaced {delay * 1000:.0f} ms after seen lost at {_clock(seen + wall)}"
+        + (f", stopped at {_clock(stopped + wall)}" if stopped is not None else "")
+        for delay, name, job, seen, stopped, _added in sorted(rows, reverse=True)[:count]
+    ]
+
+
 def report(pods: PodLog, chiefs_before: set[str], preempted: int) -> None:
     """Pair each lost worker with the pod that took its slot, and each lost chief with the next chief."""
     print(f"preempted nodes: {preempted}; workers lost: {len(pods.lost)}")
+    for line in slowest_replacements(pods):
+        print(f"  slow: {line}")
     for since, moments in (("seen", pods.lost), ("stopped", pods.stopped)):
         recovery, handover = intervals(pods, moments, chiefs_before)
         for label, values in (

@@ -251,9 +251,10 @@ class KubeClient:
         ended = False
         try:
             for chunk in response.response.stream(amt=None, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                # One split per chunk: a chunk may carry hundreds of events, and splitting off one line at a time
+                # copied the rest of the chunk for each.
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
                     if line.strip():
                         yield json.loads(line)
             ended = True

@@ -70,8 +70,8 @@ def test_objects_deleted_during_a_watch_gap_are_found_and_no_longer_observed() -
     )
     found = audit.audit(lister, [pods, leases], nodes)
     assert set(found) == {"p1", "n1-old"}
-    assert found["p1"] == audit.Indexed(("Pod", "ns"), KEY)
-    assert found["n1-old"].job is None
+    assert found["p1"] == audit.Indexed(("Pod", "ns"), KEY, "mnist-worker-1-1")
+    assert found["n1-old"] == audit.Indexed(("Node", ""), None, "gpu-1")
     pages = [query for path, query in lister.asked if path == "/api/v1/nodes"]
     assert [dict(query).get("continue") for query in pages] == [None, "1"], "two nodes, listed a page at a time"
     pods_asked = [query for path, query in lister.asked if path == "/api/v1/namespaces/ns/pods"]
@@ -100,3 +100,24 @@ def test_an_object_indexed_after_the_snapshot_is_never_a_ghost() -> None:
         ("Node", ""): {"n0", "n1-old", "n1-new"},
     }
     assert audit.ghosts(before, listed) == {}
+
+
+def test_a_deleted_node_wakes_the_jobs_with_pods_on_it_not_every_job() -> None:
+    """A node deleted between the audit's snapshot and its LIST is found as a ghost while its DELETED event is
+    still on its way; in a preemption wave that is common, and waking every job for it put a pass of each in
+    front of the replacements."""
+    other = ("ns", "other")
+    found = {
+        "p1": audit.Indexed(("Pod", "ns"), KEY, "mnist-worker-1-1"),
+        "n1": audit.Indexed(("Node", ""), None, "gpu-1"),
+        "n2": audit.Indexed(("Node", ""), None, "gpu-2"),
+    }
+    on_node = {"gpu-1": [other], "gpu-2": []}
+    cases = [
+        ({"p1"}, {KEY}),
+        ({"n1"}, {other}),
+        ({"n2"}, set()),
+        ({"p1", "n1", "n2"}, {KEY, other}),
+        (set(), set()),
+    ]
+    assert [audit.jobs_to_wake(found, new, on_node.__getitem__) for new, _ in cases] == [want for _, want in cases]
