@@ -854,6 +854,29 @@ def curve(args: argparse.Namespace, sizes: list[int]) -> None:
                 f"| {outcome.jobs} | {phase.name} | {'job' if start_up else 'job-minute'} | {operator_cpu:.3f} | "
                 f"{api_cpu} | {writes:.2f} | {per_job:.0f} | {outcome.peak_rss_kib / 1024:.0f} |"
             )
+    rows = [row for outcome in outcomes if (row := start_up_less_steady(outcome)) is not None]
+    if rows:
+        print("\nthe start-up's operator CPU per job, less the steady rate over the minutes each job existed in it")
+        print("| jobs | start-up | CPU s / job | steady CPU s / job-minute x minutes | less the steady |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows))
+
+
+def start_up_less_steady(outcome: Outcome) -> str | None:
+    """The start-up's operator CPU per job less what the steady phase's rate (CPU per job-minute: each job's timed
+    pass) costs over the start-up's job-minutes (every job exists from its start): the part of the start-up's cost
+    per job that is not the jobs merely existing for longer, at a size whose start-up the cluster makes longer."""
+    phases = {phase.name: phase for phase in outcome.phases}
+    start_up, steady = phases.get("start-up"), phases.get("steady")
+    if start_up is None or steady is None or steady.seconds <= 0:
+        return None
+    rate = (steady.after.operator_cpu - steady.before.operator_cpu) / (steady.jobs * steady.seconds / 60)
+    job_minutes = start_up.jobs * start_up.seconds / 60
+    cpu = start_up.after.operator_cpu - start_up.before.operator_cpu
+    return (
+        f"| {outcome.jobs} | {start_up.seconds:.0f} s | {cpu / start_up.jobs:.3f} | {rate:.4f} x "
+        f"{job_minutes / start_up.jobs:.1f} | {(cpu - rate * job_minutes) / start_up.jobs:.3f} |"
+    )
 
 
 def replace_args(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:

@@ -4,16 +4,18 @@ The operator's actions and the local cluster's controllers and kubelets speak to
 :class:`KubeClient`: auth, TLS and the kubeconfig are the ``kubernetes`` package's; objects stay plain
 JSON dicts (the generated models cost time at scale and drop fields the callers need). Errors are
 :class:`KubeError` with the HTTP status. :data:`RESOURCES` is the one map from a kind to where it lives.
+:class:`ListWatch` is the one list+watch loop (the operator's pod watch, the local cluster's informers).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import kubernetes
@@ -21,6 +23,8 @@ import urllib3
 from kubernetes.client import ApiClient
 
 from ttj_contract import GROUP, KIND, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -265,3 +269,72 @@ class KubeClient:
                 if not ended:  # left mid-stream: the connection must not carry another request after it
                     response.response.close()
                 response.response.release_conn()
+
+
+class Watchable(Protocol):
+    """What :class:`ListWatch` asks of a client: :class:`KubeClient`'s list and watch."""
+
+    def request(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = ()) -> JSON: ...
+
+    def watch_events(
+        self, path: str, resource_version: str, timeout_seconds: int, query: Sequence[tuple[str, str]] = ()
+    ) -> Iterator[JSON]: ...
+
+
+#: After a failed list or watch, :class:`ListWatch` waits this long before listing again, doubling up to the cap.
+RELIST_SECONDS = 0.2
+RELIST_CAP_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class ListWatch:
+    """List the collection at ``path``, then watch it from the list's resourceVersion (each watch from where the
+    last event or bookmark left it) until ``stop`` is set; after a watch ends in an ERROR event (410 Gone) or a
+    request fails, list again, as client-go's reflector does. ``listed`` gets every listing's items (whatever the
+    caller held and they lack was deleted meanwhile: no event will say so), ``changed`` every other event's type
+    (ADDED, MODIFIED, DELETED) and object."""
+
+    client: Watchable
+    path: str
+    listed: Callable[[list[JSON]], None]
+    changed: Callable[[str, JSON], None]
+    stop: threading.Event
+    query: Sequence[tuple[str, str]] = ()
+    watch_seconds: int = 120
+    #: What the log calls this collection.
+    what: str = ""
+
+    def run(self) -> None:
+        """Blocks until ``stop`` is set: run it in a thread of its own."""
+        pause = RELIST_SECONDS
+        while not self.stop.is_set():
+            try:
+                answer = self.client.request("GET", self.path, query=self.query)
+                self.listed(answer.get("items") or [])
+                version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+                pause = RELIST_SECONDS
+                while version and not self.stop.is_set():
+                    version = self._watch_from(version)
+            except Exception as exc:  # a watch outlives any API trouble: it lists again
+                if self.stop.is_set():
+                    return
+                denied = isinstance(exc, KubeError) and exc.status in (401, 403)
+                level = logging.WARNING if denied else logging.INFO
+                log.log(level, "%s: %s; listing again in %.1f s", self.what or self.path, exc, pause)
+                self.stop.wait(pause)
+                pause = min(RELIST_CAP_SECONDS, pause * 2)
+
+    def _watch_from(self, version: str) -> str:
+        """One watch from ``version``: the version to watch from next, or "" to list again."""
+        events = self.client.watch_events(self.path, version, timeout_seconds=self.watch_seconds, query=self.query)
+        for event in events:
+            if self.stop.is_set():
+                return ""
+            event_type, obj = str(event.get("type") or ""), event.get("object") or {}
+            if event_type == "ERROR":
+                log.info("%s: the watch ended (%s); listing again", self.what or self.path, obj.get("message") or obj)
+                return ""
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if event_type != "BOOKMARK":
+                self.changed(event_type, obj)
+        return version

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ttj_localcluster.nodes.kube import Informer
@@ -31,13 +31,15 @@ class ScriptedClient:
         self.watched_from: list[str] = []
         self.waiting = threading.Event()
 
-    def request(self, method: str, path: str) -> dict[str, Any]:
-        assert (method, path) == ("GET", PATH)
+    def request(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+        assert (method, path, list(query)) == ("GET", PATH, [])
         self.listed += 1
         return self.lists.pop(0)
 
-    def watch_events(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-        assert path == PATH
+    def watch_events(
+        self, path: str, resource_version: str, timeout_seconds: int, query: Sequence[tuple[str, str]] = ()
+    ) -> Iterator[dict[str, Any]]:
+        assert (path, list(query)) == (PATH, [])
         self.watched_from.append(resource_version)
         if self.watches:
             yield from self.watches.pop(0)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from ttj.kubeapi import JSON, KubeClient, transient
+from ttj.kubeapi import JSON, KubeClient, ListWatch, transient
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +44,14 @@ def obj_key(obj: JSON) -> str:
 
 
 Handler = Callable[[str, JSON, JSON | None], None]
+#: Each informer's watch is ended by the server after this long and resumed from where it was.
+WATCH_SECONDS = 20
 
 
 class Informer:
     """List+watch of one collection into a cache; calls handlers with (event type, object, old object).
 
-    Relists after a watch ends in error or with 410 Gone, as client-go's reflector does.
+    Lists again after a watch ends in error or with 410 Gone (:func:`ttj.kubeapi.ListWatch`).
     """
 
     def __init__(self, client: KubeClient, path: str, name: str, stop: threading.Event) -> None:
@@ -88,9 +90,9 @@ class Informer:
             except Exception:
                 log.exception("%s: handler failed on %s %s", self.name, kind, obj_key(obj))
 
-    def _relist(self) -> str:
-        listing = self.client.request("GET", self.path)
-        fresh = {obj_key(item): item for item in listing.get("items") or []}
+    def _listed(self, items: list[JSON]) -> None:
+        """A listing replaces the cache; the handlers hear what changed since the last (deletions included)."""
+        fresh = {obj_key(item): item for item in items}
         with self.lock:
             old = self.cache
             self.cache = fresh
@@ -103,43 +105,28 @@ class Informer:
         for key, item in old.items():
             if key not in fresh:
                 self._emit("DELETED", item, item)
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        self.synced.set()
+
+    def _changed(self, kind: str, obj: JSON) -> None:
+        key = obj_key(obj)
+        with self.lock:
+            old = self.cache.get(key)
+            if kind == "DELETED":
+                self.cache.pop(key, None)
+            else:
+                self.cache[key] = obj
+        self._emit(kind, obj, old)
 
     def _run(self) -> None:
-        backoff = 0.2
-        while not self.stop.is_set():
-            try:
-                version = self._relist()
-                self.synced.set()
-                backoff = 0.2
-                while not self.stop.is_set():
-                    gone = False
-                    for event in self.client.watch_events(self.path, version, timeout_seconds=20):
-                        if self.stop.is_set():
-                            return
-                        kind, obj = event.get("type"), event.get("object") or {}
-                        if kind == "ERROR":
-                            gone = True
-                            break
-                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                        if kind == "BOOKMARK":
-                            continue
-                        key = obj_key(obj)
-                        with self.lock:
-                            old = self.cache.get(key)
-                            if kind == "DELETED":
-                                self.cache.pop(key, None)
-                            else:
-                                self.cache[key] = obj
-                        self._emit(str(kind), obj, old)
-                    if gone:
-                        break
-            except Exception as exc:
-                if self.stop.is_set():
-                    return
-                log.debug("%s: watch failed (%s); relisting", self.name, exc)
-                self.stop.wait(backoff)
-                backoff = min(5.0, backoff * 2)
+        ListWatch(
+            self.client,
+            self.path,
+            listed=self._listed,
+            changed=self._changed,
+            stop=self.stop,
+            watch_seconds=WATCH_SECONDS,
+            what=f"informer {self.name}",
+        ).run()
 
 
 _WAKE = "\0wake"  # not a key: wakes the worker so that it notices the stop

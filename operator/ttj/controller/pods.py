@@ -7,25 +7,23 @@ each handler built, an index function and an event handler invoked): a third of 
 pods that carry the job label, keeps of each what the planner reads, and hands the changes to the loop in
 batches; there each is a dictionary update and a wake-up of its job.
 
-After a watch ends in error or with 410 Gone the place is listed again, and a pod missing from the new list is
-dropped from the index as deleted (kopf's indexes kept such pods: see :mod:`ttj.controller.audit`).
+After a watch ends in error or with 410 Gone the place is listed again (:func:`ttj.kubeapi.ListWatch`), and a
+pod missing from the new list is dropped from the index as deleted (kopf's indexes kept such pods: see
+:mod:`ttj.controller.audit`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ttj.controller.memory import JobKey, resource_version
-from ttj.kubeapi import JSON, KubeClient, KubeError
+from ttj.kubeapi import JSON, KubeClient, ListWatch
 from ttj.planner import observed_pod
 from ttj_contract import LABEL_JOB
-
-log = logging.getLogger("ttj.controller")
 
 #: An indexed pod as the passes read it: ("Pod", its name, what the planner reads of it).
 PodEntry = tuple[str, str, dict[str, Any]]
@@ -33,9 +31,6 @@ PodEntry = tuple[str, str, dict[str, Any]]
 Place = str
 #: The server ends each watch after this long and the thread watches again from where it was.
 WATCH_SECONDS = 120
-#: After a failed list or watch, the thread waits this long before listing again, doubling up to the cap.
-RETRY_SECONDS = 0.2
-RETRY_CAP_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -178,50 +173,24 @@ class PodWatch:
         for thread in self._threads.values():
             thread.join(timeout)
 
-    def _path(self, place: Place) -> str:
-        return f"/api/v1/namespaces/{place}/pods" if place else "/api/v1/pods"
-
     def _run(self, place: Place) -> None:
-        pause = RETRY_SECONDS
-        while not self.stop.is_set():
-            try:
-                version = self._list(place)
-                pause = RETRY_SECONDS
-                while not self.stop.is_set() and version:
-                    version = self._watch(place, version)
-            except Exception as exc:  # the watch outlives any API trouble: it lists again
-                if self.stop.is_set():
-                    return
-                level = logging.WARNING if isinstance(exc, KubeError) and exc.status in (401, 403) else logging.INFO
-                log.log(level, "pods in %s: %s; listing again in %.1f s", place or "every namespace", exc, pause)
-                self.stop.wait(pause)
-                pause = min(RETRY_CAP_SECONDS, pause * 2)
+        def listed(items: list[JSON]) -> None:
+            self.deliver([Listing(place, [change for pod in items if (change := change_of("ADDED", pod)) is not None])])
 
-    def _list(self, place: Place) -> str:
-        answer = self.client.request("GET", self._path(place), query=[("labelSelector", LABEL_JOB)])
-        changes = [change for pod in answer.get("items") or [] if (change := change_of("ADDED", pod)) is not None]
-        self.deliver([Listing(place, changes)])
-        return str((answer.get("metadata") or {}).get("resourceVersion") or "")
-
-    def _watch(self, place: Place, version: str) -> str:
-        """One watch from ``version``: the version to watch from next, or "" to list again (410 Gone)."""
-        events = self.client.watch_events(
-            self._path(place), version, timeout_seconds=WATCH_SECONDS, query=[("labelSelector", LABEL_JOB)]
-        )
-        for event in events:
-            if self.stop.is_set():
-                return ""
-            event_type, obj = str(event.get("type") or ""), event.get("object") or {}
-            if event_type == "ERROR":
-                log.info("pods in %s: the watch ended (%s); listing again", place or "every namespace", obj)
-                return ""
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            if event_type == "BOOKMARK":
-                continue
-            change = change_of(event_type, obj)
-            if change is not None:
+        def changed(event_type: str, pod: JSON) -> None:
+            if (change := change_of(event_type, pod)) is not None:
                 self.deliver([change])
-        return version
+
+        ListWatch(
+            self.client,
+            f"/api/v1/namespaces/{place}/pods" if place else "/api/v1/pods",
+            listed=listed,
+            changed=changed,
+            stop=self.stop,
+            query=[("labelSelector", LABEL_JOB)],
+            watch_seconds=WATCH_SECONDS,
+            what=f"pods in {place or 'every namespace'}",
+        ).run()
 
 
 class Inbox:
