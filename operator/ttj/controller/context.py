@@ -69,10 +69,6 @@ class OperatorContext:
         self.events = EventPoster(self.applier.post_event)
         self.api_threads = RequestThreads(API_THREADS, reserved=API_THREADS_RESERVED, heavy_above=HEAVY_WRITES)
 
-    def request_audit(self) -> None:
-        """From any thread: audit the indexes soon."""
-        self.state.call_soon(self.state.audit_due.set)
-
     def poke(self, key: JobKey) -> None:
         """From any thread: run a pass of the job now, if its daemon runs."""
         memory = self.state.jobs.get(key)
@@ -85,35 +81,25 @@ class OperatorContext:
         if memory is not None:
             self.state.call_soon(lambda: memory.wakeup.set_after(seconds))
 
-    def our_lease_write(self, key: JobKey, body: Mapping[str, Any] | None) -> bool:
-        """Whether this event of a child is the job's Lease exactly as the last pass's write of it left it: that
+    def our_lease_write(self, key: JobKey, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Whether this change of a child is the job's Lease exactly as the last pass's write of it left it: that
         pass planned the write, and a pass woken by it would find nothing new (at 500 jobs, one pass more per
         Lease write)."""
         memory = self.state.jobs.get(key)
-        if body is None or body.get("kind") != "Lease" or memory is None or memory.lease_written is None:
+        if kind != "Lease" or memory is None or memory.lease_written is None:
             return False
-        return resource_version(body) == resource_version(memory.lease_written.obj)
+        return resource_version(obj) == resource_version(memory.lease_written.obj)
 
-    def child_news(self, key: JobKey, body: Mapping[str, Any] | None, *, listed: bool = False) -> bool:
-        """Whether this event of a child may change what the job's next pass plans. A child ``listed`` again
-        unchanged (kopf lists every kind again each time a watch ends: at 1,000 jobs, 6,000 children at once) is
-        not. A PS Deployment's status changes some five times as its pod comes up (replicas, ready, available,
-        observedGeneration), and the planner reads of it only the ReplicaFailure condition: each woke a pass
-        that planned nothing (a tenth of a 100-job start-up's passes). Every other kind, and anything else of a
-        Deployment, is news."""
+    def child_news(self, key: JobKey, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Whether this change of a child may change what the job's next pass plans. A PS Deployment's status
+        changes some five times as its pod comes up (replicas, ready, available, observedGeneration), and the
+        planner reads of it only the ReplicaFailure condition: each woke a pass that planned nothing (a tenth of a
+        100-job start-up's passes). Every other kind, and anything else of a Deployment, is news."""
         memory = self.state.jobs.get(key)
-        if body is None or memory is None:
+        if kind != "Deployment" or memory is None:
             return True
-        name = str((body.get("metadata") or {}).get("name") or "")
-        child = (str(body.get("kind") or ""), name)
-        version = resource_version(body)
-        before = memory.children_versions.get(child)
-        memory.children_versions[child] = version
-        if listed and before == version:
-            return False
-        if child[0] != "Deployment":
-            return True
-        view = deployment_as_planned(body)
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        view = deployment_as_planned(obj)
         if memory.children_seen.get(("Deployment", name)) == view:
             return False
         memory.children_seen[("Deployment", name)] = view

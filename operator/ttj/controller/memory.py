@@ -77,30 +77,21 @@ class JobMemory:
     #: The PS Deployments as the planner reads them, (kind, name) → what it reads, as of the last event that woke
     #: a pass (see :meth:`ttj.controller.context.OperatorContext.child_news`).
     children_seen: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    #: Every child's resourceVersion as of its last event, (kind, name) → version: a relist by kopf (each time a
-    #: watch ends, every 5 minutes or so) delivers every child again, and one unchanged wakes no pass.
-    children_versions: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass
 class OperatorState:
-    """All the operator holds in memory besides kopf's indexes; nothing a pass needs is kept only here."""
+    """All the operator holds in memory besides the indexes; nothing a pass needs is kept only here."""
 
-    #: The operator's event loop: index functions run in kopf's executor threads and wake daemons through it.
+    #: The operator's event loop: the watches' threads and the passes' request threads hand their results to it.
     loop: asyncio.AbstractEventLoop | None = None
     jobs: dict[JobKey, JobMemory] = field(default_factory=dict)
-    #: uids of indexed objects the last index audit found deleted (see :mod:`ttj.controller.audit`).
-    gone: frozenset[str] = frozenset()
-    #: Set to have the indexes audited soon (after a listing).
-    audit_due: asyncio.Event = field(default_factory=asyncio.Event)
     #: Tasks the operator runs besides kopf's (kept referenced until done).
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
     #: node name → the (job, pod name) of the pods indexed on it, until their deletion is seen: which jobs a node's
     #: change concerns. A pod's nodeName never changes once set.
     pods_on_nodes: dict[str, set[tuple[JobKey, str]]] = field(default_factory=dict)
-    #: node name → its resourceVersion as of its last event: a node relisted unchanged wakes no job.
-    node_versions: dict[str, str] = field(default_factory=dict)
 
     def job(self, key: JobKey) -> JobMemory:
         return self.jobs.setdefault(key, JobMemory())

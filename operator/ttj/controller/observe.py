@@ -1,6 +1,5 @@
-"""A job's children as a pass observes them: from kopf's indexes (fed by the watches), less the objects the index
-audit found deleted while a watch was away, plus those our own passes created that the watches have not shown
-yet."""
+"""A job's children as a pass observes them: from the indexes the watches feed (:mod:`ttj.controller.watches`),
+plus those our own passes created that the watches have not shown yet."""
 
 from __future__ import annotations
 
@@ -8,52 +7,46 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import kopf
-
 from ttj.controller.memory import JobKey
 from ttj.planner import Observed, PlannerConfig
 from ttj.planner.observed import name_of
 from ttj_contract import lease_name
 
+#: A job's children of one kind: the job's key → each as (kind, name, what the planner reads of it).
+ChildIndex = Mapping[JobKey, Iterable[tuple[str, str, dict[str, Any]]]]
+
 
 @dataclass(frozen=True)
 class JobIndexes:
-    """The indexes a pass observes a job through: kopf's, and the pods' own (:mod:`ttj.controller.pods`)."""
+    """The indexes a pass observes a job through."""
 
-    pods: Mapping[JobKey, Iterable[tuple[str, str, dict[str, Any]]]]
-    leases: kopf.Index[JobKey, Any]
-    #: One index per kind of :data:`CHILD_RESOURCES`.
-    children: Sequence[kopf.Index[JobKey, Any]]
-    nodes: kopf.Index[str, Any]
+    pods: ChildIndex
+    leases: ChildIndex
+    #: One index per kind of :data:`ttj.controller.handlers.CHILD_RESOURCES`.
+    children: Sequence[ChildIndex]
+    #: node name → [what the planner reads of it]
+    nodes: Mapping[str, Iterable[dict[str, Any]]]
 
     def all_nodes(self) -> list[dict[str, Any]]:
         return [node for _name, store in self.nodes.items() for node in store]
 
 
-def observe(key: JobKey, indexes: JobIndexes, *, gone: frozenset[str] = frozenset()) -> Observed:
-    """The job's children from the indexes, without those the index audit found deleted."""
-
-    def present(obj: dict[str, Any]) -> bool:
-        return not gone or (obj.get("metadata") or {}).get("uid") not in gone
-
+def observe(key: JobKey, indexes: JobIndexes) -> Observed:
+    """The job's children from the indexes, and the nodes its pods run on."""
     observed = Observed()
     for _kind, _name, pod in indexes.pods.get(key, []):
-        if not present(pod):
-            continue
         observed.pods.append(pod)
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name and node_name not in observed.nodes:
             for node in indexes.nodes.get(node_name, []):
-                if present(node):
-                    observed.nodes[node_name] = node
+                observed.nodes[node_name] = node
     chief_lease = lease_name(key[1])
     for _kind, name, lease in indexes.leases.get(key, []):
-        if name == chief_lease and present(lease):
+        if name == chief_lease:
             observed.lease = lease
     for index in indexes.children:
         for kind, name, child in index.get(key, []):
-            if present(child):
-                observed.children[(kind, name)] = child
+            observed.children[(kind, name)] = child
     return observed
 
 

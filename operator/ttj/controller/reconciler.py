@@ -119,7 +119,7 @@ class JobReconciler:
         return await self.ctx.api_threads.run(len(writes), self.applier.apply, self.key[0], writes)
 
     async def _observe(self, job: Mapping[str, Any], indexes: JobIndexes) -> Observed:
-        observed = observe(self.key, indexes, gone=self.ctx.state.gone)
+        observed = observe(self.key, indexes)
         memory = self.ctx.state.jobs.get(self.key)
         if memory is not None and memory.written_children:
             add_own_writes(observed, memory.written_children)

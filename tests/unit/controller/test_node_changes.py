@@ -10,15 +10,14 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-import kopf
 from prometheus_client import CollectorRegistry
 
 from tests.unit.planner.builders import T0, node
 from ttj.controller.context import OperatorContext
-from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers, index_node
+from ttj.controller.handlers import NODE_CHANGE_DELAY_SECONDS, Handlers
 from ttj.controller.memory import Wakeup
 from ttj.controller.metrics import Metrics
-from ttj.controller.pods import Batch, change_of
+from ttj.controller.watches import NODE, Batch, Listing, change_of
 from ttj.planner import PodState, classify_pod
 from ttj_contract import AUTOSCALER_DELETION_TAINT, LABEL_JOB, format_time
 
@@ -42,8 +41,9 @@ def full_node() -> dict[str, Any]:
 
 def test_the_node_index_keeps_what_the_planner_reads_of_a_node() -> None:
     served = full_node()
-    indexed = asyncio.run(index_node(name="n1", body=kopf.Body(copy.deepcopy(served))))
-    assert indexed == {
+    change = change_of(NODE, "MODIFIED", copy.deepcopy(served))
+    assert change is not None
+    assert {change.name: change.obj} == {
         "n1": {
             "metadata": {
                 "name": "n1",
@@ -62,7 +62,7 @@ def test_the_node_index_keeps_what_the_planner_reads_of_a_node() -> None:
         "spec": {"nodeName": "n1", "nodeSelector": {"cloud.google.com/compute-class": "gpu-fallback"}},
         "status": {"phase": "Running"},
     }
-    verdict = classify_pod(worker, indexed, T0, timedelta(seconds=30))
+    verdict = classify_pod(worker, {change.name: change.obj}, T0, timedelta(seconds=30))
     assert (verdict.state, verdict.migrated) == (PodState.PREEMPTED, True)
 
 
@@ -75,8 +75,13 @@ def index_pods(handlers: Handlers, pods: dict[tuple[str, str], tuple[str, str]])
     batch: Batch = []
     for (namespace, job), (pod, node_name) in pods.items():
         body = {"metadata": {"name": pod, "namespace": namespace, "labels": {LABEL_JOB: job}}}
-        batch.append(change_of("ADDED", body | {"spec": {"nodeName": node_name}}))  # type: ignore[arg-type]
-    handlers.pods_changed(batch)
+        batch.append(change_of("Pod", "ADDED", body | {"spec": {"nodeName": node_name}}))  # type: ignore[arg-type]
+    handlers.changed(batch)
+
+
+def node_event(handlers: Handlers, event: str, name: str = "n1", rv: str = "7") -> None:
+    """A node's event as its watch delivers it."""
+    handlers.changed([change_of(NODE, event, {"metadata": {"name": name, "resourceVersion": rv}})])  # type: ignore[list-item]
 
 
 def test_a_node_change_wakes_only_the_jobs_with_pods_on_it_as_indexed() -> None:
@@ -93,12 +98,12 @@ def test_a_node_change_wakes_only_the_jobs_with_pods_on_it_as_indexed() -> None:
         ctx.state.loop = asyncio.get_running_loop()
         ours = ctx.state.job(KEY).wakeup
         body = {"metadata": {"name": "mnist-worker-0-0", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}}
-        handlers.pods_changed([change_of("DELETED", body)])  # type: ignore[list-item]
+        handlers.changed([change_of("Pod", "DELETED", body)])  # type: ignore[list-item]
         assert ctx.state.jobs_on_node("n1") == []
         assert ours.is_set(), "the deletion woke its job"
-        assert KEY not in handlers.pods
+        assert KEY not in handlers.indexes["Pod"]
         ours.clear()
-        await handlers.node_changed(name="n1", type="DELETED")
+        node_event(handlers, "DELETED")
         assert not ours.is_set()
 
     asyncio.run(scenario())
@@ -113,20 +118,20 @@ def test_a_node_change_wakes_the_jobs_on_it_later_any_pass_before_cancels_the_wa
         loop = asyncio.get_running_loop()
         ctx.state.loop = loop
         ours, other = ctx.state.job(KEY).wakeup, ctx.state.job(("ns", "other")).wakeup
-        await handlers.node_changed(name="n1", type="MODIFIED")
+        node_event(handlers, "MODIFIED")
         assert not ours.is_set()
         assert ours.pending is not None
         assert 0 < ours.pending.when() - loop.time() <= NODE_CHANGE_DELAY_SECONDS
         assert other.pending is None, "only the jobs with pods on the node"
         first = ours.pending.when()
-        await handlers.node_changed(name="n1", type="MODIFIED")
+        node_event(handlers, "MODIFIED")
         assert ours.pending.when() == first, "a second change of the node is seen by the same pass"
         ours.clear()  # a pass starts: it sees the node
         assert ours.pending is None
         await asyncio.sleep(0)
         assert not ours.is_set()
 
-        await handlers.node_changed(name="n1", type="DELETED")
+        node_event(handlers, "DELETED")
         assert ours.is_set()
         assert other.pending is None
         assert not other.is_set()
@@ -145,23 +150,26 @@ def test_a_delayed_wakeup_wakes() -> None:
 
 
 def test_a_node_listed_again_unchanged_wakes_no_job() -> None:
-    """kopf lists the nodes again each time their watch ends: 1,000 jobs' passes for nothing."""
+    """The nodes are listed again after a watch error or 410 Gone: 1,000 jobs' passes for nothing, were each listed
+    node news."""
     ctx = context()
     handlers = Handlers(ctx)
     index_pods(handlers, {KEY: ("mnist-worker-0-0", "n1")})
-    served = {"metadata": {"name": "n1", "resourceVersion": "7"}}
+
+    def listing(rv: str) -> list[Listing]:
+        node = {"metadata": {"name": "n1", "resourceVersion": rv}}
+        return [Listing(NODE, "", [change_of(NODE, "ADDED", node)])]  # type: ignore[list-item]
 
     async def scenario() -> None:
         ctx.state.loop = asyncio.get_running_loop()
         ours = ctx.state.job(KEY).wakeup
-        await handlers.node_changed(name="n1", body=served, type="MODIFIED")
+        node_event(handlers, "MODIFIED")
         assert ours.pending is not None
         ours.clear()
-        await handlers.node_changed(name="n1", body=served, type=None)
+        handlers.changed(listing("7"))  # type: ignore[arg-type]
         assert ours.pending is None
         assert not ours.is_set()
-        changed = {"metadata": {"name": "n1", "resourceVersion": "8"}}
-        await handlers.node_changed(name="n1", body=changed, type=None)
+        handlers.changed(listing("8"))  # type: ignore[arg-type]
         assert ours.pending is not None, "changed while the watch was away"
 
     asyncio.run(scenario())
@@ -178,5 +186,5 @@ def test_a_pod_seen_deleted_is_no_longer_shown_as_our_last_write_of_it() -> None
     ctx.state.job(KEY).written_children[("Pod", "mnist-worker-0-0")] = released
     ctx.state.job(KEY).written_children[("Pod", "mnist-worker-1-0")] = {"metadata": {"name": "mnist-worker-1-0"}}
     body = {"metadata": {"name": "mnist-worker-0-0", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}}
-    handlers.pods_changed([change_of("DELETED", body)])  # type: ignore[list-item]
+    handlers.changed([change_of("Pod", "DELETED", body)])  # type: ignore[list-item]
     assert list(ctx.state.job(KEY).written_children) == [("Pod", "mnist-worker-1-0")]

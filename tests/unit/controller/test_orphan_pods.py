@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from ttj.controller.context import OperatorContext
 from ttj.controller.handlers import Handlers
 from ttj.controller.metrics import Metrics
-from ttj.controller.pods import change_of
+from ttj.controller.watches import change_of
 from ttj_contract import API_VERSION, FINALIZER, KIND, LABEL_JOB
 
 LABELS = {LABEL_JOB: "mnist"}
@@ -51,7 +51,7 @@ def pod_changed(
     async def scenario() -> bool:
         ctx.state.loop = asyncio.get_running_loop()
         wakeup = ctx.state.job(("ns", "mnist")).wakeup
-        handlers.pods_changed([change_of("MODIFIED", body)])  # type: ignore[list-item]
+        handlers.changed([change_of("Pod", "MODIFIED", body)])  # type: ignore[list-item]
         await asyncio.gather(*ctx.state.background)
         return wakeup.is_set()
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from ttj.controller.audit import job_uids
-from ttj.controller.orphans import Orphan, finalizing_orphans, still_owned
+from ttj.controller.orphans import Orphan, finalizing_orphans, job_uids, still_owned
 from ttj_contract import FINALIZER, KIND
 
 GONE = ("ns", "gone")

@@ -19,11 +19,12 @@ from tests.unit.controller import in_process_api
 from tests.unit.controller.in_process_api import NAMESPACE, InProcessApi, pass_over, reconciler_for
 from tests.unit.planner.builders import T0, job, node
 from ttj.controller.context import OperatorContext
-from ttj.controller.handlers import CHILD_RESOURCES, register
+from ttj.controller.handlers import CHILD_RESOURCES, Handlers
 from ttj.controller.memory import OwnWrite
 from ttj.controller.metrics import Metrics
 from ttj.controller.observe import add_own_writes
 from ttj.controller.reconciler import CONFLICT_RETRY_SECONDS, START_UP_COALESCE_SECONDS
+from ttj.controller.watches import change_of
 from ttj.planner import Observed
 from ttj.planner.observed import name_of
 from ttj_contract import KIND, LABEL_CHIEF, LABEL_JOB, LABEL_ROLE, Role
@@ -139,23 +140,22 @@ def test_own_writes_show_until_the_indexes_catch_up() -> None:
 
 def test_the_lease_as_the_operator_wrote_it_wakes_no_pass_but_any_other_version_does() -> None:
     ctx = OperatorContext(api=None, metrics=Metrics(CollectorRegistry()))  # type: ignore[arg-type]
-    registry = __import__("kopf").OperatorRegistry()
-    register(registry, ctx)
-    lease_changed = next(h for h in registry._watching.get_all_handlers() if h.id == "lease_changed").fn
-    ours = {"kind": "Lease", "metadata": {"name": f"{NAME}-chief", "resourceVersion": "6"}}
+    handlers = Handlers(ctx)
+    labels = {LABEL_JOB: NAME}
+    ours = {"metadata": {"name": f"{NAME}-chief", "namespace": NAMESPACE, "labels": labels, "resourceVersion": "6"}}
     ctx.state.job(KEY).lease_written = OwnWrite(frozenset({"5"}), copy.deepcopy(ours))
-    renewed = {"kind": "Lease", "metadata": {"name": f"{NAME}-chief", "resourceVersion": "7"}}
+    renewed = {"metadata": {**ours["metadata"], "resourceVersion": "7"}}
 
     async def woken(body: dict[str, Any]) -> bool:
         ctx.state.loop = asyncio.get_running_loop()
         wakeup = ctx.state.job(KEY).wakeup
         wakeup.clear()
-        await lease_changed(namespace=NAMESPACE, labels={LABEL_JOB: NAME}, body=body)
+        handlers.changed([change_of("Lease", "MODIFIED", body)])  # type: ignore[list-item]
         return wakeup.is_set()
 
     assert not asyncio.run(woken(ours))
     assert asyncio.run(woken(renewed))  # a trainer's renewal: the pass reads its progress
-    assert not ctx.our_lease_write(KEY, {**ours, "kind": "Pod"})
+    assert not ctx.our_lease_write(KEY, "Pod", ours)
 
 
 def test_passes_coalesce_changes_until_the_job_first_runs_and_never_after() -> None:

@@ -1,17 +1,13 @@
-"""What the operator keeps of each pod, and the copies kopf makes of each event, at scale: a pod is indexed as
-the planner reads it, and kopf builds no diff base for objects other than the jobs."""
+"""What the operator keeps of each pod at scale: a pod is indexed as the planner reads it, not copied."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-import kopf
-
-from ttj.controller.handlers import JobsDiffBase
-from ttj.controller.pods import PodIndex, change_of
+from ttj.controller.watches import Indexes, change_of
 from ttj.planner import observed_pod
-from ttj_contract import API_VERSION, FINALIZER, KIND, LABEL_JOB
+from ttj_contract import FINALIZER, LABEL_JOB
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -59,17 +55,11 @@ def test_a_pod_is_kept_as_the_planner_reads_it_and_not_shared_with_the_event() -
 
 def test_the_pod_index_keeps_the_slim_pod_of_the_decoded_event_without_copying_it() -> None:
     decoded = copy.deepcopy(POD)
-    index = PodIndex()
-    index.apply([change_of("ADDED", decoded)])  # type: ignore[list-item]
+    indexes = Indexes()
+    indexes.apply([change_of("Pod", "ADDED", decoded)])  # type: ignore[list-item]
+    index = indexes["Pod"]
     assert index[("ns", "mnist")] == [("Pod", "mnist-worker-0-0", SLIM)]
     assert index[("ns", "mnist")][0][2]["status"] is decoded["status"]
-
-
-def test_kopf_builds_a_diff_base_for_the_jobs_only() -> None:
-    storage = JobsDiffBase(prefix="transient.training", key="last-handled-configuration")
-    job = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "mnist"}, "spec": {"trainSteps": 10}}
-    assert storage.build(body=kopf.Body(POD)) == {}
-    assert storage.build(body=kopf.Body(job)) == {"spec": {"trainSteps": 10}}
 
 
 def test_json_copy_is_a_deep_copy_of_what_json_decodes_to() -> None:

@@ -1,5 +1,6 @@
-"""The operator's own watch of the jobs' pods: the index a pass reads, what a listing does to it, the watch
-thread's list → watch → relist after 410 Gone, the batches handed to the loop, and where it watches."""
+"""The operator's own watches of the jobs' children and the nodes: the indexes a pass reads, what a listing does
+to them, a watch thread's list → watch → relist after 410 Gone, the batches handed to the loop, and where it
+watches."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from ttj.controller.handlers import _places_now
-from ttj.controller.pods import Batch, Inbox, Listing, PodChange, PodIndex, PodWatch, change_of
+from ttj.controller.watches import NODE, Batch, Change, Inbox, Index, Indexes, Listing, Watches, change_of
 from ttj.kubeapi import KubeError
 from ttj_contract import LABEL_JOB
 
@@ -27,23 +28,47 @@ def slim(name: str, namespace: str = "ns", job: str = "mnist", rv: str = "1") ->
     return {"metadata": metadata, "spec": {}, "status": {"phase": "Pending"}}
 
 
-def added(obj: dict[str, Any], event: str = "ADDED") -> PodChange:
-    change = change_of(event, obj)
+def added(obj: dict[str, Any], event: str = "ADDED", kind: str = "Pod") -> Change:
+    change = change_of(kind, event, obj)
     assert change is not None
     return change
 
 
-def contents(index: PodIndex) -> dict[tuple[str, str], list[tuple[str, str]]]:
+def contents(index: Index) -> dict[tuple[str, str], list[tuple[str, str]]]:
     """job → [(pod, resourceVersion)]"""
     return {
         key: sorted((name, p["metadata"]["resourceVersion"]) for _k, name, p in pods) for key, pods in index.items()
     }
 
 
-def test_a_change_of_a_pod_is_what_the_planner_reads_of_it_and_a_pod_of_no_job_is_none() -> None:
-    assert change_of("MODIFIED", pod("w-0")) == PodChange(("ns", "mnist"), "w-0", slim("w-0"))
-    assert change_of("DELETED", pod("w-0")) == PodChange(("ns", "mnist"), "w-0", None)
-    assert change_of("ADDED", pod("other", job="")) is None
+def test_a_change_is_what_the_planner_reads_of_the_object_and_a_child_of_no_job_is_none() -> None:
+    key = ("ns", "mnist")
+    service = {"metadata": {"name": "mnist", "namespace": "ns", "labels": {LABEL_JOB: "mnist"}}, "spec": {}}
+    served = {"metadata": {"name": "n1", "resourceVersion": "3", "managedFields": []}, "status": {"images": []}}
+    cases = [
+        (("Pod", "MODIFIED", pod("w-0")), Change("Pod", "w-0", key, slim("w-0"))),
+        (("Pod", "DELETED", pod("w-0")), Change("Pod", "w-0", key, None)),
+        (("Pod", "ADDED", pod("other", job="")), None),
+        # a listed child carries no kind (a list's items do not); the planner's children do
+        (
+            ("Service", "ADDED", service),
+            Change("Service", "mnist", key, {"apiVersion": "v1", "kind": "Service", **service}),
+        ),
+        (
+            (NODE, "MODIFIED", served),
+            Change(
+                NODE,
+                "n1",
+                None,
+                {
+                    "metadata": {"name": "n1", "resourceVersion": "3"},
+                    "spec": {"taints": []},
+                    "status": {"conditions": [], "capacity": {}},
+                },
+            ),
+        ),
+    ]
+    assert [change_of(*args) for args, _ in cases] == [expected for _, expected in cases]
 
 
 CASES: list[tuple[str, list[Batch], dict[tuple[str, str], list[tuple[str, str]]], list[tuple[str, bool]]]] = [
@@ -57,7 +82,7 @@ CASES: list[tuple[str, list[Batch], dict[tuple[str, str], list[tuple[str, str]]]
         "a namespace's listing drops its pods not listed, leaves other namespaces, reports only what changed",
         [
             [added(pod("w-0")), added(pod("w-1")), added(pod("x-0", namespace="other", job="x"))],
-            [Listing("ns", [added(pod("w-0")), added(pod("w-2"))])],
+            [Listing("Pod", "ns", [added(pod("w-0")), added(pod("w-2"))])],
         ],
         {("ns", "mnist"): [("w-0", "1"), ("w-2", "1")], ("other", "x"): [("x-0", "1")]},
         [("w-0", True), ("w-1", True), ("x-0", True), ("w-2", True), ("w-1", False)],
@@ -66,7 +91,7 @@ CASES: list[tuple[str, list[Batch], dict[tuple[str, str], list[tuple[str, str]]]
         "the listing of every namespace drops every pod not listed, and the jobs left without pods",
         [
             [added(pod("w-0")), added(pod("x-0", namespace="other", job="x"))],
-            [Listing("", [added(pod("w-0", rv="5"))])],
+            [Listing("Pod", "", [added(pod("w-0", rv="5"))])],
         ],
         {("ns", "mnist"): [("w-0", "5")]},
         [("w-0", True), ("x-0", True), ("w-0", True), ("x-0", False)],
@@ -81,29 +106,51 @@ def test_the_index_after_changes_and_listings(
     expected: dict[tuple[str, str], list[tuple[str, str]]],
     reported: list[tuple[str, bool]],
 ) -> None:
-    index = PodIndex()
-    applied = [change for batch in batches for change in index.apply(batch)]
-    assert contents(index) == expected
-    assert [(a.change.name, a.change.pod is not None) for a in applied] == reported
-    assert index.get(("ns", "nothing"), []) == []
+    indexes = Indexes()
+    applied = [change for batch in batches for change in indexes.apply(batch)]
+    assert contents(indexes["Pod"]) == expected
+    assert [(a.change.name, a.change.obj is not None) for a in applied] == reported
+    assert indexes["Pod"].get(("ns", "nothing"), []) == []
+    assert all(not indexes[kind] for kind in indexes.by_kind if kind != "Pod")
+
+
+def test_nodes_are_indexed_by_name_and_a_listing_of_them_drops_those_it_lacks() -> None:
+    def node(name: str, rv: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": rv}}
+
+    indexes = Indexes()
+    first = indexes.apply([added(node("n1", "1"), kind=NODE), added(node("n2", "1"), kind=NODE)])
+    relisted = indexes.apply([Listing(NODE, "", [added(node("n1", "1"), kind=NODE)])])
+    assert [(a.change.name, a.change.obj is not None) for a in first + relisted] == [
+        ("n1", True),
+        ("n2", True),
+        ("n2", False),
+    ], "n1 listed again unchanged is no change"
+    assert {name: [n["metadata"]["resourceVersion"] for n in nodes] for name, nodes in indexes[NODE].items()} == {
+        "n1": ["1"]
+    }
 
 
 def test_a_place_counts_as_listed_once_its_listing_is_applied() -> None:
     async def scenario() -> None:
-        index = PodIndex()
-        waiting = asyncio.ensure_future(index.listed_event("ns").wait())
-        index.apply([added(pod("w-0"))])
+        indexes = Indexes()
+        waiting = asyncio.ensure_future(indexes.listed("ns"))
+        indexes.apply([added(pod("w-0"))])
         await asyncio.sleep(0)
         assert not waiting.done(), "a watch event is no listing"
-        index.apply([Listing("ns", [])])
+        indexes.apply([Listing(kind, "ns", []) for kind in ("Pod", "Lease", "Service", "Deployment", "ServiceAccount")])
+        indexes.apply([Listing(kind, "ns", []) for kind in ("Role", "RoleBinding", "NetworkPolicy")])
+        await asyncio.sleep(0)
+        assert not waiting.done(), "nor is a place listed before the nodes are"
+        indexes.apply([Listing(NODE, "", [])])
         await asyncio.wait_for(waiting, timeout=30)
-        assert not index.listed_event("other").is_set()
+        assert not indexes.listed_event("Pod", "other").is_set()
 
     asyncio.run(scenario())
 
 
 class Cluster:
-    """The API as the pod watch sees it: listings, and watches that each replay a script of events."""
+    """The API as a watch sees it: listings, and watches that each replay a script of events."""
 
     def __init__(self, listings: list[list[dict[str, Any]]], watches: list[list[dict[str, Any]]]) -> None:
         self.listings = listings
@@ -137,8 +184,8 @@ class Cluster:
 
 def run_watch(cluster: Cluster, place: str) -> list[Batch]:
     delivered: list[Batch] = []
-    watch = PodWatch(cluster, delivered.append)  # type: ignore[arg-type]
-    watch.start(place)
+    watch = Watches(cluster, delivered.append)  # type: ignore[arg-type]
+    watch.start("Pod", place)
     assert cluster.done.wait(30)
     watch.close()
     assert cluster.closed
@@ -169,10 +216,10 @@ def test_the_watch_lists_watches_from_the_listing_resumes_and_lists_again_after_
         ("watch", path, "40"),
     ]
     assert delivered[:4] == [
-        [Listing("ns", [added(pod("w-0"))])],
+        [Listing("Pod", "ns", [added(pod("w-0"))])],
         [added(pod("w-1", rv="11"))],
         [added(pod("w-1", rv="13"), "DELETED")],
-        [Listing("ns", [added(pod("w-0", rv="7"))])],
+        [Listing("Pod", "ns", [added(pod("w-0", rv="7"))])],
     ]
 
 
@@ -181,7 +228,7 @@ def test_the_watch_of_every_namespace_lists_and_watches_all_pods_and_outlives_a_
     cluster.listings = [[pod("w-0", namespace="a")]]
     delivered = run_watch(cluster, "")
     assert cluster.calls[:2] == [("list", "/api/v1/pods", ""), ("watch", "/api/v1/pods", "10")]
-    assert delivered[0] == [Listing("", [added(pod("w-0", namespace="a"))])]
+    assert delivered[0] == [Listing("Pod", "", [added(pod("w-0", namespace="a"))])]
 
 
 def test_the_inbox_hands_the_loop_one_callback_at_a_time_with_all_that_arrived() -> None:
