@@ -12,6 +12,7 @@ them in the order a pass calls them); last come the phase and conditions (:mod:`
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -799,7 +800,7 @@ def _plan(
         status=body,
         observations=list(observations),
         delete_job=delete_job,
-        requeue_after=_requeue_after(run.now, run.config.resync_seconds, wake),
+        requeue_after=_requeue_after(run.now, next_resync(run.now, run.config.resync_seconds, run.ref), wake),
         status_due=status_due(run.seen_status, body, run.now),
     )
 
@@ -830,7 +831,19 @@ def status_due(seen: Mapping[str, Any], planned: Mapping[str, Any], now: datetim
     return moved >= COST_WRITE_USD or accrued_at is None or (now - accrued_at).total_seconds() >= COST_WRITE_SECONDS
 
 
-def _requeue_after(now: datetime, resync_seconds: float, moments: Iterable[datetime | None]) -> float:
-    """Seconds to the earliest future moment, at most the resync period."""
-    at = min([now + timedelta(seconds=resync_seconds), *(m for m in moments if m is not None and m > now)])
+def _requeue_after(now: datetime, resync: datetime, moments: Iterable[datetime | None]) -> float:
+    """Seconds to the earliest future moment, at most to the job's next resync."""
+    at = min([resync, *(m for m in moments if m is not None and m > now)])
     return max(0.0, (at - now).total_seconds())
+
+
+def next_resync(now: datetime, period_seconds: float, job: JobRef) -> datetime:
+    """The job's next timed pass: within one period, at the job's own offset in the period (from its uid). Were
+    each timed pass a period after the last pass, the jobs whose passes a burst bunched (a few hundred going
+    Running in the same seconds) would keep their timed passes bunched for ever after: at 1,000 jobs, hundreds of
+    passes in the same second of every minute, in front of any replacement."""
+    if period_seconds <= 0:
+        return now
+    offset = zlib.crc32((job.uid or f"{job.namespace}/{job.name}").encode()) / 2**32 * period_seconds
+    into_period = (now.timestamp() - offset) % period_seconds
+    return now + timedelta(seconds=period_seconds - into_period)
