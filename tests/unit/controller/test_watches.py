@@ -274,3 +274,19 @@ def test_where_the_pods_are_watched_from_the_start(
     api = Namespaces(["ml-a", "ml-b", "team", "kube-system"])
     assert _places_now(api, patterns) == expected  # type: ignore[arg-type]
     assert bool(api.asked) == listed
+
+
+def test_where_each_kind_is_watched() -> None:
+    """A job's children by the job label, in one namespace or all; the nodes, all of them."""
+    from ttj.controller.watches import _path
+
+    cases = {
+        ("Pod", "ns"): "/api/v1/namespaces/ns/pods",
+        ("Pod", ""): "/api/v1/pods",
+        ("Deployment", "ns"): "/apis/apps/v1/namespaces/ns/deployments",
+        ("Deployment", ""): "/apis/apps/v1/deployments",
+        ("Lease", ""): "/apis/coordination.k8s.io/v1/leases",
+        ("NetworkPolicy", "ml"): "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies",
+        (NODE, ""): "/api/v1/nodes",
+    }
+    assert {where: _path(*where) for where in cases} == cases
