@@ -47,6 +47,11 @@ class Resource:
         return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
 
     @property
+    def api_version(self) -> str:
+        """The objects' apiVersion (``apps/v1``, ``v1``)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
     def kopf_name(self) -> str:
         """The resource as kopf names it (``deployments.v1.apps``, ``pods``)."""
         return f"{self.plural}.{self.version}.{self.group}" if self.group else self.plural

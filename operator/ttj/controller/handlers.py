@@ -85,7 +85,7 @@ class Handlers:
             start_http_server(ctx.metrics_port, registry=ctx.metrics.registry)
             log.info("metrics on :%d/metrics", ctx.metrics_port)
         self.jobs = kwargs["jobs"]
-        self._in_background(self._sweep_orphans_forever(), "ttj orphan sweep")
+        self._in_background(self._sweep_orphans_forever(kwargs["jobs"]), "ttj orphan sweep")
         watched = await asyncio.to_thread(_places_now, KubeClient(ctx.api), ctx.namespaces)
         # Its own connections: each watch holds one for minutes.
         self.watches = Watches(_watch_client(ctx.api, len(watched)), Inbox(ctx.state.call_soon, self.changed).deliver)
@@ -156,14 +156,12 @@ class Handlers:
             else:
                 self.ctx.poke_later(key, NODE_CHANGE_DELAY_SECONDS)
 
-    async def _sweep_orphans_forever(self) -> None:
+    async def _sweep_orphans_forever(self, jobs: kopf.Index[JobKey, Any]) -> None:
         """Every resync period, release the workers left on our finalizer by a job that went
         (:mod:`ttj.controller.orphans`)."""
         while True:
             await asyncio.sleep(self.ctx.planner.resync_seconds)
-            if self.jobs is None:
-                continue
-            for orphan in finalizing_orphans(self.indexes["Pod"], self.jobs):  # read in the loop, where they change
+            for orphan in finalizing_orphans(self.indexes["Pod"], jobs):  # read in the loop, where they change
                 await release_orphan(self.ctx, self.lister, orphan)
 
     async def index_job(self, namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:

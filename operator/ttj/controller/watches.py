@@ -62,9 +62,7 @@ def _slim(kind: str, obj: JSON) -> JSON:
         return observed_pod(obj, owned=True)
     if kind == NODE:
         return slim_node(obj)
-    resource = RESOURCES[kind]
-    api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
-    return {"apiVersion": api_version, "kind": kind, **observed_child(kind, obj)}
+    return {"apiVersion": RESOURCES[kind].api_version, "kind": kind, **observed_child(kind, obj)}
 
 
 @dataclass(frozen=True)
@@ -155,15 +153,15 @@ class Index(Mapping[Any, list[Any]]):
         """The index at ``listing.place`` made the listing's: new and changed objects put, missing ones deleted;
         what changed (an object listed again unchanged did not)."""
         listed = {(change.key, change.name) for change in listing.changes}
-        here = [
-            (key, name)
+        gone = [
+            Change(self.kind, name, None if self.kind == NODE else key, None)
             for key, objects in self._by_key.items()
             if self.kind == NODE or not listing.place or key[0] == listing.place
             for name in objects
+            if (key, name) not in listed
         ]
-        gone = [Change(self.kind, name, None if self.kind == NODE else key, None) for key, name in here]
         applied = []
-        for change in [*listing.changes, *(c for c in gone if (c.key, c.name) not in listed)]:
+        for change in [*listing.changes, *gone]:
             before = self.put(change)
             if change.obj is None or before is None or resource_version(before) != resource_version(change.obj):
                 applied.append(Applied(change, before))
